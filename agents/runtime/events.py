@@ -1,0 +1,168 @@
+"""Everything a turn reports, as plain dataclasses sent to one ``Observer``.
+
+The runtime never persists or broadcasts anything itself; the Django side implements
+``Observer`` to write steps and announce them. ``kind`` is the stable wire name of each event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from .pricing import Usage
+
+
+@dataclass(kw_only=True, slots=True)
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kind"] = self.kind
+        return data
+
+
+@dataclass(kw_only=True, slots=True)
+class LlmRequestStarted(Event):
+    kind: ClassVar[str] = "llm_request_started"
+    iteration: int
+    provider: str
+    model: str
+    messages_count: int
+    tools_available: list[str] = field(default_factory=list)
+    # The request as sent (provider-neutral: system, messages, tool specs), for the trace.
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class LlmRequestFinished(Event):
+    kind: ClassVar[str] = "llm_request_finished"
+    iteration: int
+    provider: str
+    model: str
+    success: bool
+    usage: Usage = field(default_factory=Usage)
+    latency_ms: float = 0.0
+    first_token_ms: float | None = None
+    error: str | None = None
+    stop_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class TextDelta(Event):
+    kind: ClassVar[str] = "text_delta"
+    iteration: int
+    text: str
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolStarted(Event):
+    kind: ClassVar[str] = "tool_started"
+    iteration: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolFinished(Event):
+    kind: ClassVar[str] = "tool_finished"
+    iteration: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    success: bool
+    output: str
+    duration_ms: float = 0.0
+    error: str | None = None
+    output_preview: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class ApprovalRequested(Event):
+    kind: ClassVar[str] = "approval_requested"
+    iteration: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    timeout_s: float
+
+
+@dataclass(kw_only=True, slots=True)
+class ApprovalDecided(Event):
+    kind: ClassVar[str] = "approval_decided"
+    iteration: int
+    call_id: str
+    name: str
+    approved: bool
+    reason: str = ""  # "approved", "denied", "timeout", "cancelled"
+    waited_ms: float = 0.0
+
+
+@dataclass(kw_only=True, slots=True)
+class TrajectoryStateRecorded(Event):
+    kind: ClassVar[str] = "trajectory_state"
+    iteration: int
+    state: dict[str, Any]
+    changed: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True, slots=True)
+class Compacted(Event):
+    kind: ClassVar[str] = "compaction"
+    reason: str  # "threshold" or "context_overflow"
+    removed_message_count: int
+    summary: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class Retry(Event):
+    kind: ClassVar[str] = "retry"
+    provider: str
+    model: str
+    attempt: int
+    error: str
+    backoff_ms: float = 0.0
+    failover: bool = False
+    next_provider: str = ""
+    next_model: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class FinalAnswer(Event):
+    kind: ClassVar[str] = "final_answer"
+    text: str
+    iterations: int
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(kw_only=True, slots=True)
+class TurnError(Event):
+    kind: ClassVar[str] = "error"
+    message: str
+    error_kind: str = "error"  # "cancelled", "timeout", "provider", "loop_detected", "budget", ...
+    iteration: int = 0
+
+
+class Observer(Protocol):
+    async def emit(self, event: Event) -> None: ...
+
+
+class NullObserver:
+    async def emit(self, event: Event) -> None:
+        return None
+
+
+class RecordingObserver:
+    """Keeps every event in order; for tests and benchmarks."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type[Event]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]

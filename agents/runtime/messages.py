@@ -1,0 +1,177 @@
+"""The conversation history: messages made of content blocks.
+
+This is the runtime's one history model (Claw Code's ``ConversationMessage``). Providers convert
+it to and from their wire formats (``providers/openai.py``, ``providers/anthropic.py``); the
+Django side stores ``Message.to_dict()`` as JSON.
+
+Roles: ``system``, ``user``, ``assistant`` and ``tool``. A ``tool`` message carries one or more
+``ToolResultBlock``s answering the ``ToolUseBlock``s of the assistant message before it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .pricing import Usage
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(slots=True)
+class TextBlock:
+    text: str
+    type: str = field(default="text", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(slots=True)
+class ThinkingBlock:
+    thinking: str
+    signature: str | None = None
+    type: str = field(default="thinking", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": "thinking", "thinking": self.thinking}
+        if self.signature is not None:
+            data["signature"] = self.signature
+        return data
+
+
+@dataclass(slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: dict[str, Any]
+    type: str = field(default="tool_use", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+
+    @property
+    def input_json(self) -> str:
+        return json.dumps(self.input, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass(slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    output: str
+    is_error: bool = False
+    name: str = ""
+    type: str = field(default="tool_result", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "tool_result",
+            "tool_use_id": self.tool_use_id,
+            "name": self.name,
+            "output": self.output,
+            "is_error": self.is_error,
+        }
+
+
+Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+
+
+def block_from_dict(data: dict[str, Any]) -> Block:
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(text=str(data.get("text", "")))
+    if kind == "thinking":
+        return ThinkingBlock(thinking=str(data.get("thinking", "")), signature=data.get("signature"))
+    if kind == "tool_use":
+        raw_input = data.get("input")
+        if isinstance(raw_input, str):
+            try:
+                raw_input = json.loads(raw_input)
+            except ValueError:
+                raw_input = {}
+        return ToolUseBlock(
+            id=str(data.get("id", "")),
+            name=str(data.get("name", "")),
+            input=raw_input if isinstance(raw_input, dict) else {},
+        )
+    if kind == "tool_result":
+        return ToolResultBlock(
+            tool_use_id=str(data.get("tool_use_id", "")),
+            output=str(data.get("output", "")),
+            is_error=bool(data.get("is_error", False)),
+            name=str(data.get("name", "") or data.get("tool_name", "")),
+        )
+    raise ValueError(f"unknown content block type: {kind!r}")
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    blocks: list[Block] = field(default_factory=list)
+    usage: Usage | None = None
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls(Role.SYSTEM, [TextBlock(text)])
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(Role.USER, [TextBlock(text)])
+
+    @classmethod
+    def assistant(cls, text: str = "", *, blocks: list[Block] | None = None,
+                  usage: Usage | None = None) -> Message:
+        content: list[Block] = list(blocks) if blocks is not None else []
+        if blocks is None and text:
+            content.append(TextBlock(text))
+        return cls(Role.ASSISTANT, content, usage)
+
+    @classmethod
+    def tool_results(cls, results: list[ToolResultBlock]) -> Message:
+        return cls(Role.TOOL, list(results))
+
+    # -- views ----------------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """The text blocks joined; thinking, tool use and results are left out."""
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.blocks if isinstance(b, ToolUseBlock)]
+
+    @property
+    def tool_results_blocks(self) -> list[ToolResultBlock]:
+        return [b for b in self.blocks if isinstance(b, ToolResultBlock)]
+
+    # -- (de)serialisation ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": str(self.role), "blocks": [b.to_dict() for b in self.blocks]}
+        if self.usage is not None:
+            data["usage"] = self.usage.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        usage = data.get("usage")
+        return cls(
+            role=Role(data["role"]),
+            blocks=[block_from_dict(b) for b in data.get("blocks", [])],
+            usage=Usage.from_dict(usage) if usage is not None else None,
+        )
+
+
+def history_to_json(messages: list[Message]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in messages]
+
+
+def history_from_json(data: list[dict[str, Any]]) -> list[Message]:
+    return [Message.from_dict(m) for m in data]

@@ -1,0 +1,171 @@
+"""The provider contract: a chat request in, an assistant message with usage out.
+
+Every provider speaks ``ChatRequest``/``ChatResponse`` built on ``messages.Message`` and converts
+to and from its own wire format. Errors cross this boundary only as ``ProviderError``, whose
+``retryable`` flag and ``kind`` drive the reliable wrapper and the loop's recovery.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from ..messages import Message, ToolUseBlock
+from ..pricing import Usage
+from ..tools import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    native_tool_calling: bool = False
+    vision: bool = False
+    prompt_caching: bool = False
+    streaming: bool = False
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> Capabilities:
+        """Configuration wins over what the provider kind declares; unknown keys are ignored."""
+        if not overrides:
+            return self
+        known = {f.name for f in fields(Capabilities)}
+        return replace(self, **{k: bool(v) for k, v in overrides.items() if k in known})
+
+    def to_dict(self) -> dict[str, bool]:
+        return {f.name: getattr(self, f.name) for f in fields(Capabilities)}
+
+
+@dataclass(frozen=True, slots=True)
+class SystemBlock:
+    """One part of the system prompt. ``cacheable`` marks the static part, which providers with
+    prompt caching send with a cache marker (Anthropic ``cache_control``)."""
+
+    text: str
+    cacheable: bool = False
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    model: str
+    messages: list[Message]
+    system: list[SystemBlock] = field(default_factory=list)
+    tools: list[ToolSpec] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    @property
+    def system_text(self) -> str:
+        return "\n\n".join(b.text for b in self.system if b.text)
+
+
+@dataclass(slots=True)
+class ChatResponse:
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    provider: str = ""
+    stop_reason: str | None = None
+    # The provider's own payload (or, for a stream, its reassembly), kept for the trace.
+    raw: Any = None
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def tool_calls(self) -> list[ToolUseBlock]:
+        return self.message.tool_uses
+
+
+# -- streaming events -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StreamText:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamThinking:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDone:
+    response: ChatResponse
+
+
+StreamEvent = StreamText | StreamThinking | StreamDone
+
+
+# -- errors -------------------------------------------------------------------------------------
+class ErrorKind(StrEnum):
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    CONTEXT_OVERFLOW = "context_overflow"
+    MODEL_NOT_FOUND = "model_not_found"
+    BAD_REQUEST = "bad_request"
+    SERVER = "server"
+    NETWORK = "network"
+    TIMEOUT = "timeout"
+    MALFORMED = "malformed_response"
+
+
+class ProviderError(Exception):
+    """A failed model request. ``retryable`` says whether the same request may succeed later;
+    ``retry_after`` is the server's hint in seconds, when it gave one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        kind: ErrorKind = ErrorKind.SERVER,
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider: str = "",
+        model: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.provider = provider
+        self.model = model
+
+    @property
+    def permanent(self) -> bool:
+        return not self.retryable
+
+    def __repr__(self) -> str:
+        return (f"ProviderError({self.message!r}, kind={self.kind!s}, status={self.status}, "
+                f"retryable={self.retryable})")
+
+
+class Provider(abc.ABC):
+    """Base class. Subclasses set ``kind`` and ``default_capabilities`` and implement ``chat``;
+    those that stream override ``stream``."""
+
+    kind: str = ""
+    default_capabilities: Capabilities = Capabilities()
+
+    def __init__(self, *, name: str = "", capabilities: dict[str, Any] | None = None) -> None:
+        self.name = name or self.kind
+        self.capabilities = self.capabilities_for(capabilities)
+
+    def capabilities_for(self, overrides: dict[str, Any] | None = None) -> Capabilities:
+        return self.default_capabilities.with_overrides(overrides)
+
+    @abc.abstractmethod
+    async def chat(self, request: ChatRequest) -> ChatResponse: ...
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """Default: one non-streaming request, reported as a single text event."""
+        response = await self.chat(request)
+        if response.text:
+            yield StreamText(response.text)
+        yield StreamDone(response)
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release pooled connections."""
