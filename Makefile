@@ -1,0 +1,54 @@
+# agentsite — the two commands are `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help run test lint format bench vendor clean
+
+help:
+	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
+	@echo "make test   install the dev extra if needed and run the test suite"
+	@echo "make lint   ruff"
+	@echo "make bench  the benchmarks the project ships"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(VENV)/.installed $@
+
+run: $(VENV)/.installed
+	$(PY) manage.py dev
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+
+format: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff format .
+
+bench: $(VENV)/.installed-dev
+	$(PY) -m bench
+
+# Re-fetch the vendored front-end assets from the npm registry (versions in static/vendor/package.json).
+vendor:
+	@set -e; tmp=$$(mktemp -d); cd $$tmp; \
+	  npm pack --silent htmx.org@$$(node -p "require('$(CURDIR)/static/vendor/package.json').dependencies['htmx.org']") >/dev/null; \
+	  npm pack --silent htmx-ext-ws@$$(node -p "require('$(CURDIR)/static/vendor/package.json').dependencies['htmx-ext-ws']") >/dev/null; \
+	  for f in *.tgz; do mkdir -p "$${f%.tgz}"; tar xzf "$$f" -C "$${f%.tgz}"; done; \
+	  cp htmx.org-*/package/dist/htmx.min.js $(CURDIR)/static/vendor/htmx.min.js; \
+	  cp htmx-ext-ws-*/package/dist/ws.min.js $(CURDIR)/static/vendor/htmx-ext-ws.min.js; \
+	  cd $(CURDIR); rm -rf $$tmp; sha256sum static/vendor/*.js
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

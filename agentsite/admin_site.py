@@ -1,0 +1,107 @@
+"""The admin, opened to team admins and owners and scoped to their teams.
+
+Team admins are not Django staff and hold no Django permissions: what they may see and change
+is decided by their role in each team. ``TeamScopedAdmin`` is the base for every model that
+belongs to a team; it filters every list, form choice and object lookup to the teams where the
+user is an admin or owner, so another team's object is simply not found (404)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest
+
+from .models import Membership, Team
+
+Role = Membership.Role
+ADMIN_ROLES = (Role.ADMIN, Role.OWNER)
+
+
+def admin_team_ids(request: HttpRequest) -> set[int]:
+    """Teams where the user may edit configuration; cached on the request."""
+    cached = getattr(request, "_admin_team_ids", None)
+    if cached is None:
+        user = request.user
+        if not (user.is_active and user.is_authenticated):
+            cached = set()
+        else:
+            cached = set(
+                Membership.objects.filter(user=user, role__in=ADMIN_ROLES).values_list("team_id", flat=True)
+            )
+        request._admin_team_ids = cached
+    return cached
+
+
+class AgentsiteAdminSite(admin.AdminSite):
+    site_header = "agentsite admin"
+    site_title = "agentsite admin"
+    index_title = "Configuration"
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        user = request.user
+        if not (user.is_active and user.is_authenticated):
+            return False
+        return user.is_superuser or bool(admin_team_ids(request))
+
+
+class TeamScopedAdmin(admin.ModelAdmin):
+    """Base for team-owned models. ``team_field`` is the path from the model to its Team."""
+
+    team_field = "team"
+    # Roles allowed to change objects; owners-only models narrow it.
+    edit_roles: tuple[str, ...] = ADMIN_ROLES
+
+    def _team_ids(self, request: HttpRequest, roles: tuple[str, ...] | None = None) -> set[int]:
+        ids = admin_team_ids(request)
+        if roles is None or set(roles) >= set(ADMIN_ROLES):
+            return ids
+        return set(
+            Membership.objects.filter(user=request.user, role__in=roles, team_id__in=ids).values_list("team_id", flat=True)
+        )
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+        qs = super().get_queryset(request)
+        if request.user.is_superuser:
+            return qs
+        lookup = "id__in" if self.team_field == "" else f"{self.team_field}__in"
+        return qs.filter(**{lookup: self._team_ids(request)})
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any):
+        if db_field.related_model is Team and not request.user.is_superuser:
+            kwargs["queryset"] = Team.objects.filter(id__in=self._team_ids(request, self.edit_roles))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    # Permissions come from team roles, not Django's per-model permissions.
+    def _allowed(self, request: HttpRequest, obj: Any = None, roles: tuple[str, ...] | None = None) -> bool:
+        if request.user.is_superuser:
+            return True
+        ids = self._team_ids(request, roles)
+        if obj is None:
+            return bool(ids)
+        team_id = self.object_team_id(obj)
+        return team_id in ids
+
+    def object_team_id(self, obj: Any) -> int | None:
+        target = obj
+        for part in (self.team_field or "").split("__"):
+            if not part:
+                break
+            target = getattr(target, part, None)
+        return getattr(target, "pk", None)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._allowed(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self._allowed(request, None, self.edit_roles)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request, obj, self.edit_roles)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request, obj, self.edit_roles)

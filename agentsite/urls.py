@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import health, views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", health.healthz, name="healthz"),
+    # accounts
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("accounts/signup/", views.signup, name="signup"),
+    path("invite/<str:token>/", views.invitation_accept, name="invitation_accept"),
+    # teams
+    path("teams/none/", views.no_team, name="no_team"),
+    path("teams/new/", views.team_create, name="team_create"),
+    path("teams/switch/", views.team_switch, name="team_switch"),
+    path("team/members/", views.members, name="members"),
+    path("team/invitations/", views.invitation_create, name="invitation_create"),
+    path("team/invitations/<uuid:invitation_uuid>/revoke/", views.invitation_revoke, name="invitation_revoke"),
+    path("team/members/<uuid:membership_uuid>/role/", views.membership_role, name="membership_role"),
+    path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
+    path("admin/", admin.site.urls),
+]

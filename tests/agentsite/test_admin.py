@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from django.urls import reverse
+
+from agentsite.models import Membership
+
+
+def test_team_admins_reach_the_admin_and_see_only_their_teams(client_for, alice, charlie, team_a, team_b):
+    c = client_for(alice)
+    assert c.get(reverse("admin:index")).status_code == 200
+    listing = c.get(reverse("admin:agentsite_team_changelist"))
+    assert listing.status_code == 200
+    assert b"Team A" in listing.content and b"Team B" not in listing.content
+    members = c.get(reverse("admin:agentsite_membership_changelist")).content
+    assert b"alice" in members and b"charlie" not in members
+
+
+def test_other_teams_objects_are_404_in_the_admin(client_for, alice, charlie, team_b):
+    c = client_for(alice)
+    response = c.get(reverse("admin:agentsite_team_change", args=[team_b.pk]))
+    # Django's admin redirects to the index with a "doesn't exist" message for unknown ids.
+    assert response.status_code in (302, 404)
+    assert b"Team B" not in c.get(reverse("admin:index"), follow=True).content
+    membership = Membership.objects.get(user=charlie)
+    assert c.get(reverse("admin:agentsite_membership_change", args=[membership.pk])).status_code in (302, 404)
+
+
+def test_members_and_viewers_never_reach_the_admin(client_for, bob, team_a, make_member):
+    viewer = make_member(team_a, "vera", "viewer")
+    for user in (bob, viewer):
+        response = client_for(user).get(reverse("admin:index"))
+        assert response.status_code == 302 and "/admin/login/" in response.url
+
+
+def test_team_admin_can_rename_their_team_in_the_admin(client_for, alice, team_a):
+    c = client_for(alice)
+    response = c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A"})
+    assert response.status_code == 302
+    team_a.refresh_from_db()
+    assert team_a.name == "Renamed A"
+
+
+def test_nav_shows_admin_only_to_admins(client_for, alice, bob):
+    assert b'href="/admin/"' in client_for(alice).get(reverse("home")).content
+    assert b'href="/admin/"' not in client_for(bob).get(reverse("home")).content

@@ -1,0 +1,119 @@
+"""``manage.py dev`` as a newcomer runs it: real children, real signals, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentsite.devrunner import EmbeddedRedis, Printer, free_port, pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_dev(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, int]:
+    var = tmp_path / "var"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(AGENTSITE_VAR_DIR=str(var), EMBEDDED_REDIS_PORT=str(free_port()), NO_COLOR="1", DEMO_PASSWORD="demo-pass-for-tests")
+    log = tmp_path / "dev.log"
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "manage.py", "dev", "--port", str(port), *extra],
+        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+    return proc, log, port
+
+
+def children_of(var: Path) -> dict[str, int]:
+    try:
+        return json.loads((var / "run" / "dev.json").read_text())["children"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def test_dev_starts_everything_and_ctrl_c_leaves_nothing(tmp_path):
+    proc, log, port = start_dev(tmp_path)
+    try:
+        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), 120, "the banner")
+        text = log.read_text()
+        assert f"agentsite is running at http://127.0.0.1:{port}/" in text
+        assert "Log in as demo / demo-pass-for-tests" in text
+        assert " redis |" in text and "   web |" in text and "worker |" in text  # prefixed logs
+        children = children_of(tmp_path / "var")
+        assert set(children) == {"redis", "web", "worker"}
+        assert all(pid_alive(pid) for pid in children.values())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:  # noqa: S310
+            health = json.loads(response.read())
+        assert health["status"] == "ok" and health["checks"]["redis"]["embedded"] is True
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=5) as response:  # noqa: S310
+            assert b"Log in" in response.read()
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        for name, pid in children.items():
+            wait_for(lambda pid=pid: not pid_alive(pid), 10, f"{name} (pid {pid}) to exit")
+        assert not (tmp_path / "var" / "run" / "dev.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_children_die_with_a_killed_runner(tmp_path):
+    proc, log, _port = start_dev(tmp_path, "--no-worker")
+    try:
+        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), 120, "the banner")
+        children = children_of(tmp_path / "var")
+        assert set(children) == {"redis", "web"}
+        proc.kill()  # SIGKILL: the runner gets no chance to clean up
+        proc.wait(timeout=10)
+        for name, pid in children.items():
+            wait_for(lambda pid=pid: not pid_alive(pid), 15, f"{name} (pid {pid}) to exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_embedded_redis_stops_without_orphan(tmp_path):
+    server = EmbeddedRedis(port=free_port(), data_dir=tmp_path / "redis")
+    with (tmp_path / "redis.log").open("w") as log:
+        server.start(Printer(log, color=False))
+        server.wait_ready()
+        pid = server.pid
+        assert server.ping() and pid_alive(pid)
+        server.stop(timeout=5)
+    assert not pid_alive(pid)
+    assert not server.ping()
+    # Nothing was persisted: --save '' and --appendonly no.
+    assert list((tmp_path / "redis").iterdir()) == []
+
+
+def test_a_busy_port_is_reported_plainly(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc, log, _ = start_dev(tmp_path, "--port", str(port))
+        # start_dev already passes a --port; the last one wins in argparse.
+        assert proc.wait(timeout=60) == 2
+        assert f"Port {port} on 127.0.0.1 is in use" in log.read_text()
+        assert not children_of(tmp_path / "var")
