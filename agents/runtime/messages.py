@@ -52,10 +52,18 @@ class ToolUseBlock:
     id: str
     name: str
     input: dict[str, Any]
+    # Set when the model's arguments were not a JSON object: a plain sentence with the parse
+    # error and the raw text. ``input`` is then ``{}``; the loop reports this as the call's
+    # error result instead of running the tool.
+    arguments_error: str | None = None
     type: str = field(default="tool_use", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+        data: dict[str, Any] = {"type": "tool_use", "id": self.id, "name": self.name,
+                                "input": self.input}
+        if self.arguments_error is not None:
+            data["arguments_error"] = self.arguments_error
+        return data
 
     @property
     def input_json(self) -> str:
@@ -96,10 +104,12 @@ def block_from_dict(data: dict[str, Any]) -> Block:
                 raw_input = json.loads(raw_input)
             except ValueError:
                 raw_input = {}
+        arguments_error = data.get("arguments_error")
         return ToolUseBlock(
             id=str(data.get("id", "")),
             name=str(data.get("name", "")),
             input=raw_input if isinstance(raw_input, dict) else {},
+            arguments_error=str(arguments_error) if arguments_error is not None else None,
         )
     if kind == "tool_result":
         return ToolResultBlock(

@@ -15,8 +15,10 @@ from .base import (
     StreamThinking,
     SystemBlock,
 )
+from .registry import PROVIDER_CLASSES, build_provider, get_provider_class
 
 __all__ = [
+    "PROVIDER_CLASSES",
     "Capabilities",
     "ChatRequest",
     "ChatResponse",
@@ -28,4 +30,6 @@ __all__ = [
     "StreamText",
     "StreamThinking",
     "SystemBlock",
+    "build_provider",
+    "get_provider_class",
 ]

@@ -152,10 +152,20 @@ class Provider(abc.ABC):
 
     def __init__(self, *, name: str = "", capabilities: dict[str, Any] | None = None) -> None:
         self.name = name or self.kind
-        self.capabilities = self.capabilities_for(capabilities)
+        self.capability_overrides: dict[str, Any] = dict(capabilities or {})
+        self.capabilities = self.capabilities_for()
 
-    def capabilities_for(self, overrides: dict[str, Any] | None = None) -> Capabilities:
-        return self.default_capabilities.with_overrides(overrides)
+    def capabilities_for(self, model: str | dict[str, Any] | None = None) -> Capabilities:
+        """What this provider can do for ``model``: the kind's defaults, then per-model rules
+        (``model_capabilities``), then the configured overrides. A dict argument is the older
+        call form (explicit overrides on the kind's defaults) and is still accepted."""
+        if isinstance(model, dict):
+            return self.default_capabilities.with_overrides(model)
+        return self.model_capabilities(model).with_overrides(self.capability_overrides)
+
+    def model_capabilities(self, model: str | None) -> Capabilities:
+        """Per-model rules before configuration; subclasses refine by model name."""
+        return self.default_capabilities
 
     @abc.abstractmethod
     async def chat(self, request: ChatRequest) -> ChatResponse: ...

@@ -1,0 +1,532 @@
+"""The offline demo model: deterministic, no network, no key.
+
+It reads the conversation and decides like a small tool-using model would:
+
+* requests it recognises become tool calls: arithmetic -> ``calculator {expression}``, the time
+  -> ``current_time {timezone?}``, "remember ..." -> ``memory_store {content, key?}``, "what is
+  my ..." -> ``memory_recall {query}``, "forget ..." -> ``memory_forget {key}``, a URL ->
+  ``http_fetch {url}``. Several requests in one message give several calls in one response;
+* it calls only tools offered in the request (``request.tools``); with no native tools but a
+  system prompt that asks for ``<tool_call>`` tags (prompt-guided dispatch), it writes those tags
+  in its text instead, for the tools the system prompt lists;
+* once the turn holds the results of its calls, it answers in plain words from them, or says
+  which tool failed and why;
+* "call the X tool N times" makes it call X with ``{}`` once per request until the turn holds N
+  results for X, then answer "Called X N times." (for tests and benchmarks);
+* otherwise it answers conversationally and says that it is the offline demo model.
+
+Usage is estimated as ceil(characters / 4) of the input and of the output. Streaming sends the
+first token after ``first_token_latency_s`` and every further word piece after
+``token_delay_s``; ``request_latency_s`` is added before anything. ``chat`` waits the same total
+once. With every delay at 0 nothing sleeps: it is the zero-latency model of the benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from ..messages import Block, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
+from ..pricing import Usage
+from .base import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Provider,
+    StreamDone,
+    StreamEvent,
+    StreamText,
+)
+
+INTRO = "I'm the offline demo model"
+ABILITIES = ("I can do arithmetic, tell the time, remember and recall things, and fetch web "
+             "pages when those tools are enabled.")
+FALLBACK_ANSWER = f"Sorry, I could not follow this conversation. ({INTRO}.)"
+
+_REPEAT = re.compile(r"(?i)\bcall (?:the )?([\w-]+) tool (\d+) times?\b")
+_URL = re.compile(r"https?://[^\s<>\"'`\])}]+")
+_DATE_OR_CLOCK = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
+_WORD_OPERATORS = re.compile(
+    r"(?i)\b(?:multiplied by|times|divided by|over|plus|minus|to the power of|mod)\b")
+_WORD_TO_SYMBOL = {"multiplied by": "*", "times": "*", "divided by": "/", "over": "/",
+                   "plus": "+", "minus": "-", "to the power of": "^", "mod": "%"}
+_OPERAND = r"\(*\s*[-+]?\s*\d+(?:\.\d+)?\s*\)*"
+_EXPRESSION = re.compile(rf"{_OPERAND}(?:\s*(?:\*\*|[-+*/×÷^%xX])\s*{_OPERAND})+")
+_ARITHMETIC_CUE = re.compile(r"(?i)\b(?:what|calculate|compute|evaluate|how much|solve)\b|[=?]")
+_EXPR_TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|[-+*/%^()]")
+_HAS_BINARY_OPERATOR = re.compile(r"[\d)]\s*(?:[-+*/%^]|\*\*)")
+_NON_MINUS_OPERATOR = re.compile(r"[+*/%^]")
+_SIGNS = frozenset("+-")
+_OPERATORS = frozenset("+-*/%^")
+_SHOWN_OPERATORS = {"*": " × ", "/": " ÷ ", "^": "^"}
+_NUMBER_LIKE = re.compile(r"^[-+]?[\d.,]+(?:[eE][-+]?\d+)?$")
+
+_TIME = re.compile(
+    r"(?i)\b(?:(?:time|date|day) is it|what(?:'s| is) the (?:current |local )?(?:time|date)"
+    r"|current (?:time|date)|today'?s date|what day is (?:it|today)|time (?:right )?now"
+    r"|time in)\b")
+_TIMEZONE = re.compile(r"\bin ([A-Za-z_]+/[A-Za-z_]+|[A-Z][a-zA-Z]+(?: [A-Z][a-zA-Z]+)?|utc|gmt)\b")
+_CITY_ZONES = {
+    "utc": "UTC", "gmt": "UTC", "tokyo": "Asia/Tokyo", "japan": "Asia/Tokyo",
+    "seoul": "Asia/Seoul", "korea": "Asia/Seoul", "beijing": "Asia/Shanghai",
+    "shanghai": "Asia/Shanghai", "singapore": "Asia/Singapore", "delhi": "Asia/Kolkata",
+    "mumbai": "Asia/Kolkata", "india": "Asia/Kolkata", "dubai": "Asia/Dubai",
+    "moscow": "Europe/Moscow", "istanbul": "Europe/Istanbul", "berlin": "Europe/Berlin",
+    "paris": "Europe/Paris", "madrid": "Europe/Madrid", "rome": "Europe/Rome",
+    "amsterdam": "Europe/Amsterdam", "london": "Europe/London", "dublin": "Europe/Dublin",
+    "new york": "America/New_York", "chicago": "America/Chicago", "denver": "America/Denver",
+    "los angeles": "America/Los_Angeles", "san francisco": "America/Los_Angeles",
+    "toronto": "America/Toronto", "sao paulo": "America/Sao_Paulo",
+    "sydney": "Australia/Sydney", "melbourne": "Australia/Melbourne",
+    "auckland": "Pacific/Auckland",
+}
+_REMEMBER = re.compile(
+    r"(?is)^\s*(?:please\s+)?(?:remember|memori[sz]e|keep in mind|make a note)\b"
+    r"(?:\s+that)?[\s:,-]+(.+?)[\s.!]*$")
+_MEMORY_KEY = re.compile(r"(?i)\bmy ([a-z][a-z0-9 _-]{0,40}?) (?:is|are|was|were)\b")
+_FORGET = re.compile(
+    r"(?is)^\s*(?:please\s+)?forget\b(?:\s+(?:about|that))?\s+(?:my\s+)?(.+?)[\s.!?]*$")
+_RECALL = re.compile(
+    r"(?i)\b(?:what(?:'s| is| are| was| were) my|do you (?:remember|know|recall)"
+    r"|what do you (?:remember|know) about|what did i (?:tell you|say) about|recall)"
+    r"\s+(.+?)[\s.!?]*$")
+_RECALL_TRIM = re.compile(
+    r"(?i)^(?:about |what |that )?(?:my |the )?|\s+(?:is|are|was|were|called|named)$")
+_GREETING = re.compile(r"(?i)^\s*(?:hi|hello|hey|howdy|good (?:morning|afternoon|evening))\b")
+_THANKS = re.compile(r"(?i)\b(?:thanks|thank you|cheers)\b")
+_HELP = re.compile(r"(?i)\b(?:help|what can you do|who are you|what are you)\b")
+_PRONOUNS = re.compile(r"(?i)\b(?:my|i'm|i am|i)\b")
+_PRONOUN_SWAP = {"my": "your", "i'm": "you're", "i am": "you are", "i": "you"}
+_NOTHING_FOUND = re.compile(r"(?i)^\s*(?:$|no |nothing|none|\[\]|not found)")
+
+_TOOL_CALL_TAGS = re.compile(r"(?s)<tool_call>\s*(.*?)\s*</tool_call>")
+_TOOL_RESULT_TAGS = re.compile(r"(?s)<tool_result\b([^>]*)>\n?(.*?)\n?</tool_result>")
+_TAG_ATTR = re.compile(r'(\w+)="([^"]*)"')
+_LISTED_TOOL = re.compile(r"\*\*([A-Za-z0-9_.-]+)\*\*")
+_WORD_PIECES = re.compile(r"\S+\s*|\s+")
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+# Enum member lookups cost a few hundred ns each; the history scan does them per message.
+_USER, _ASSISTANT, _TOOL = Role.USER, Role.ASSISTANT, Role.TOOL
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    arguments: dict[str, Any]
+    position: int = 0
+
+
+@dataclass(slots=True)
+class _Result:
+    name: str
+    output: str
+    is_error: bool
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """The conversation as the demo model reads it."""
+
+    user_text: str
+    results: list[_Result]   # results of the latest round of calls in this turn
+    counts: dict[str, int]   # results per tool name in this turn
+    prior_calls: int         # tool calls in the whole history (for fresh ids)
+
+
+@dataclass(slots=True)
+class _Decision:
+    text: str = ""
+    calls: list[_Call] = field(default_factory=list)
+
+
+class DemoProvider(Provider):
+    kind = "demo"
+    default_capabilities = Capabilities(native_tool_calling=True, streaming=True)
+
+    def __init__(self, *, token_delay_s: float = 0.0, first_token_latency_s: float = 0.0,
+                 request_latency_s: float = 0.0, name: str = "demo",
+                 capabilities: dict[str, Any] | None = None) -> None:
+        self.token_delay_s = max(float(token_delay_s), 0.0)
+        self.first_token_latency_s = max(float(first_token_latency_s), 0.0)
+        self.request_latency_s = max(float(request_latency_s), 0.0)
+        super().__init__(name=name, capabilities=capabilities)
+
+    def __repr__(self) -> str:
+        return (f"DemoProvider(name={self.name!r}, token_delay_s={self.token_delay_s}, "
+                f"first_token_latency_s={self.first_token_latency_s}, "
+                f"request_latency_s={self.request_latency_s})")
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        response, pieces = self._respond(request)
+        total = (self.request_latency_s + self.first_token_latency_s
+                 + self.token_delay_s * max(len(pieces) - 1, 0))
+        if total > 0:
+            await asyncio.sleep(total)
+        return response
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        response, pieces = self._respond(request)
+        if self.request_latency_s > 0:
+            await asyncio.sleep(self.request_latency_s)
+        if self.first_token_latency_s > 0:
+            await asyncio.sleep(self.first_token_latency_s)
+        for index, piece in enumerate(pieces):
+            if index and self.token_delay_s > 0:
+                await asyncio.sleep(self.token_delay_s)
+            yield StreamText(piece)
+        yield StreamDone(response)
+
+    # -- one response -------------------------------------------------------------------------
+    def _respond(self, request: ChatRequest) -> tuple[ChatResponse, list[str]]:
+        native = bool(request.tools)
+        system = request.system_text
+        offered = ({t.name for t in request.tools or ()} if native
+                   else _prompt_guided_tools(system))
+        input_chars, prior_calls = _scan(request)
+        try:
+            turn = _read_turn(request.messages, prior_calls)
+            decision = _decide(turn, offered)
+        except Exception:  # noqa: BLE001 - the demo model never fails a turn
+            turn, decision = _Turn("", [], {}, prior_calls), _Decision(FALLBACK_ANSWER)
+        blocks: list[Block] = []
+        text = decision.text
+        if decision.calls and not native:
+            text = _tool_call_tags(decision.calls)
+        if text:
+            blocks.append(TextBlock(text))
+        if decision.calls and native:
+            blocks.extend(
+                ToolUseBlock(id=f"call_demo_{turn.prior_calls + i + 1}", name=c.name,
+                             input=c.arguments)
+                for i, c in enumerate(decision.calls))
+        message = Message(_ASSISTANT, blocks)
+        usage = Usage(input_tokens=_tokens(input_chars),
+                      output_tokens=max(_tokens(_output_chars(message)), 1))
+        message.usage = usage
+        stop = "tool_use" if decision.calls and native else "end_turn"
+        response = ChatResponse(message=message, usage=usage, model=request.model or "demo",
+                                provider=self.name, stop_reason=stop)
+        return response, _WORD_PIECES.findall(text) if text else []
+
+
+# -- reading the conversation -------------------------------------------------------------------
+def _is_result_message(message: Message) -> bool:
+    if message.role == _TOOL:
+        return True
+    if message.role != _USER:
+        return False
+    if message.tool_results_blocks:
+        return True
+    text = message.text
+    return text.startswith("[Tool results]") or "<tool_result" in text
+
+
+def _read_turn(messages: Sequence[Message], prior_calls: int) -> _Turn:
+    start = -1
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == _USER and not _is_result_message(message):
+            start = index
+            break
+    user_text = messages[start].text if start >= 0 else ""
+    calls: dict[str, ToolUseBlock] = {}
+    tagged: list[_Call] = []
+    results: list[_Result] = []
+    counts: dict[str, int] = {}
+    for index in range(start + 1, len(messages)):
+        message = messages[index]
+        if message.role == _ASSISTANT:
+            uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
+            calls.update((b.id, b) for b in uses)
+            if not uses:
+                tagged = _parse_tool_call_tags(message.text) or tagged
+            results = []
+        elif _is_result_message(message):
+            for result in _results_of(message, calls, tagged):
+                results.append(result)
+                counts[result.name] = counts.get(result.name, 0) + 1
+    return _Turn(user_text, results, counts, prior_calls)
+
+
+def _results_of(message: Message, calls: dict[str, ToolUseBlock],
+                tagged: list[_Call]) -> list[_Result]:
+    found: list[_Result] = []
+    for block in message.blocks:
+        if isinstance(block, ToolResultBlock):
+            call = calls.get(block.tool_use_id)
+            name = block.name or (call.name if call else "")
+            found.append(_Result(name, block.output, block.is_error,
+                                 call.input if call else {}))
+    if found:
+        return found
+    for position, match in enumerate(_TOOL_RESULT_TAGS.finditer(message.text)):
+        attrs = dict(_TAG_ATTR.findall(match.group(1)))
+        call = tagged[position] if position < len(tagged) else None
+        name = attrs.get("name") or (call.name if call else "")
+        arguments = call.arguments if call and call.name == name else {}
+        found.append(_Result(name, match.group(2), attrs.get("status") == "error", arguments))
+    return found
+
+
+def _parse_tool_call_tags(text: str) -> list[_Call]:
+    calls: list[_Call] = []
+    if "<tool_call>" not in text:
+        return calls
+    for match in _TOOL_CALL_TAGS.finditer(text):
+        try:
+            data = json.loads(match.group(1))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            arguments = data.get("arguments")
+            calls.append(_Call(data["name"], arguments if isinstance(arguments, dict) else {}))
+    return calls
+
+
+@lru_cache(maxsize=64)
+def _prompt_guided_tools(system: str) -> frozenset[str]:
+    """Tools a prompt-guided system prompt offers: the ``**name**`` entries of its tool list."""
+    if "<tool_call>" not in system:
+        return frozenset()
+    return frozenset(_LISTED_TOOL.findall(system))
+
+
+# -- deciding -----------------------------------------------------------------------------------
+def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
+    text = turn.user_text
+    repeat = _REPEAT.search(text)
+    if repeat:
+        return _decide_repeat(repeat.group(1), int(repeat.group(2)), turn, offered)
+    if turn.results:
+        return _Decision(_answer_from_results(turn.results))
+    wanted = _intents(text)
+    if not wanted:
+        return _Decision(_conversational(text))
+    calls = [c for c in wanted if c.name in offered]
+    if calls:
+        return _Decision(calls=calls)
+    missing = sorted({c.name for c in wanted}, key=[c.name for c in wanted].index)
+    names = " and ".join(missing)
+    they = "it isn't" if len(missing) == 1 else "they aren't"
+    tool_word = "tool" if len(missing) == 1 else "tools"
+    return _Decision(f"I'd use the {names} {tool_word} for that, but {they} available to me "
+                     f"here. ({INTRO}.)")
+
+
+def _decide_repeat(tool: str, times: int, turn: _Turn,
+                   offered: frozenset[str] | set[str]) -> _Decision:
+    if tool not in offered:
+        return _Decision(f"I can't call {tool}: it isn't among the tools offered to me.")
+    if turn.counts.get(tool, 0) < times:
+        return _Decision(calls=[_Call(tool, {})])
+    return _Decision(f"Called {tool} {times} times.")
+
+
+def _intents(text: str) -> list[_Call]:
+    remember = _REMEMBER.match(text)
+    if remember:
+        content = remember.group(1).strip()
+        arguments: dict[str, Any] = {"content": content}
+        key = _MEMORY_KEY.search(content)
+        if key:
+            arguments["key"] = _slug(key.group(1))
+        return [_Call("memory_store", arguments)]
+    forget = _FORGET.match(text)
+    if forget:
+        return [_Call("memory_forget", {"key": _slug(forget.group(1))})]
+    calls = _arithmetic(text) + _time(text) + _recall(text) + _fetch(text)
+    calls.sort(key=lambda c: c.position)
+    return calls
+
+
+def _blank(match: re.Match[str]) -> str:
+    return " " * len(match.group(0))
+
+
+def _arithmetic(text: str) -> list[_Call]:
+    # Blank out what looks numeric but is not arithmetic, keeping positions for ordering.
+    scan = _URL.sub(_blank, text)
+    scan = _DATE_OR_CLOCK.sub(_blank, scan)
+    scan = _WORD_OPERATORS.sub(
+        lambda m: _WORD_TO_SYMBOL[" ".join(m.group(0).lower().split())].center(len(m.group(0))),
+        scan)
+    cue = _ARITHMETIC_CUE.search(text) is not None
+    calls = []
+    for match in _EXPRESSION.finditer(scan):
+        expression = _normalise_expression(match.group(0))
+        if not _HAS_BINARY_OPERATOR.search(expression):
+            continue
+        only_minus = not _NON_MINUS_OPERATOR.search(expression)
+        if only_minus and not cue:
+            continue
+        calls.append(_Call("calculator", {"expression": expression}, match.start()))
+    return calls
+
+
+def _normalise_expression(raw: str) -> str:
+    expression = "".join(raw.split())
+    expression = expression.replace("×", "*").replace("÷", "/").replace("x", "*").replace("X", "*")
+    expression = expression.replace("^", "**")
+    # A bracket the expression never opened (or closed) belongs to the sentence around it.
+    while expression.endswith(")") and expression.count(")") > expression.count("("):
+        expression = expression[:-1]
+    while expression.startswith("(") and expression.count("(") > expression.count(")"):
+        expression = expression[1:]
+    return expression
+
+
+def _time(text: str) -> list[_Call]:
+    match = _TIME.search(text)
+    if not match:
+        return []
+    arguments: dict[str, Any] = {}
+    zone = _TIMEZONE.search(text, match.start())
+    if zone:
+        name = zone.group(1)
+        known = _CITY_ZONES.get(name.lower())
+        if known:
+            arguments["timezone"] = known
+        elif "/" in name:
+            arguments["timezone"] = name
+    return [_Call("current_time", arguments, match.start())]
+
+
+def _recall(text: str) -> list[_Call]:
+    match = _RECALL.search(text)
+    if not match:
+        return []
+    query = match.group(1)
+    for _ in range(2):
+        query = _RECALL_TRIM.sub("", query).strip()
+    if not query or _TIME.search(match.group(0)):
+        return []
+    return [_Call("memory_recall", {"query": query}, match.start())]
+
+
+def _fetch(text: str) -> list[_Call]:
+    return [_Call("http_fetch", {"url": m.group(0).rstrip(".,;:!?")}, m.start())
+            for m in _URL.finditer(text)]
+
+
+def _slug(text: str) -> str:
+    return _SLUG.sub("_", text.lower()).strip("_")[:64] or "note"
+
+
+# -- answering ----------------------------------------------------------------------------------
+def _answer_from_results(results: Sequence[_Result]) -> str:
+    return "\n".join(_answer_one(r) for r in results)
+
+
+def _answer_one(result: _Result) -> str:
+    output = result.output.strip()
+    name = result.name or "tool"
+    if result.is_error:
+        reason = output or "it gave no reason"
+        return f"The {name} tool failed: {reason.rstrip('.')}."
+    arguments = result.arguments
+    if name == "calculator":
+        shown = _pretty_expression(str(arguments.get("expression", "")))
+        if shown and _NUMBER_LIKE.match(output):
+            return f"{shown} = {output}."
+        return f"The calculator says: {output}" if output else "The calculator returned nothing."
+    if name == "current_time":
+        zone = arguments.get("timezone")
+        where = f" in {zone}" if zone else ""
+        return f"The current time{where} is {output}."
+    if name == "memory_store":
+        content = _swap_pronouns(str(arguments.get("content", "")).strip())
+        return f"Got it, I'll remember that {content}." if content else "Saved to memory."
+    if name == "memory_recall":
+        query = _swap_pronouns(str(arguments.get("query", "that")))
+        if _NOTHING_FOUND.match(output):
+            return f"I don't have anything in memory about {query}."
+        return f"Here is what I remember about {query}:\n{output}"
+    if name == "memory_forget":
+        key = _swap_pronouns(str(arguments.get("key", "that")).replace("_", " "))
+        return f"Done, I've forgotten {key}."
+    if name == "http_fetch":
+        url = arguments.get("url", "the page")
+        excerpt = output if len(output) <= 300 else output[:300].rstrip() + "…"
+        return f"I fetched {url}. It begins:\n\n{excerpt}" if excerpt else f"{url} was empty."
+    return f"The {name} tool returned: {output}" if output else f"The {name} tool returned nothing."
+
+
+def _pretty_expression(expression: str) -> str:
+    pieces = _EXPR_TOKEN.findall(expression.replace("**", "^"))
+    out: list[str] = []
+    previous = ""
+    for piece in pieces:
+        unary = piece in _SIGNS and (not previous or previous in _OPERATORS or previous == "(")
+        if piece in _OPERATORS and not unary:
+            out.append(_SHOWN_OPERATORS.get(piece, f" {piece} "))
+        else:
+            out.append(piece)
+        previous = piece
+    return "".join(out).strip()
+
+
+def _swap_pronouns(text: str) -> str:
+    return _PRONOUNS.sub(lambda m: _PRONOUN_SWAP[" ".join(m.group(0).lower().split())], text)
+
+
+def _conversational(text: str) -> str:
+    snippet = " ".join(text.split())
+    if not snippet:
+        return f"Hello! {INTRO}. {ABILITIES}"
+    if _GREETING.match(snippet):
+        return f"Hello! {INTRO}. {ABILITIES}"
+    if _THANKS.search(snippet):
+        return "You're welcome!"
+    if _HELP.search(snippet):
+        return f"{INTRO}: a deterministic model that runs without a network. {ABILITIES}"
+    if len(snippet) > 200:
+        snippet = snippet[:200].rstrip() + "…"
+    return f'You said: "{snippet}". {INTRO}, so I can only reflect your message. {ABILITIES}'
+
+
+def _tool_call_tags(calls: Sequence[_Call]) -> str:
+    return "\n".join(
+        "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments},
+                                     ensure_ascii=False) + "\n</tool_call>"
+        for c in calls)
+
+
+# -- usage --------------------------------------------------------------------------------------
+def _tokens(chars: int) -> int:
+    return math.ceil(chars / 4) if chars > 0 else 0
+
+
+def _block_chars(block: Block) -> int:
+    if isinstance(block, TextBlock):
+        return len(block.text)
+    if isinstance(block, ToolUseBlock):
+        return len(block.name) + len(str(block.input))
+    if isinstance(block, ToolResultBlock):
+        return len(block.output)
+    return len(block.thinking)
+
+
+def _scan(request: ChatRequest) -> tuple[int, int]:
+    """Characters of the whole input (for usage) and the tool calls in the history (for ids)."""
+    chars = sum(len(b.text) for b in request.system)
+    calls = 0
+    for message in request.messages:
+        for block in message.blocks:
+            chars += _block_chars(block)
+            if isinstance(block, ToolUseBlock):
+                calls += 1
+    for tool in request.tools or ():
+        chars += len(tool.name) + len(tool.description) + len(str(tool.parameters))
+    return chars, calls
+
+
+def _output_chars(message: Message) -> int:
+    return sum(_block_chars(b) for b in message.blocks)
