@@ -110,6 +110,25 @@ class TrajectoryStateRecorded(Event):
 
 
 @dataclass(kw_only=True, slots=True)
+class ToolCallParseIssue(Event):
+    """The model wrote something that looks like a tool call but could not be read as one."""
+
+    kind: ClassVar[str] = "tool_call_parse_issue"
+    iteration: int
+    issue: str
+    excerpt: str = ""  # scrubbed, at most 600 chars
+
+
+@dataclass(kw_only=True, slots=True)
+class LoopDetected(Event):
+    kind: ClassVar[str] = "loop_detected"
+    iteration: int
+    level: str  # "warning", "block" or "break"
+    message: str
+    tool: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
 class Compacted(Event):
     kind: ClassVar[str] = "compaction"
     reason: str  # "threshold" or "context_overflow"

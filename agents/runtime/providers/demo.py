@@ -98,6 +98,7 @@ _RECALL = re.compile(
     r"\s+(.+?)[\s.!?]*$")
 _RECALL_TRIM = re.compile(
     r"(?i)^(?:about |what |that )?(?:my |the )?|\s+(?:is|are|was|were|called|named)$")
+_TIME_STAMP = re.compile(r"^\s*\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?[^\]]{0,40}\]\s*")
 _GREETING = re.compile(r"(?i)^\s*(?:hi|hello|hey|howdy|good (?:morning|afternoon|evening))\b")
 _THANKS = re.compile(r"(?i)\b(?:thanks|thank you|cheers)\b")
 _HELP = re.compile(r"(?i)\b(?:help|what can you do|who are you|what are you)\b")
@@ -236,7 +237,9 @@ def _read_turn(messages: Sequence[Message], prior_calls: int) -> _Turn:
         if message.role == _USER and not _is_result_message(message):
             start = index
             break
-    user_text = messages[start].text if start >= 0 else ""
+    # The loop stamps the user's message with the time ("[2026-01-02 10:00:00 UTC] hi"); the
+    # model reads past it, as a real one would.
+    user_text = _TIME_STAMP.sub("", messages[start].text, count=1) if start >= 0 else ""
     calls: dict[str, ToolUseBlock] = {}
     tagged: list[_Call] = []
     results: list[_Result] = []

@@ -332,3 +332,14 @@ async def test_it_never_raises_on_any_history(history, native):
 
     assert isinstance(response, ChatResponse)
     assert events[-1].response.text == response.text
+
+
+async def test_demo_reads_past_the_loops_time_stamp():
+    from agents.runtime.messages import Message
+    from agents.runtime.providers.base import ChatRequest
+    from agents.runtime.providers.demo import DemoProvider
+
+    stamped = await DemoProvider().chat(ChatRequest(model="demo", messages=[Message.user("[2026-11-21 10:00:00 UTC] hello there")]))
+    plain = await DemoProvider().chat(ChatRequest(model="demo", messages=[Message.user("hello there")]))
+    assert stamped.text == plain.text
+    assert "You said" not in stamped.text
