@@ -249,6 +249,19 @@ def _looks_like(pid: int, marker: str) -> bool:
     return bool(marker) and marker in cmdline
 
 
+def worker_argv(opts: DevOptions, *, python: str | None = None) -> list[str]:
+    """The development worker: both queues, and Celery beat embedded (``-B``) for the periodic
+    reaper, with its schedule file under ``var/run/``. Pool and concurrency come from settings
+    (the thread pool, 50 turns at once)."""
+    schedule = opts.var_dir / "run" / "celerybeat-schedule"
+    schedule.parent.mkdir(parents=True, exist_ok=True)
+    return [
+        python or sys.executable, "-m", "celery", "-A", "agentsite", "worker",
+        "-Q", "turns,maintenance", "--loglevel", opts.log_level, "-n", f"dev-{os.getpid()}@%h",
+        "--without-gossip", "--without-mingle", "-B", "-s", str(schedule),
+    ]
+
+
 class DevRunner:
     """Starts the children in order, waits for ``/healthz``, and stops them all on a signal or
     when one of them dies."""
@@ -304,14 +317,7 @@ class DevRunner:
         python = sys.executable
         self._start(Child("web", [python, "-m", "daphne", "-b", opts.host, "-p", str(opts.port), "agentsite.asgi:application"], cwd=opts.base_dir))
         if opts.worker:
-            self._start(
-                Child(
-                    "worker",
-                    [python, "-m", "celery", "-A", "agentsite", "worker", "-Q", "turns,maintenance",
-                     "--loglevel", opts.log_level, "-n", f"dev-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
-                    cwd=opts.base_dir,
-                )
-            )
+            self._start(Child("worker", worker_argv(opts, python=python), cwd=opts.base_dir))
 
         url = f"http://{opts.host}:{opts.port}/"
         if not self._wait_healthy(url + "healthz"):

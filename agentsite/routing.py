@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from django.urls import path
 
+from traces.consumers import ConversationConsumer, TraceConsumer
+
 from . import consumers
 
 websocket_urlpatterns = [
     path("ws/team/<uuid:team_uuid>/", consumers.TeamConsumer.as_asgi()),
+    path("ws/traces/<uuid:uuid>/", TraceConsumer.as_asgi()),
+    path("ws/conversations/<uuid:uuid>/", ConversationConsumer.as_asgi()),
 ]

@@ -238,3 +238,22 @@ CONTENT_SECURITY_POLICY = env.str(
 # Thread pool: one worker process carries many turns that wait on model APIs.
 CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")
 CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=50)
+
+# -- turns --------------------------------------------------------------------------------------
+# A running turn renews its trace's heartbeat this often; the reaper ends (or re-queues) a trace
+# whose heartbeat is older than TURN_STALE_AFTER_S, and runs every TURN_REAPER_INTERVAL_S, so a
+# trace whose worker died is settled within stale + interval seconds (45 s by default).
+TURN_HEARTBEAT_S = env.float("TURN_HEARTBEAT_S", default=5.0)
+TURN_STALE_AFTER_S = env.float("TURN_STALE_AFTER_S", default=30.0)
+TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=15.0)
+# How often a running turn looks for a cancel signal in Redis (the loop must see it within 1 s).
+TURN_CANCEL_POLL_S = env.float("TURN_CANCEL_POLL_S", default=0.2)
+
+CELERY_BEAT_SCHEDULE = {
+    "traces-reap": {
+        "task": "traces.tasks.reap",
+        "schedule": TURN_REAPER_INTERVAL_S,
+        # A reap that could not start before the next one is due is simply skipped.
+        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_REAPER_INTERVAL_S},
+    },
+}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from . import health, views
 
@@ -25,5 +25,7 @@ urlpatterns = [
     path("team/invitations/<uuid:invitation_uuid>/revoke/", views.invitation_revoke, name="invitation_revoke"),
     path("team/members/<uuid:membership_uuid>/role/", views.membership_role, name="membership_role"),
     path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
+    path("chat/", include("agents.urls")),
+    path("traces/", include("traces.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL_REDIS_URL = os.environ.get("REDIS_URL", "")
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory) -> None:
+    """SQLite test databases live in a file, not in memory: threads of the test process and a
+    worker subprocess (tests marked ``worker``) must all see one database, and an in-memory
+    database shared between threads answers "table is locked" instead of waiting."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
 
 
 @pytest.fixture(autouse=True)
@@ -123,8 +136,9 @@ def point_at_redis(settings, url: str) -> None:
 def set_celery_broker(url: str) -> None:
     from agentsite.celery import app as celery_app
 
-    if celery_app.conf.broker_url == url:
-        return
+    # Always drop the pools: the app's conf reads CELERY_BROKER_URL from Django settings, so
+    # after ``settings.CELERY_BROKER_URL = url`` it already reports ``url`` while the cached
+    # pool still talks to the previous broker.
     celery_app.conf.broker_url = url
     # Drop (not close) the cached pools: kombu keeps closed pools in a global registry.
     celery_app._pool = None
@@ -197,3 +211,82 @@ def celery_worker_process(redis_url, tmp_path_factory) -> Iterator[str]:
             proc.wait(timeout=5)
         log.close()
         set_celery_broker(previous)
+
+
+# -- turns ------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _close_turn_db_threads():
+    """Turns run in this process keep their database threads (and connections) pooled; close
+    them after each test, so no connection outlives the test database."""
+    yield
+    execution = sys.modules.get("agents.execution")
+    if execution is not None:
+        execution.TurnDb.close_idle()
+
+
+@pytest.fixture
+def sent_turns(monkeypatch) -> list[int]:
+    """Trace ids whose turn task was sent. Nothing reaches a broker: unit tests run the task
+    function themselves (CONVENTIONS.md: no global eager Celery)."""
+    from agentsite.celery import app
+
+    sent: list[int] = []
+
+    def send_task(name, args=None, kwargs=None, **options):
+        assert name == "agents.tasks.run_turn"
+        assert options.get("queue") == "turns"
+        sent.append(args[0])
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    return sent
+
+
+@pytest.fixture
+def make_agent(team_a):
+    from agents.models import Agent, Provider, Tool
+    from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
+
+    def make(*, name: str = "Helper", team=None, provider_options: dict | None = None,
+             tools: tuple[str, ...] = ("calculator", "current_time"), approval: tuple[str, ...] = (),
+             **fields) -> Agent:
+        team = team or team_a
+        provider, _ = Provider.objects.get_or_create(
+            team=team, name=f"Demo for {name}", defaults={"kind": "demo", "options": provider_options or {}})
+        specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
+        rows = []
+        for tool_name in tools:
+            cls = specs.get(tool_name)
+            row, _ = Tool.objects.update_or_create(
+                team=team, name=tool_name,
+                defaults={"kind": "builtin", "description": cls.description if cls else "",
+                          "parameters": cls.parameters if cls else {},
+                          "requires_approval": tool_name in approval})
+            rows.append(row)
+        agent = Agent.objects.create(team=team, name=name, provider=provider, model="demo", **fields)
+        agent.tools.set(rows)
+        return agent
+
+    return make
+
+
+@pytest.fixture
+def run_in_thread():
+    """``run_in_thread(trace_id)`` runs the turn task in a thread (as a worker thread would);
+    returns the thread, whose ``.result`` is the task's return value."""
+    threads: list[threading.Thread] = []
+
+    def start(trace_id: int) -> threading.Thread:
+        from agents.tasks import run_turn
+
+        def target():
+            thread.result = run_turn(trace_id)
+
+        thread = threading.Thread(target=target, daemon=True, name=f"test-turn-{trace_id}")
+        thread.result = None
+        thread.start()
+        threads.append(thread)
+        return thread
+
+    yield start
+    for thread in threads:
+        thread.join(timeout=30)

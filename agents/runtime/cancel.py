@@ -101,7 +101,9 @@ async def guarded(aw: Awaitable[T], *, cancel: CancelToken | None = None,
     """Await ``aw`` unless ``cancel`` fires (``TurnCancelled``) or ``limit_s`` seconds pass
     (``StepTimedOut``). On either, the work is cancelled and given ``CLEANUP_GRACE_S`` to
     finish its cleanup; work that ignores cancellation is abandoned."""
-    if cancel is not None:
+    if cancel is not None and cancel.cancelled:
+        if asyncio.iscoroutine(aw):  # never started: close it, or Python warns it was not awaited
+            aw.close()
         cancel.raise_if_cancelled()
     if cancel is None and not limit_s:
         return await aw

@@ -1,0 +1,309 @@
+"""Running one turn inside a worker: claim, build, run the loop, record, close.
+
+Concurrency model. Workers use Celery's thread pool, so every task runs in its own thread and a
+process carries as many turns as it has threads (``CELERY_WORKER_CONCURRENCY``, 50 by default):
+a turn spends nearly all its time waiting on a model, and waiting threads cost little. In its
+thread a turn runs the async runtime with ``asyncio.run``. Django's ORM is synchronous and
+refuses to run inside an event loop, so every query of the turn runs on a single-thread executor
+that the turn has to itself (``TurnDb``): writes stay in order and the turn holds exactly one
+database connection. These executors are pooled per process, so a worker keeps at most one
+connection per concurrent turn instead of opening one per turn; when a turn ends, its
+connection is released as at the end of a web request. The event loop thread itself never
+touches the database.
+
+Beside the loop, a turn renews its heartbeat (every ``TURN_HEARTBEAT_S``) and reads the database
+cancel flag as a fallback there; its Redis cancel key is polled, with those of every other turn
+of the process, by one thread (``turn_signals.CancelWatch``, every ``TURN_CANCEL_POLL_S``). The agent's time limit is enforced here, because the thread
+pool cannot enforce Celery's: at the soft limit the turn is cancelled with a reason and ends
+``timed_out`` with every step recorded so far; at the hard limit the loop is abandoned. If the
+whole thread hangs, the reaper is the backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from agents.runtime.cancel import CancelToken
+from agents.runtime.loop import TurnResult, TurnStatus, run_turn
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.messages import Role
+from agents.runtime.sanitize import sanitize_response
+from traces import live
+from traces.models import Trace
+from traces.recorder import TraceRecorder
+from traces.services import (
+    NewMessage,
+    TraceNotOwned,
+    TurnOutcome,
+    reason_sentence,
+    trace_claim,
+    trace_configure,
+    trace_heartbeat,
+)
+
+from .builder import TurnSetup, TurnSetupError, turn_setup_build
+from .turn_signals import CancelWatch, RedisApprover, TurnSignals
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+Status = Trace.Status
+
+TIME_LIMIT_MESSAGE = (
+    "The turn ran longer than this agent's time limit of {seconds} seconds and was stopped. "
+    "The steps so far are kept. Ask again, perhaps in smaller parts, or ask an admin to raise "
+    "the limit."
+)
+INTERNAL_ERROR_MESSAGE = (
+    "The turn stopped because of an internal error. The steps so far are kept. Try again; if "
+    "it happens again, tell an admin (the worker's log has the details)."
+)
+SETUP_ERROR_MESSAGE = (
+    "The turn could not be prepared because of an internal error. Try again; if it happens "
+    "again, tell an admin (the worker's log has the details)."
+)
+LOST_REASON = "This turn was taken over by the reaper or another worker."
+STATUS_FOR = {
+    TurnStatus.COMPLETED: Status.COMPLETED,
+    TurnStatus.CANCELLED: Status.CANCELLED,
+    TurnStatus.FAILED: Status.FAILED,
+    TurnStatus.TIMED_OUT: Status.TIMED_OUT,
+}
+
+
+class TurnDb:
+    """A database thread for one turn at a time. ``await db(fn, ...)`` from the loop,
+    ``db.call(fn, ...)`` from synchronous code.
+
+    Threads are kept between turns (``acquire``/``release``), so a worker holds at most as many
+    connections as it runs turns at once and does not open one per turn; on release the
+    thread's connection gets the end-of-request treatment (``close_old_connections``: closed
+    when ``CONN_MAX_AGE`` is over or it is broken, always for SQLite)."""
+
+    _idle: list[TurnDb] = []  # noqa: RUF012 - the process-wide pool, shared on purpose
+    _lock = threading.Lock()
+    MAX_IDLE = 256
+
+    def __init__(self, name: str = "turn-db") -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    @classmethod
+    def acquire(cls) -> TurnDb:
+        with cls._lock:
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def release(self) -> None:
+        try:
+            self.call(close_old_connections)
+        except Exception:  # noqa: BLE001 - a thread whose connection misbehaves is retired
+            logger.warning("could not release a turn's database connection", exc_info=True)
+            self.close()
+            return
+        with self._lock:
+            if len(self._idle) < self.MAX_IDLE:
+                self._idle.append(self)
+                return
+        self.close()
+
+    @classmethod
+    def close_idle(cls) -> None:
+        """Close every pooled thread and its connection (a worker's shutdown; tests)."""
+        with cls._lock:
+            idle, cls._idle = cls._idle, []
+        for db in idle:
+            db.close()
+
+    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        return self.executor.submit(fn, *args, **kwargs).result()
+
+    async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        """Close the thread's connections and stop the thread."""
+        try:
+            self.executor.submit(connections.close_all).result(timeout=30)
+        except Exception:  # noqa: BLE001 - a broken connection is closed by the server anyway
+            logger.warning("could not close the turn's database connection", exc_info=True)
+        finally:
+            self.executor.shutdown(wait=True)
+
+
+def turn_execute(*, trace_id: int, worker: str) -> str:
+    """Claim trace ``trace_id`` and run its turn to the end. Returns the trace's final status,
+    "" when there was nothing to claim (a second delivery), or "lost" when the trace was taken
+    away while it ran."""
+    db = TurnDb.acquire()
+    try:
+        trace = db.call(trace_claim, trace_id=trace_id, worker=worker)
+        if trace is None:
+            logger.info("trace %s: nothing to claim", trace_id)
+            return ""
+        return asyncio.run(TurnRun(trace=trace, db=db).run())
+    finally:
+        db.release()
+
+
+class TurnRun:
+    """One attempt at one claimed trace, inside its event loop."""
+
+    def __init__(self, *, trace: Trace, db: TurnDb) -> None:
+        self.trace = trace
+        self.db = db
+        self.attempt = trace.attempts
+        self.agent = trace.agent
+        self.cancel = CancelToken()
+        self.stop_cause: str | None = None  # "time_limit", "cancelled" or "lost"
+        self.recorder = TraceRecorder(trace=trace, attempt=self.attempt, db=db,
+                                      on_lost=self._lost)
+
+    async def run(self) -> str:
+        await self.recorder.announce(live.trace_announcement, self.trace)
+        try:
+            await self.recorder.start()
+            setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit)
+        except TurnSetupError as exc:
+            return await self._fail(str(exc), "config")
+        except Exception:
+            logger.exception("trace %s: setup failed", self.trace.pk)
+            return await self._fail(SETUP_ERROR_MESSAGE, "internal")
+        try:
+            trace = await self.db(trace_configure, trace_id=self.trace.pk, attempt=self.attempt,
+                                  routing=setup.routing, provider_name=setup.provider_name,
+                                  provider_kind=setup.provider_kind, model=setup.model,
+                                  warnings=setup.warnings)
+        except TraceNotOwned:
+            await _aclose(setup.provider)
+            return "lost"
+        self.trace = self.recorder.trace = trace
+        await self.recorder.announce(live.trace_announcement, trace)
+        result = await self._loop(setup)
+        closed = await self.recorder.finish(self._outcome(result, setup))
+        return closed.trace.status if closed is not None else "lost"
+
+    # -- the loop and its companions ----------------------------------------------------------------
+    async def _loop(self, setup: TurnSetup) -> TurnResult | None:
+        loop = asyncio.get_running_loop()
+        signals = TurnSignals(settings.REDIS_URL)
+        approver = RedisApprover(signals, self.trace.uuid)
+        self.recorder.decided_by = approver.decided_by.get
+        elapsed = (timezone.now() - self.trace.started_at).total_seconds()
+        soft = self.agent.turn_time_limit_s
+        timer = loop.call_later(max(soft - elapsed, 0), self._time_up)
+        watch = CancelWatch.shared()
+        watch.watch(self.trace.uuid, self.cancel)
+        companions = [asyncio.ensure_future(self._heartbeat())]
+        turn = asyncio.ensure_future(run_turn(
+            provider=setup.provider, config=setup.config, history=setup.history,
+            user_message=setup.user_text, tools=setup.tools, observer=self.recorder,
+            cancel=self.cancel, approver=approver, hooks=setup.hooks))
+        try:
+            done, _ = await asyncio.wait({turn}, timeout=max(self.agent.hard_time_limit_s - elapsed, 1))
+            if turn in done:
+                return turn.result()
+            # Past the hard limit: the loop ignored the soft one (a tool blocking the loop?).
+            self._time_up()
+            turn.cancel()
+            await asyncio.wait({turn}, timeout=1)
+            return None
+        except Exception:
+            logger.exception("trace %s: the turn crashed", self.trace.pk)
+            return None
+        finally:
+            timer.cancel()
+            watch.unwatch(self.trace.uuid)
+            for task in companions:
+                task.cancel()
+            await asyncio.gather(*companions, return_exceptions=True)
+            await _aclose(setup.provider)
+            await signals.aclose()
+
+    def _time_up(self) -> None:
+        if self.cancel.cancelled:
+            return
+        self.stop_cause = self.recorder.stop_cause = "time_limit"
+        self.cancel.cancel(TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s))
+
+    def _lost(self) -> None:
+        self.stop_cause = "lost"
+        self.cancel.cancel(LOST_REASON)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(settings.TURN_HEARTBEAT_S)
+            try:
+                beat = await self.db(trace_heartbeat, trace_id=self.trace.pk, attempt=self.attempt)
+            except Exception:  # noqa: BLE001 - try again on the next beat
+                logger.warning("trace %s: heartbeat failed", self.trace.pk, exc_info=True)
+                continue
+            if not beat.owned:
+                self.recorder.lose()
+                return
+            if beat.cancel_reason and not self.cancel.cancelled:
+                self.stop_cause = "cancelled"
+                self.cancel.cancel(beat.cancel_reason)
+
+    # -- the end ------------------------------------------------------------------------------------
+    async def _fail(self, message: str, error_kind: str) -> str:
+        await self.recorder.record_error(message=message, error_kind=error_kind)
+        closed = await self.recorder.finish(TurnOutcome(status=Status.FAILED, error=message,
+                                                        error_kind=error_kind))
+        return closed.trace.status if closed is not None else "lost"
+
+    def _outcome(self, result: TurnResult | None, setup: TurnSetup) -> TurnOutcome:
+        limit_message = TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s)
+        if result is None:
+            if self.stop_cause == "time_limit":
+                return TurnOutcome(status=Status.TIMED_OUT, error=limit_message,
+                                   error_kind="time_limit")
+            return TurnOutcome(status=Status.FAILED, error=INTERNAL_ERROR_MESSAGE,
+                               error_kind="internal")
+        status = STATUS_FOR.get(result.status, Status.FAILED)
+        error, error_kind = result.error or "", result.error_kind or ""
+        if result.status is TurnStatus.MAX_ITERATIONS:
+            # The loop ran out of iterations; with a summary the user still got an answer.
+            status = Status.COMPLETED if result.text.strip() else Status.FAILED
+        if result.status is TurnStatus.CANCELLED and self.stop_cause == "time_limit":
+            status, error, error_kind = Status.TIMED_OUT, limit_message, "time_limit"
+        elif result.status is TurnStatus.CANCELLED:
+            error = reason_sentence(error)
+        tool_names = [t.name for t in setup.tools]
+        return TurnOutcome(status=status, error=error, error_kind=error_kind,
+                           answer=result.text, iterations=result.iterations,
+                           messages=stored_messages(result.new_messages, tool_names))
+
+
+def stored_messages(messages: list[RuntimeMessage], tool_names: list[str]) -> list[NewMessage]:
+    """The turn's new messages as rows to store: everything after the user's own message
+    (which the turn's start stored), with the text a reader sees."""
+    rows = []
+    for index, message in enumerate(messages):
+        if index == 0 and message.role is Role.USER:
+            continue
+        text = message.text
+        if message.role is Role.ASSISTANT and text.strip():
+            text = sanitize_response(text, tool_names)
+        elif message.role is Role.TOOL:
+            text = ""
+        rows.append(NewMessage(role=str(message.role), blocks=message.to_dict()["blocks"],
+                               text=text, usage=message.usage.to_dict() if message.usage else None))
+    return rows
+
+
+async def _aclose(provider: Any) -> None:
+    try:
+        await provider.aclose()
+    except Exception:  # noqa: BLE001 - closing pooled connections must not fail a turn
+        logger.debug("closing the provider failed", exc_info=True)

@@ -1,0 +1,256 @@
+"""What agents are made of (providers, agents, tools, routing) and what they say (conversations
+and messages). Everything belongs to a team."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from agentsite.models import Team
+
+
+class Provider(models.Model):
+    """A model API endpoint and its credentials."""
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio)"
+        ANTHROPIC = "anthropic", "Anthropic"
+        DEMO = "demo", "Offline demo model"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="providers")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    base_url = models.URLField(blank=True, help_text="Leave empty for the provider's default endpoint.")
+    # Fernet token of the API key; never rendered, logged or traced.
+    api_key_encrypted = models.TextField(blank=True, editable=False)
+    capabilities = models.JSONField(
+        default=dict, blank=True,
+        help_text='Overrides of what the model can do, e.g. {"native_tool_calling": false, "vision": true}.',
+    )
+    extra_headers = models.JSONField(default=dict, blank=True)
+    options = models.JSONField(
+        default=dict, blank=True,
+        help_text='Kind-specific options, e.g. for the demo model {"token_delay_s": 0.02}.',
+    )
+    timeout_s = models.FloatField(default=120.0, validators=[MinValueValidator(1), MaxValueValidator(3600)])
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="provider_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key_encrypted)
+
+
+class Tool(models.Model):
+    """A tool a team's agents may use: a built-in (code) or an HTTP tool defined in the admin."""
+
+    class Kind(models.TextChoices):
+        BUILTIN = "builtin", "Built-in"
+        HTTP = "http", "HTTP"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
+    name = models.SlugField(max_length=64, help_text="The name the model calls (letters, digits, _ and -).")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BUILTIN)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    requires_approval = models.BooleanField(default=False)
+    parameters = models.JSONField(default=dict, blank=True, help_text="JSON schema of the arguments.")
+    # HTTP tools
+    http_method = models.CharField(max_length=8, default="GET", blank=True)
+    url_template = models.CharField(max_length=2000, blank=True)
+    headers_encrypted = models.TextField(blank=True, editable=False)
+    timeout_s = models.FloatField(default=15.0, validators=[MinValueValidator(0.5), MaxValueValidator(300)])
+    max_response_bytes = models.PositiveIntegerField(default=200_000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="tool_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(models.Model):
+    class Dispatcher(models.TextChoices):
+        AUTO = "auto", "Auto (native when the model supports it)"
+        NATIVE = "native", "Native tool calls"
+        XML = "xml", "Prompt-guided (<tool_call> tags)"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="agents")
+    model = models.CharField(max_length=200)
+    fallbacks = models.JSONField(
+        default=list, blank=True,
+        help_text='Ordered fallbacks tried when the model fails: [{"provider": "<provider name>", "model": "..."}].',
+    )
+    temperature = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(2)])
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    system_prompt = models.TextField(blank=True)
+    tools = models.ManyToManyField(Tool, blank=True, related_name="agents")
+    # The loop
+    max_tool_iterations = models.PositiveSmallIntegerField(default=10, validators=[MinValueValidator(1), MaxValueValidator(100)])
+    parallel_tools = models.BooleanField(default=True)
+    tool_dispatcher = models.CharField(max_length=8, choices=Dispatcher.choices, default=Dispatcher.AUTO)
+    history_max_messages = models.PositiveIntegerField(default=50, validators=[MinValueValidator(2)])
+    compaction_enabled = models.BooleanField(default=True)
+    compaction_threshold_tokens = models.PositiveIntegerField(default=10_000)
+    compaction_preserve_recent = models.PositiveSmallIntegerField(default=4)
+    trajectory_states = models.BooleanField(default=True)
+    inject_trajectory_state = models.BooleanField(
+        default=False, help_text="Also send each iteration's state to the model as a system block."
+    )
+    # Memory
+    memory_auto_save = models.BooleanField(default=False)
+    memory_recall_limit = models.PositiveSmallIntegerField(default=5)
+    memory_min_relevance = models.FloatField(default=0.4)
+    # Limits
+    approval_timeout_s = models.PositiveIntegerField(default=300)
+    step_timeout_s = models.PositiveIntegerField(default=120, help_text="Longest wait for one model request.")
+    turn_time_limit_s = models.PositiveIntegerField(default=600, validators=[MinValueValidator(5), MaxValueValidator(3600)])
+    max_tokens_per_turn = models.PositiveIntegerField(null=True, blank=True)
+    max_cost_per_turn = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    interrupt_on_new_message = models.BooleanField(
+        default=False, help_text="A new message stops the running turn instead of waiting for it."
+    )
+    allowed_models = models.JSONField(default=list, blank=True, help_text="Models /model may switch to.")
+    version = models.PositiveIntegerField(default=1, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="agent_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def hard_time_limit_s(self) -> int:
+        """The soft limit ends the turn cleanly; the hard one is the backstop after it."""
+        return self.turn_time_limit_s + 30
+
+
+class AgentVersion(models.Model):
+    """An immutable snapshot of an agent's configuration, kept on every save."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    snapshot = models.JSONField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent_id", "-number"]
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="agentversion_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} v{self.number}"
+
+
+class RoutingRule(models.Model):
+    """Keyword and pattern rules that pick a model route by hint (per agent, or team-wide)."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="routing_rules")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="routing_rules",
+                              help_text="Empty: applies to every agent of the team.")
+    hint = models.CharField(max_length=64)
+    keywords = models.JSONField(default=list, blank=True)
+    patterns = models.JSONField(default=list, blank=True, help_text="Regular expressions.")
+    min_length = models.PositiveIntegerField(null=True, blank=True)
+    max_length = models.PositiveIntegerField(null=True, blank=True)
+    priority = models.IntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-priority", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.hint} (priority {self.priority})"
+
+
+class ModelRoute(models.Model):
+    """Where a routing hint sends a message: a provider and a model."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="model_routes")
+    hint = models.CharField(max_length=64)
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="routes")
+    model = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["hint", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.hint} → {self.model}"
+
+
+class Conversation(models.Model):
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="conversations")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="conversations")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    archived = models.BooleanField(default=False)
+    # Set by /model for this conversation only: one of the agent's allowed models.
+    model_override = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["team", "created_by", "-updated_at"], name="conversation_team_user")]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.uuid.hex[:8]}"
+
+    @property
+    def group_name(self) -> str:
+        return f"conversation_{self.uuid.hex}"
+
+
+class Message(models.Model):
+    """One message of a conversation, as content blocks (``agents.runtime.messages``)."""
+
+    class Role(models.TextChoices):
+        SYSTEM = "system", "System"
+        USER = "user", "User"
+        ASSISTANT = "assistant", "Assistant"
+        TOOL = "tool", "Tool"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    blocks = models.JSONField(default=list)
+    text = models.TextField(blank=True, help_text="The visible text, for search and lists.")
+    usage = models.JSONField(null=True, blank=True)
+    # The turn that stored it (a user message's own turn, or the turn that produced it).
+    trace = models.ForeignKey("traces.Trace", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation_id", "id"]
+        indexes = [models.Index(fields=["conversation", "id"], name="message_conversation_order")]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:60]}"
+

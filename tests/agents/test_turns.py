@@ -1,0 +1,336 @@
+"""The turn task end to end, in this process, with the offline demo model and a real Redis for
+the cancel and approval signals: steps, states, totals, messages, announcements, redelivery,
+one turn in flight per conversation, cancellation, approvals and the time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from agents.models import Message, Tool
+from agents.runtime.providers import registry
+from agents.runtime.providers.demo import DemoProvider
+from agents.runtime.tools import FunctionTool
+from agents.services import approval_decide, turn_cancel, turn_start
+from agents.tasks import run_turn
+from tests.agents.conftest import wait_for
+from traces.models import Step, StepPayload, Trace, TrajectoryState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+USAGE = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "reasoning_tokens")
+
+
+def listen(group: str) -> str:
+    channel = f"test-{group}"
+    async_to_sync(get_channel_layer().group_add)(group, channel)
+    return channel
+
+
+def drain(channel: str) -> list[dict]:
+    async def collect() -> list[dict]:
+        layer, found = get_channel_layer(), []
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), 0.05)
+            except TimeoutError:
+                return found
+            found.append(message["payload"])
+
+    return async_to_sync(collect)()
+
+
+def status_of(trace: Trace) -> str:
+    return Trace.objects.values_list("status", flat=True).get(pk=trace.pk)
+
+
+# -- the whole turn ---------------------------------------------------------------------------------
+def test_a_turn_records_every_step_state_total_and_message(conversation, alice, sent_turns, use_redis):
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    channel = listen(trace.group_name)
+    assert sent_turns == [trace.pk]
+
+    assert run_turn(trace.pk) == "completed"
+
+    trace.refresh_from_db()
+    steps = list(trace.steps.order_by("seq"))
+    assert [(s.seq, s.kind, s.status) for s in steps] == [
+        (1, "llm_request", "ok"), (2, "tool_call", "ok"), (3, "llm_request", "ok"),
+        (4, "tool_call", "ok"), (5, "llm_request", "ok"),
+    ]
+    assert [s.iteration for s in steps] == [1, 1, 2, 2, 3]
+    first = steps[0]
+    assert first.meta["tools_available"] == ["calculator", "current_time"]
+    assert first.meta["tool_calls"] == ["current_time"] and first.meta["unpriced"] is True
+    assert first.input_tokens > 0 and first.output_tokens > 0 and first.cost_usd == 0
+    assert steps[1].name == "current_time" and steps[1].call_id and steps[1].success is True
+    kinds = dict(StepPayload.objects.filter(step=steps[1]).values_list("kind", "size"))
+    assert set(kinds) == {"arguments", "output"} and kinds["output"] > 0
+    assert set(StepPayload.objects.filter(step=first).values_list("kind", flat=True)) == {"request", "response"}
+    # one trajectory state per tool iteration
+    assert list(TrajectoryState.objects.filter(trace=trace).values_list("iteration", flat=True)) == [1, 2]
+
+    # totals are the sum of the steps
+    for name in USAGE:
+        assert getattr(trace, name) == sum(getattr(s, name) for s in steps)
+    assert trace.cost_usd == sum((s.cost_usd or Decimal(0)) for s in steps)
+    assert (trace.status, trace.iterations, trace.step_count) == ("completed", 3, 5)
+    assert trace.answer == "Called current_time 2 times."
+    assert trace.duration_ms is not None and trace.finished_at and trace.attempts == 1
+    assert trace.provider_kind == "demo" and trace.model == "demo"
+    assert trace.routing["reason"].startswith("No routing rule matched")
+
+    # messages: the user's, then the turn's own, all pointing at the trace
+    rows = list(Message.objects.filter(conversation=conversation).order_by("id"))
+    assert [m.role for m in rows] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert all(m.trace_id == trace.pk for m in rows)
+    assert rows[-1].text == "Called current_time 2 times." and rows[-1].usage["output_tokens"] > 0
+
+    # every persisted change was announced once, in order, without a gap
+    events = drain(channel)
+    persisted = [e["seq"] for e in events if e["event"] != "delta"]
+    assert persisted == list(range(1, trace.event_seq + 1))
+    assert {e["event"] for e in events} >= {"trace", "step", "state", "delta"}
+    assert events[-1]["event"] == "trace" and events[-1]["status"] == "completed"
+    deltas = [e for e in events if e["event"] == "delta"]
+    assert "".join(d["text"] for d in deltas if d["step"] == 5) == "Called current_time 2 times."
+
+
+def test_the_same_task_delivered_twice_runs_once(conversation, alice, sent_turns, use_redis):
+    trace = turn_start(conversation=conversation, user=alice, text="What is 12 * (7 + 5)?")
+    assert run_turn(trace.pk) == "completed"
+    trace.refresh_from_db()
+    steps = list(Step.objects.filter(trace=trace).values_list("seq", "kind", "event_seq"))
+
+    assert run_turn(trace.pk) == ""  # redelivered: nothing to claim
+
+    again = Trace.objects.get(pk=trace.pk)
+    assert list(Step.objects.filter(trace=trace).values_list("seq", "kind", "event_seq")) == steps
+    assert (again.event_seq, again.attempts, again.answer) == (trace.event_seq, 1, "12 × (7 + 5) = 144.")
+    assert Message.objects.filter(conversation=conversation).count() == 4
+
+
+def test_a_turn_for_a_missing_trace_does_nothing(db):
+    assert run_turn(987654) == ""
+
+
+# -- one turn in flight per conversation -----------------------------------------------------------
+def test_a_message_sent_during_a_turn_waits_and_runs_next(conversation, alice, sent_turns, use_redis):
+    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    second = turn_start(conversation=conversation, user=alice, text="And what is 4 * 5?")
+    assert sent_turns == [first.pk]  # the second waits
+    assert status_of(second) == "queued"
+    assert run_turn(second.pk) == ""  # even if it were delivered early, it may not start
+
+    assert run_turn(first.pk) == "completed"
+    assert sent_turns == [first.pk, second.pk]  # closing the first sent the second
+    assert run_turn(second.pk) == "completed"
+
+    second.refresh_from_db()
+    assert second.answer == "4 × 5 = 20."
+    # the second turn saw the first turn's answer before its own message
+    request = StepPayload.objects.get(step__trace=second, step__seq=1, kind="request").content
+    assert request.index("2 + 3 = 5.") < request.index("And what is 4 * 5?")
+
+
+def test_a_new_message_interrupts_the_running_turn_when_the_agent_says_so(
+        make_agent, alice, sent_turns, use_redis, run_in_thread):
+    from agents.services import conversation_create
+
+    agent = make_agent(name="Eager", interrupt_on_new_message=True,
+                       provider_options={"request_latency_s": 5})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    worker = run_in_thread(first.pk)
+    wait_for(lambda: Step.objects.filter(trace=first, status="running").exists())
+
+    second = turn_start(conversation=conversation, user=alice, text="Never mind: what is 4 * 5?")
+    worker.join(timeout=5)
+
+    first.refresh_from_db()
+    assert (first.status, first.cancel_reason) == ("cancelled", "interrupted by a new message")
+    assert first.error == "Interrupted by a new message."
+    assert sent_turns == [first.pk, second.pk]
+    agent.provider.options = {}
+    agent.provider.save()
+    assert run_turn(second.pk) == "completed"
+
+
+# -- stopping a turn ------------------------------------------------------------------------------------
+class FakeClosingDemoProvider(DemoProvider):
+    """The demo model, noting whether its stream was closed before it finished."""
+
+    closed = threading.Event()
+    finished = threading.Event()
+
+    async def stream(self, request):
+        try:
+            async for event in super().stream(request):
+                yield event
+            type(self).finished.set()
+        finally:
+            type(self).closed.set()
+
+
+def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
+        monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
+    from agents.services import conversation_create
+
+    FakeClosingDemoProvider.closed.clear()
+    FakeClosingDemoProvider.finished.clear()
+    monkeypatch.setitem(registry.PROVIDER_CLASSES, "demo", FakeClosingDemoProvider)
+    agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.2})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="Tell me something nice")
+    worker = run_in_thread(trace.pk)
+    wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists())
+    time.sleep(0.3)  # a few words are out
+
+    started = time.monotonic()
+    turn_cancel(trace=trace, user=alice)
+    wait_for(lambda: status_of(trace) == "cancelled", timeout=3)
+    assert time.monotonic() - started < 1.0
+    worker.join(timeout=5)
+
+    assert FakeClosingDemoProvider.closed.is_set() and not FakeClosingDemoProvider.finished.is_set()
+    trace.refresh_from_db()
+    assert trace.error == "Cancelled by alice." and trace.cancel_requested_at
+    llm = trace.steps.get(seq=1)
+    assert (llm.status, llm.error) == ("error", "cancelled")
+    assert trace.steps.filter(kind="error", name="cancelled").exists()
+    # the words streamed before the stop stay in the conversation
+    partial = Message.objects.filter(trace=trace, role="assistant").get()
+    assert partial.text and "offline demo model" not in partial.text
+
+
+def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
+        monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
+    from agents import builder
+    from agents.services import conversation_create
+
+    tool_started = threading.Event()
+
+    async def slow(arguments):
+        tool_started.set()
+        await asyncio.sleep(30)
+        return "done"
+
+    monkeypatch.setitem(builder.BUILTIN_TOOLS, "slow_tool",
+                        lambda: FunctionTool("slow_tool", "Takes its time.", slow))
+    agent = make_agent(name="Toolish", tools=("calculator",))
+    agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    worker = run_in_thread(trace.pk)
+    assert tool_started.wait(10)
+
+    started = time.monotonic()
+    turn_cancel(trace=trace, user=alice)
+    wait_for(lambda: status_of(trace) == "cancelled", timeout=3)
+    assert time.monotonic() - started < 1.0
+    worker.join(timeout=5)
+
+    tool_step = Step.objects.get(trace=trace, kind="tool_call")
+    assert (tool_step.status, tool_step.error) == ("error", "cancelled")
+    roles = list(Message.objects.filter(trace=trace).order_by("id").values_list("role", flat=True))
+    assert roles == ["user", "assistant", "tool"]
+    result = Message.objects.get(trace=trace, role="tool").blocks[0]
+    assert result["is_error"] is True and result["output"] == "Cancelled by user."
+
+    following = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    assert run_turn(following.pk) == "completed"
+    request = StepPayload.objects.get(step__trace=following, step__seq=1, kind="request")
+    import json
+
+    messages = json.loads(request.content)["messages"]
+    uses = {b["id"] for m in messages for b in m["blocks"] if b["type"] == "tool_use"}
+    answered = {b["tool_use_id"] for m in messages for b in m["blocks"] if b["type"] == "tool_result"}
+    assert uses and uses <= answered
+
+
+def test_cancelling_a_queued_turn_ends_it_at_once_and_starts_the_next(conversation, alice, sent_turns):
+    first = turn_start(conversation=conversation, user=alice, text="one")
+    second = turn_start(conversation=conversation, user=alice, text="two")
+
+    turn_cancel(trace=first, user=alice)
+
+    first.refresh_from_db()
+    assert (first.status, first.error, first.finished_at is not None) == ("cancelled", "Cancelled by alice.", True)
+    assert sent_turns == [first.pk, second.pk]
+    assert run_turn(first.pk) == ""  # its task, arriving late, finds nothing to claim
+
+
+# -- approvals ------------------------------------------------------------------------------------------
+def _wait_for_approval(trace: Trace) -> Step:
+    return wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first())
+
+
+@pytest.mark.parametrize(("approved", "answer"), [
+    (True, "6 × 7 = 42."),
+    (False, "The calculator tool failed: Denied by user."),
+])
+def test_a_tool_that_needs_approval_waits_for_a_decision(
+        make_agent, alice, bob, sent_turns, use_redis, run_in_thread, approved, answer):
+    from agents.services import conversation_create
+
+    agent = make_agent(name="Careful", approval=("calculator",))
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    worker = run_in_thread(trace.pk)
+    step = _wait_for_approval(trace)
+
+    approval_decide(trace=trace, call_id=step.call_id, approved=approved, user=bob)
+    worker.join(timeout=10)
+
+    trace.refresh_from_db()
+    step.refresh_from_db()
+    assert (trace.status, trace.answer) == ("completed", answer)
+    assert step.status == ("ok" if approved else "error") and step.meta["decided_by"] == "bob"
+    assert Step.objects.filter(trace=trace, kind="tool_call", success=approved).exists()
+
+
+def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_turns, use_redis):
+    from agents.services import conversation_create
+
+    agent = make_agent(name="Patient", approval=("calculator",), approval_timeout_s=1)
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+
+    assert run_turn(trace.pk) == "completed"
+
+    step = Step.objects.get(trace=trace, kind="approval")
+    assert (step.status, step.meta["reason"]) == ("error", "timeout")
+    assert "Nobody decided in time" in step.error
+    assert Trace.objects.get(pk=trace.pk).answer == "The calculator tool failed: Denied by user."
+
+
+# -- time limits -------------------------------------------------------------------------------------
+def test_the_soft_time_limit_ends_the_turn_timed_out_and_keeps_its_steps(
+        make_agent, alice, sent_turns, use_redis):
+    from agents.services import conversation_create
+
+    agent = make_agent(name="Slowpoke", turn_time_limit_s=1, max_tool_iterations=50,
+                       provider_options={"request_latency_s": 0.3})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+
+    started = time.monotonic()
+    assert run_turn(trace.pk) == "timed_out"
+    assert time.monotonic() - started < 2.5
+
+    trace.refresh_from_db()
+    assert trace.error_kind == "time_limit" and "time limit of 1 seconds" in trace.error
+    steps = list(trace.steps.order_by("seq"))
+    assert len(steps) >= 3 and steps[-1].kind == "error" and steps[-1].name == "timed_out"
+    assert all(s.status in ("ok", "error") for s in steps)  # nothing left running
+    assert trace.step_count == len(steps)
+    # the tool calls of the turn all have results in the stored messages
+    blocks = [b for m in Message.objects.filter(trace=trace) for b in m.blocks]
+    assert {b["id"] for b in blocks if b["type"] == "tool_use"} == {
+        b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}

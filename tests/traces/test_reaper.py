@@ -1,0 +1,156 @@
+"""The reaper: no trace stays ``running`` after its worker died, and no queued trace waits for
+a task that was never sent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.models import Message
+from agents.services import turn_start
+from agents.tasks import run_turn
+from traces.models import Step, Trace
+from traces.services import (
+    INTERRUPTED_MESSAGE,
+    TraceNotOwned,
+    TurnOutcome,
+    step_record,
+    trace_claim,
+    trace_close,
+    trace_reap,
+)
+from traces.tasks import reap
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def start(conversation, alice, sent_turns):
+    def go(text: str = "What is 2 + 2?") -> Trace:
+        return turn_start(conversation=conversation, user=alice, text=text)
+
+    return go
+
+
+def stale(trace: Trace, *, seconds: int = 120) -> None:
+    Trace.objects.filter(pk=trace.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def a_step(trace: Trace, attempt: int = 1, seq: int = 1, status: str = "running") -> Step:
+    return step_record(trace_id=trace.pk, attempt=attempt, seq=seq,
+                       values={"kind": "llm_request", "status": status, "name": "demo"})
+
+
+def test_a_trace_whose_worker_died_mid_turn_ends_interrupted_and_the_next_one_starts(
+        start, conversation, sent_turns):
+    trace = start()
+    waiting = start("Second question")
+    claimed = trace_claim(trace_id=trace.pk, worker="dead@host")
+    a_step(claimed)
+    Message.objects.create(conversation=conversation, role="assistant", trace=trace, blocks=[
+        {"type": "tool_use", "id": "call_1", "name": "calculator", "input": {"expression": "2+2"}}])
+    stale(trace)
+
+    report = trace_reap()
+
+    assert report.interrupted == [trace.pk]
+    trace.refresh_from_db()
+    assert (trace.status, trace.error, trace.error_kind) == ("interrupted", INTERRUPTED_MESSAGE, "worker_lost")
+    assert trace.finished_at and trace.step_count == 1
+    step = trace.steps.get()
+    assert (step.status, step.success) == ("error", False) and "Interrupted" in step.error
+    # the tool call left open got a result, so the next turn's history is valid
+    result = Message.objects.get(trace=trace, role="tool").blocks
+    assert result[0]["tool_use_id"] == "call_1" and result[0]["is_error"] is True
+    assert sent_turns == [trace.pk, waiting.pk]
+
+    # the late worker can neither write a step nor overwrite the end
+    with pytest.raises(TraceNotOwned):
+        a_step(claimed, seq=2)
+    assert trace_close(trace_id=trace.pk, attempt=1, outcome=TurnOutcome(status="completed")) is None
+    assert Trace.objects.get(pk=trace.pk).status == "interrupted"
+
+    assert run_turn(waiting.pk) == "completed"  # and the conversation goes on
+
+
+def test_a_live_heartbeat_is_left_alone(start):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="alive@host")
+    stale(trace, seconds=5)
+    assert not trace_reap()
+    assert Trace.objects.get(pk=trace.pk).status == "running"
+
+
+def test_a_trace_that_died_before_any_step_is_queued_again_and_resumes(start, sent_turns):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="dead@host")
+    stale(trace)
+
+    report = trace_reap()
+
+    assert report.requeued == [trace.pk]
+    trace.refresh_from_db()
+    assert (trace.status, trace.attempts, trace.worker) == ("queued", 1, "")
+    assert sent_turns == [trace.pk, trace.pk]
+    assert run_turn(trace.pk) == "completed"
+    assert Trace.objects.get(pk=trace.pk).attempts == 2
+
+
+def test_after_three_attempts_a_trace_is_not_resumed_again(start):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="dead@host")
+    Trace.objects.filter(pk=trace.pk).update(attempts=3)
+    stale(trace)
+
+    assert trace_reap().interrupted == [trace.pk]
+    assert Trace.objects.get(pk=trace.pk).status == "interrupted"
+
+
+def test_a_trace_running_past_its_hard_limit_ends_timed_out(start, conversation):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="stuck@host")
+    hard = conversation.agent.hard_time_limit_s
+    Trace.objects.filter(pk=trace.pk).update(started_at=timezone.now() - timedelta(seconds=hard + 1))
+
+    assert trace_reap().timed_out == [trace.pk]
+
+    trace.refresh_from_db()
+    assert (trace.status, trace.error_kind) == ("timed_out", "hard_time_limit")
+    assert f"hard time limit of {hard} seconds" in trace.error
+
+
+def test_a_queued_trace_nobody_sent_is_sent(start, sent_turns):
+    first = start()
+    second = start("Second question")
+    # the first turn's worker died after closing it but before sending the next one
+    Trace.objects.filter(pk=first.pk).update(status="failed")
+
+    assert trace_reap().dispatched == [second.pk]
+    assert sent_turns == [first.pk, second.pk]
+    assert not trace_reap()  # sent recently: not again
+
+
+def test_a_queued_trace_sent_long_ago_is_sent_again(start, sent_turns):
+    trace = start()
+    Trace.objects.filter(pk=trace.pk).update(enqueued_at=timezone.now() - timedelta(minutes=10))
+    assert trace_reap().dispatched == [trace.pk]
+
+
+def test_the_periodic_task_runs_the_reaper(start):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="dead@host")
+    a_step(trace)
+    stale(trace)
+    assert reap() == {"interrupted": [trace.pk], "timed_out": [], "requeued": [], "dispatched": []}
+
+
+def test_beat_runs_the_reaper_every_15_seconds_on_the_maintenance_queue(settings):
+    from agentsite.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["traces-reap"]
+    assert (entry["task"], entry["schedule"]) == ("traces.tasks.reap", 15.0)
+    assert app.amqp.router.route({}, "traces.tasks.reap")["queue"].name == "maintenance"
+    # stale after 30 s + one interval: settled within 45 s, inside the promised minute
+    assert settings.TURN_STALE_AFTER_S + entry["schedule"] <= 60

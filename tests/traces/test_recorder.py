@@ -1,0 +1,163 @@
+"""The recorder: events become steps once, deltas are coalesced, payloads are scrubbed, and an
+attempt that lost its trace writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from decimal import Decimal
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from agents.execution import TurnDb
+from agents.runtime.builtin import builtin_tools
+from agents.runtime.events import (
+    LlmRequestFinished,
+    LlmRequestStarted,
+    RecordingObserver,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+from agents.runtime.loop import TurnConfig, run_turn
+from agents.runtime.pricing import Usage
+from agents.runtime.providers.demo import DemoProvider
+from agents.services import turn_start
+from traces.models import Step, StepPayload, Trace, TrajectoryState
+from traces.recorder import TraceRecorder, step_cost
+from traces.services import trace_claim
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def claimed(conversation, alice, sent_turns):
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    return trace_claim(trace_id=trace.pk, worker="test")
+
+
+@pytest.fixture
+def turn_db():
+    db = TurnDb("test-db")
+    yield db
+    db.close()
+
+
+def record(trace: Trace, db: TurnDb, events, **options) -> TraceRecorder:
+    async def go() -> TraceRecorder:
+        recorder = TraceRecorder(trace=trace, attempt=trace.attempts, db=db, **options)
+        await recorder.start()
+        for event in events:
+            await recorder.emit(event)
+        await recorder.flush()
+        return recorder
+
+    return asyncio.run(go())
+
+
+def demo_events() -> list:
+    observer = RecordingObserver()
+    asyncio.run(run_turn(provider=DemoProvider(), config=TurnConfig(model="demo"), history=[],
+                         user_message="call the current_time tool 2 times", tools=builtin_tools(),
+                         observer=observer))
+    return observer.events
+
+
+def snapshot(trace: Trace) -> tuple:
+    return (list(Step.objects.filter(trace=trace).order_by("seq").values_list(
+                "seq", "kind", "status", "event_seq", "output_tokens", "meta")),
+            list(TrajectoryState.objects.filter(trace=trace).values_list("iteration", "event_seq")),
+            Trace.objects.get(pk=trace.pk).event_seq)
+
+
+def test_recording_the_same_run_again_changes_nothing(claimed, turn_db):
+    events = demo_events()
+    record(claimed, turn_db, events)
+    first = snapshot(claimed)
+    assert [kind for _, kind, *_ in first[0]] == ["llm_request", "tool_call", "llm_request", "tool_call", "llm_request"]
+    assert len(first[1]) == 2
+
+    record(claimed, turn_db, events)  # a second recorder, as a re-run of the turn would have
+
+    assert snapshot(claimed) == first
+
+
+def test_one_recorder_given_an_event_twice_writes_it_once(claimed, turn_db):
+    started = ToolStarted(iteration=1, call_id="call_1", name="calculator", arguments={"expression": "1+1"})
+    finished = ToolFinished(iteration=1, call_id="call_1", name="calculator",
+                            arguments={"expression": "1+1"}, success=True, output="2", duration_ms=1.5)
+    record(claimed, turn_db, [started, finished, started, finished])
+
+    step = Step.objects.get(trace=claimed)
+    assert (step.seq, step.status, step.event_seq) == (1, "ok", 3)  # claim, start, finish
+    assert Trace.objects.get(pk=claimed.pk).event_seq == 3
+
+
+def test_payloads_are_scrubbed_and_sized(claimed, turn_db):
+    secret = "password=hunter2hunter2"
+    record(claimed, turn_db, [
+        ToolStarted(iteration=1, call_id="c1", name="calculator", arguments={"note": secret}),
+        ToolFinished(iteration=1, call_id="c1", name="calculator", arguments={}, success=True,
+                     output=f"done, {secret}", output_preview=f"done, {secret}"),
+    ])
+    payloads = {p.kind: p for p in StepPayload.objects.filter(step__trace=claimed)}
+    assert set(payloads) == {"arguments", "output"}
+    for payload in payloads.values():
+        assert "hunter2hunter2" not in payload.content and "[REDACTED]" in payload.content
+        assert payload.size == len(payload.content.encode())
+    assert json.loads(payloads["arguments"].content) == {"note": "password=hunt*[REDACTED]"}
+    assert payloads["output"].content_type == "text/plain"
+    assert "hunter2hunter2" not in json.dumps(Step.objects.get(trace=claimed).meta)
+
+
+def test_deltas_are_coalesced_into_frames_and_the_first_goes_at_once(claimed, turn_db):
+    layer = get_channel_layer()
+    async_to_sync(layer.group_add)(claimed.group_name, "test-deltas")
+    sent: list[dict] = []
+
+    async def go() -> None:
+        recorder = TraceRecorder(trace=claimed, attempt=claimed.attempts, db=turn_db)
+        await recorder.emit(LlmRequestStarted(iteration=1, provider="demo", model="demo", messages_count=1))
+        await recorder.emit(TextDelta(iteration=1, text="Hel"))
+        sent.extend(await drain(layer))  # the first piece is out before any other arrives
+        for piece in ["lo", ", ", "wor", "ld"]:
+            await recorder.emit(TextDelta(iteration=1, text=piece))
+        await asyncio.sleep(0.08)  # one frame later, the rest goes as one
+        await recorder.emit(TextDelta(iteration=1, text="!"))
+        await recorder.emit(LlmRequestFinished(iteration=1, provider="demo", model="demo", success=True))
+        sent.extend(await drain(layer))
+
+    async def drain(layer) -> list[dict]:
+        found = []
+        while True:
+            try:
+                found.append((await asyncio.wait_for(layer.receive("test-deltas"), 0.01))["payload"])
+            except TimeoutError:
+                return found
+
+    asyncio.run(go())
+    deltas = [e for e in sent if e["event"] == "delta"]
+    assert [(d["index"], d["text"]) for d in deltas] == [(0, "Hel"), (1, "lo, world"), (2, "!")]
+    assert all(d["step"] == 1 for d in deltas)
+    assert sent[-1]["event"] == "step" and sent[-1]["status"] == "ok"  # deltas go before the step ends
+
+
+def test_an_attempt_that_lost_its_trace_writes_nothing_more(claimed, turn_db):
+    lost = []
+    Trace.objects.filter(pk=claimed.pk).update(status="interrupted")  # the reaper took it
+
+    recorder = record(claimed, turn_db, [
+        ToolStarted(iteration=1, call_id="c1", name="calculator", arguments={}),
+        ToolStarted(iteration=1, call_id="c2", name="calculator", arguments={}),
+    ], on_lost=lambda: lost.append(True))
+
+    assert recorder.lost and lost == [True]
+    assert not Step.objects.filter(trace=claimed).exists()
+
+
+def test_a_known_model_is_priced_and_the_demo_model_is_not():
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)
+    assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), True)

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import json
+
+from django.urls import reverse
+
+from traces.models import Trace
+
+
+def test_inspector_renders_steps_states_and_totals(client_for, alice, sample_trace):
+    page = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count('class="step k-') == 12
+    assert 'id="state-6"' in html and "After iteration 6" in html
+    assert "calculator" in html and "Why this model" in html
+    assert f'data-seq="{sample_trace.event_seq}"' in html
+    # Payloads are not in the page: they load on demand.
+    assert "xxxxxxxxxx" not in html
+
+
+def test_payloads_load_on_demand_and_download(client_for, alice, sample_trace):
+    c = client_for(alice)
+    fragment = c.get(reverse("step_detail", args=[sample_trace.uuid, 1]))
+    assert fragment.status_code == 200
+    assert b"Request" in fragment.content and b"Response" in fragment.content and b"<html" not in fragment.content
+    download = c.get(reverse("step_payload_download", args=[sample_trace.uuid, 2, "output"]))
+    assert download.status_code == 200 and "attachment" in download["Content-Disposition"]
+    assert json.loads(download.content)["kind"] == "output"
+
+
+def test_export_has_skeleton_and_payloads(client_for, alice, sample_trace):
+    response = client_for(alice).get(reverse("trace_export", args=[sample_trace.uuid]))
+    data = json.loads(b"".join(response.streaming_content))
+    assert data["uuid"] == str(sample_trace.uuid) and len(data["steps"]) == 12
+    assert set(data["steps"][0]["payloads"]) == {"request", "response"}
+    assert len(data["trajectory_states"]) == 6
+
+
+def test_changes_since_returns_only_newer_events(client_for, alice, sample_trace):
+    data = client_for(alice).get(reverse("trace_changes", args=[sample_trace.uuid]) + "?since=10").json()
+    steps = [e for e in data["events"] if e["event"] == "step"]
+    assert [e["step"] for e in steps] == [11, 12]
+    assert data["seq"] == sample_trace.event_seq
+    assert all(e["seq"] > 10 for e in data["events"] if e["event"] != "trace")
+
+
+def test_charlie_gets_404_everywhere(client_for, charlie, sample_trace):
+    c = client_for(charlie)
+    for name, args in [
+        ("trace_detail", [sample_trace.uuid]),
+        ("trace_changes", [sample_trace.uuid]),
+        ("trace_steps_chunk", [sample_trace.uuid]),
+        ("step_detail", [sample_trace.uuid, 1]),
+        ("trace_states_chunk", [sample_trace.uuid]),
+        ("step_payload_download", [sample_trace.uuid, 1, "request"]),
+        ("trace_export", [sample_trace.uuid]),
+    ]:
+        assert c.get(reverse(name, args=args)).status_code == 404, name
+    assert b"Generated question" not in c.get(reverse("traces")).content
+
+
+def test_list_filters_and_pagination(client_for, alice, conversation, sample_trace):
+    from traces.sample import make_sample_trace
+
+    other = make_sample_trace(conversation=conversation, user=alice, steps=2)
+    Trace.objects.filter(pk=other.pk).update(status="failed", model="gpt-4o", cost_usd="0.5")
+    c = client_for(alice)
+    page = c.get(reverse("traces")).content.decode()
+    assert page.count('class="pill status-') == 2
+    failed = c.get(reverse("traces") + "?status=failed").content.decode()
+    assert failed.count('class="pill status-') == 1 and "gpt-4o" in failed
+    costly = c.get(reverse("traces") + "?min_cost=0.3").content.decode()
+    assert costly.count('class="pill status-') == 1 and "gpt-4o" in costly  # the sample costs $0.12
+    bad = c.get(reverse("traces") + "?min_cost=abc&date_from=yesterday")
+    assert bad.status_code == 200 and b"Use a number" in bad.content and b"Use a date" in bad.content
+
+
+def test_list_and_inspector_queries_are_bounded(client_for, alice, conversation, django_assert_max_num_queries):
+    from traces.sample import make_sample_trace
+
+    traces = [make_sample_trace(conversation=conversation, user=alice, steps=40) for _ in range(3)]
+    c = client_for(alice)
+    with django_assert_max_num_queries(14):
+        assert c.get(reverse("traces")).status_code == 200
+    with django_assert_max_num_queries(14):
+        assert c.get(reverse("trace_detail", args=[traces[0].uuid])).status_code == 200
+
+
+def test_inspector_names_the_fallbacks_a_failover_used(client_for, alice, sample_trace):
+    from django.utils import timezone
+
+    from traces.models import Step
+
+    Step.objects.create(trace=sample_trace, seq=13, kind="retry", name="Primary · gpt-4o", status="error",
+                        started_at=timezone.now(), meta={"failover": True, "next_provider": "Backup", "next_model": "demo"})
+    Step.objects.create(trace=sample_trace, seq=14, kind="retry", name="Primary · gpt-4o", status="error",
+                        started_at=timezone.now(), meta={"failover": False, "attempt": 1})
+    Trace.objects.filter(pk=sample_trace.pk).update(step_count=14, routing={"fallbacks": [{"provider": "Backup", "model": "demo"}]})
+    html = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
+    assert "Fallbacks used" in html and "Backup / demo" in html

@@ -1,0 +1,69 @@
+"""A trace as plain JSON: the skeleton with every payload (for download and offline analysis)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .models import Step, Trace
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value else None
+
+
+def trace_record(trace: Trace) -> dict[str, Any]:
+    return {
+        "format": "agentsite.trace/1",
+        "uuid": str(trace.uuid),
+        "status": trace.status,
+        "agent": trace.agent.name if trace.agent_id else None,
+        "agent_version": trace.agent_version,
+        "conversation": str(trace.conversation.uuid),
+        "user": trace.user.get_username() if trace.user_id else None,
+        "user_message": trace.user_message.text if trace.user_message_id else None,
+        "answer": trace.answer,
+        "routing": trace.routing,
+        "provider": trace.provider_name,
+        "model": trace.model,
+        "usage": trace.usage_dict(),
+        "cost_usd": str(trace.cost_usd),
+        "duration_ms": trace.duration_ms,
+        "iterations": trace.iterations,
+        "created_at": _iso(trace.created_at),
+        "started_at": _iso(trace.started_at),
+        "finished_at": _iso(trace.finished_at),
+        "error": trace.error,
+        "error_kind": trace.error_kind,
+    }
+
+
+def _payload_value(content: str, content_type: str) -> Any:
+    if content_type == "application/json":
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content
+
+
+def step_record(step: Step) -> dict[str, Any]:
+    return {
+        "seq": step.seq,
+        "kind": step.kind,
+        "name": step.name,
+        "iteration": step.iteration,
+        "status": step.status,
+        "success": step.success,
+        "started_at": _iso(step.started_at),
+        "offset_ms": step.offset_ms,
+        "duration_ms": step.duration_ms,
+        "provider": step.provider,
+        "model": step.model,
+        "call_id": step.call_id,
+        "usage": step.usage_dict(),
+        "cost_usd": str(step.cost_usd) if step.cost_usd is not None else None,
+        "error": step.error,
+        "meta": step.meta,
+        "payloads": {p.kind: _payload_value(p.content, p.content_type) for p in step.payloads.all()},
+    }

@@ -1,0 +1,66 @@
+"""What the inspector shows beside the stored rows: timeline bar geometry and state diffs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import F, Max
+
+from .models import Step, Trace, TrajectoryState
+
+LIST_FIELDS = ("evidence", "uncertainties", "failures")
+TEXT_FIELDS = ("objective", "next_plan")
+
+
+def timeline_scale(trace: Trace) -> float:
+    """Milliseconds that the full width of the timeline stands for."""
+    if trace.duration_ms:
+        return float(trace.duration_ms)
+    end = trace.steps.aggregate(end=Max(F("offset_ms") + F("duration_ms")))["end"] if trace.step_count else None
+    return float(end or 1.0)
+
+
+def decorate_steps(steps: Iterable[Step], *, scale: float) -> None:
+    """Bar position and width in percent of the timeline (a visible minimum for instant steps)."""
+    scale = max(scale, 1.0)
+    for step in steps:
+        start = min(step.offset_ms / scale * 100, 100.0)
+        width = ((step.duration_ms or 0.0) / scale) * 100
+        step.bar_x = round(start, 3)
+        step.bar_w = round(max(min(width, 100.0 - start), 0.4), 3)
+        meta = step.meta or {}
+        step.tools_available = meta.get("tools_available") or []
+        called = meta.get("tool_calls") or []
+        step.tools_called = [c.get("name", "") if isinstance(c, dict) else str(c) for c in called]
+
+
+def state_diff(state: TrajectoryState, previous: TrajectoryState | None) -> dict[str, Any]:
+    """Per field: what was added and removed since the previous iteration's state."""
+    now = state.fields or {}
+    before = (previous.fields if previous else {}) or {}
+    diff: dict[str, Any] = {}
+    for name in LIST_FIELDS:
+        current, earlier = list(now.get(name) or []), list(before.get(name) or [])
+        diff[name] = {
+            "added": [x for x in current if x not in earlier],
+            "removed": [x for x in earlier if x not in current],
+            "kept": [x for x in current if x in earlier],
+        }
+    for name in TEXT_FIELDS:
+        diff[name] = {"value": now.get(name) or "", "previous": before.get(name) or "",
+                      "changed": previous is not None and (now.get(name) or "") != (before.get(name) or "")}
+    diff["tool_calls"] = list(now.get("tool_calls") or [])
+    return diff
+
+
+def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None) -> list[TrajectoryState]:
+    """Attach ``state.diff``. When only later states are given (a live update), the one before
+    the first is loaded so its diff is right."""
+    previous: TrajectoryState | None = None
+    if states and trace is not None and states[0].iteration > 1:
+        previous = trace.trajectory_states.filter(iteration__lt=states[0].iteration).order_by("-iteration").first()
+    for state in states:
+        state.diff = state_diff(state, previous)
+        previous = state
+    return states

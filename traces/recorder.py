@@ -1,0 +1,443 @@
+"""The runtime ``Observer`` that persists a turn's events as steps and announces them.
+
+Each event becomes a write of a ``Step`` (or a ``TrajectoryState``) through
+``traces.services``, run on the turn's database thread, then an announcement on the channel
+layer. Steps are addressed by a *key* derived from the event (``llm:<iteration>:<n>``,
+``tool:<iteration>:<call id>``, ...) that maps to a stable ``seq`` and is stored in the step's
+``meta``: the same event written again — twice by one recorder, or by a second run of the same
+turn — lands on the same row, and an unchanged row is not written or announced again.
+
+Text deltas are never persisted. They are coalesced into frames of about 50 ms (the first one
+goes out at once) and announced with the current ``event_seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from agents.runtime.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Compacted,
+    Event,
+    FinalAnswer,
+    LlmRequestFinished,
+    LlmRequestStarted,
+    LoopDetected,
+    Retry,
+    TextDelta,
+    ToolCallParseIssue,
+    ToolFinished,
+    ToolStarted,
+    TrajectoryStateRecorded,
+    TurnError,
+)
+from agents.runtime.pricing import DEFAULT_MODEL_PRICES, Usage, cost_usd, lookup_price
+from agents.runtime.scrub import scrub_credentials
+
+from . import live, services
+from .models import Step, Trace
+
+logger = logging.getLogger(__name__)
+
+DbCall = Callable[..., Awaitable[Any]]
+DELTA_FRAME_S = 0.05
+# Payloads above this many characters are stored as a JSON note with their beginning.
+PAYLOAD_MAX_CHARS = 2_000_000
+JSON = "application/json"
+TEXT = "text/plain"
+APPROVAL_ERRORS = {
+    "denied": "Denied by user.",
+    "timeout": "Nobody decided in time, so the call was denied.",
+    "cancelled": "The turn was stopped while this call waited for approval.",
+}
+Kind, StepStatus = Step.Kind, Step.Status
+
+
+def step_cost(*, provider_kind: str, model: str, usage: Usage) -> tuple[Decimal, bool]:
+    """The cost of one model request and whether it is unpriced (no known price: 0).
+    Configured price tables replace this lookup later; keep it the one place that prices."""
+    price = lookup_price(DEFAULT_MODEL_PRICES, provider=provider_kind, model=model)
+    if price is None:
+        return Decimal(0), True
+    return cost_usd(usage, price), False
+
+
+def payload_json(data: Any) -> tuple[str, str]:
+    """``data`` as scrubbed JSON for a ``StepPayload``."""
+    text = scrub_credentials(json.dumps(data, ensure_ascii=False, default=str))
+    if len(text) > PAYLOAD_MAX_CHARS:
+        text = json.dumps({"truncated": True, "chars": len(text), "head": text[:PAYLOAD_MAX_CHARS]},
+                          ensure_ascii=False)
+    return text, JSON
+
+
+def payload_text(text: str) -> tuple[str, str]:
+    text = scrub_credentials(text or "")
+    if len(text) > PAYLOAD_MAX_CHARS:
+        text = text[:PAYLOAD_MAX_CHARS] + f"\n… ({len(text) - PAYLOAD_MAX_CHARS} more characters)"
+    return text, TEXT
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(float(value), 3)
+
+
+class _Deltas:
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.index = 0
+        self.parts: list[str] = []
+        self.last_sent = -math.inf
+        self.timer: asyncio.TimerHandle | None = None
+        self.lock = asyncio.Lock()
+        self.pending: set[asyncio.Task[None]] = set()
+
+
+class TraceRecorder:
+    """Observer for one attempt at one trace. ``db(fn, **kwargs)`` runs ``fn`` on the turn's
+    database thread. When the attempt loses the trace (reaped, claimed again) every later
+    event is dropped and ``on_lost`` is called once."""
+
+    def __init__(self, *, trace: Trace, attempt: int, db: DbCall,
+                 on_lost: Callable[[], None] | None = None) -> None:
+        self.trace = trace
+        self.attempt = attempt
+        self.db = db
+        self.on_lost = on_lost
+        self.lost = False
+        # Set by the runner when it stops the turn itself ("time_limit"), to name the error.
+        self.stop_cause: str | None = None
+        self.decided_by: Callable[[str], str | None] = lambda call_id: None
+        self.final_text = ""
+        self.keys: dict[str, int] = {}
+        self.last_seq = 0
+        self.values: dict[int, dict[str, Any]] = {}
+        self.llm_open: dict[int, int] = {}      # iteration -> seq of its running model request
+        self.llm_count: dict[int, int] = {}     # iteration -> model requests started in it
+        self.llm_last: dict[int, int] = {}      # iteration -> seq of its latest model request
+        self.tool_last: dict[tuple[int, str], int] = {}  # (iteration, tool) -> latest call's seq
+        self.deltas = _Deltas()
+        self.handlers: dict[type[Event], Callable[[Any], Awaitable[None]]] = {
+            LlmRequestStarted: self._llm_started,
+            LlmRequestFinished: self._llm_finished,
+            TextDelta: self._text_delta,
+            ToolStarted: self._tool_started,
+            ToolFinished: self._tool_finished,
+            ApprovalRequested: self._approval_requested,
+            ApprovalDecided: self._approval_decided,
+            TrajectoryStateRecorded: self._state,
+            Compacted: self._compacted,
+            Retry: self._retry,
+            LoopDetected: self._loop_detected,
+            ToolCallParseIssue: self._parse_issue,
+            FinalAnswer: self._final_answer,
+            TurnError: self._turn_error,
+        }
+
+    async def start(self) -> None:
+        """Load the steps a previous run of this trace stored, so its events land on them."""
+        stored = await self.db(services.step_keys, trace_id=self.trace.pk)
+        self.keys = {key: seq for key, (seq, _) in stored.items()}
+        self.values = {seq: values for seq, values in stored.values()}
+        self.last_seq = max(self.keys.values(), default=0)
+
+    async def emit(self, event: Event) -> None:
+        if self.lost:
+            return
+        handler = self.handlers.get(type(event))
+        if handler is not None:
+            await handler(event)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _seq(self, key: str) -> int:
+        seq = self.keys.get(key)
+        if seq is None:
+            self.last_seq += 1
+            seq = self.keys[key] = self.last_seq
+        return seq
+
+    def _offset_ms(self, now: datetime) -> int:
+        started = self.trace.started_at
+        return max(int((now - started).total_seconds() * 1000), 0) if started else 0
+
+    async def _write(self, key: str, updates: dict[str, Any],
+                     payloads: dict[str, tuple[str, str]] | None = None) -> int:
+        seq = self._seq(key)
+        previous = self.values.get(seq, {})
+        values = {**previous, **updates,
+                  "meta": {**previous.get("meta", {}), **updates.get("meta", {}), "key": key}}
+        self.values[seq] = values
+        if self.lost:
+            return seq
+        now = timezone.now()
+        try:
+            step = await self.db(services.step_record, trace_id=self.trace.pk,
+                                 attempt=self.attempt, seq=seq, values=values,
+                                 payloads=payloads, started_at=now,
+                                 offset_ms=self._offset_ms(now))
+        except services.TraceNotOwned:
+            self.lose()
+            return seq
+        if step is not None:
+            self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
+            step.trace = self.trace
+            await self.announce(live.step_announcement, step)
+        return seq
+
+    def lose(self) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        logger.warning("trace %s was taken from attempt %s; its events are dropped",
+                       self.trace.pk, self.attempt)
+        if self.on_lost is not None:
+            self.on_lost()
+
+    # -- model requests ---------------------------------------------------------------------------
+    async def _llm_started(self, event: LlmRequestStarted) -> None:
+        iteration = event.iteration
+        if iteration not in self.llm_open:  # not a replay of the request that is running
+            self.llm_count[iteration] = self.llm_count.get(iteration, 0) + 1
+        key = f"llm:{iteration}:{self.llm_count.get(iteration, 1)}"
+        seq = await self._write(key, {
+            "kind": Kind.LLM_REQUEST, "name": event.model[:200], "iteration": iteration,
+            "status": StepStatus.RUNNING, "success": None, "provider": event.provider[:100],
+            "model": event.model[:200],
+            "meta": {"tools_available": list(event.tools_available),
+                     "messages_count": event.messages_count},
+        }, {"request": payload_json(event.request)})
+        self.llm_open[iteration] = self.llm_last[iteration] = seq
+
+    async def _llm_finished(self, event: LlmRequestFinished) -> None:
+        await self.flush()
+        iteration = event.iteration
+        count = self.llm_count.setdefault(iteration, 1)
+        self.llm_open.pop(iteration, None)
+        usage = event.usage
+        cost, unpriced = step_cost(provider_kind=self.trace.provider_kind, model=event.model,
+                                   usage=usage)
+        meta: dict[str, Any] = {
+            "first_token_ms": _ms(event.first_token_ms),
+            "stop_reason": event.stop_reason,
+            "tool_calls": [str(c.get("name", "")) for c in event.tool_calls],
+        }
+        if unpriced:
+            meta["unpriced"] = True
+        updates: dict[str, Any] = {
+            "kind": Kind.LLM_REQUEST, "iteration": iteration, "model": event.model[:200],
+            "provider": event.provider[:100],
+            "status": StepStatus.OK if event.success else StepStatus.ERROR,
+            "success": event.success, "duration_ms": _ms(event.latency_ms),
+            "error": scrub_credentials(event.error or ""), "cost_usd": cost, "meta": meta,
+            **usage.to_dict(),
+        }
+        payloads = {"response": payload_json(event.response)} if event.response else None
+        self.llm_last[iteration] = await self._write(f"llm:{iteration}:{count}", updates, payloads)
+
+    async def _parse_issue(self, event: ToolCallParseIssue) -> None:
+        seq = self.llm_last.get(event.iteration)
+        key = next((k for k, s in self.keys.items() if s == seq), None)
+        if key is None:
+            return
+        await self._write(key, {"meta": {"parse_issue": event.issue,
+                                         "parse_excerpt": event.excerpt}})
+
+    # -- tools and approvals ----------------------------------------------------------------------
+    async def _tool_started(self, event: ToolStarted) -> None:
+        seq = await self._write(f"tool:{event.iteration}:{event.call_id}", {
+            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
+            "status": StepStatus.RUNNING, "success": None, "call_id": event.call_id[:200],
+        }, {"arguments": payload_json(event.arguments)})
+        self.tool_last[(event.iteration, event.name)] = seq
+
+    async def _tool_finished(self, event: ToolFinished) -> None:
+        key = f"tool:{event.iteration}:{event.call_id}"
+        fresh = key not in self.keys
+        payloads = {"output": payload_text(event.output)}
+        if fresh:
+            payloads["arguments"] = payload_json(event.arguments)
+        seq = await self._write(key, {
+            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
+            "call_id": event.call_id[:200],
+            "status": StepStatus.OK if event.success else StepStatus.ERROR,
+            "success": event.success, "duration_ms": _ms(event.duration_ms),
+            "error": scrub_credentials(event.error or ""),
+            "meta": {"output_preview": scrub_credentials(event.output_preview),
+                     "output_chars": len(event.output)},
+        }, payloads)
+        self.tool_last[(event.iteration, event.name)] = seq
+
+    async def _approval_requested(self, event: ApprovalRequested) -> None:
+        await self._write(f"approval:{event.iteration}:{event.call_id}", {
+            "kind": Kind.APPROVAL, "name": event.name, "iteration": event.iteration,
+            "status": StepStatus.WAITING, "success": None, "call_id": event.call_id[:200],
+            "meta": {"timeout_s": event.timeout_s},
+        }, {"arguments": payload_json(event.arguments)})
+
+    async def _approval_decided(self, event: ApprovalDecided) -> None:
+        meta: dict[str, Any] = {"reason": event.reason}
+        decided_by = self.decided_by(event.call_id)
+        if decided_by:
+            meta["decided_by"] = decided_by
+        await self._write(f"approval:{event.iteration}:{event.call_id}", {
+            "kind": Kind.APPROVAL, "name": event.name, "iteration": event.iteration,
+            "call_id": event.call_id[:200],
+            "status": StepStatus.OK if event.approved else StepStatus.ERROR,
+            "success": event.approved, "duration_ms": _ms(event.waited_ms),
+            "error": "" if event.approved else APPROVAL_ERRORS.get(event.reason, event.reason),
+            "meta": meta,
+        })
+
+    async def _loop_detected(self, event: LoopDetected) -> None:
+        # Noted on the tool call it concerns; a "break" also ends the turn, which the runtime
+        # reports as a TurnError (an error step).
+        seq = self.tool_last.get((event.iteration, event.tool))
+        key = next((k for k, s in self.keys.items() if s == seq), None) if seq else None
+        if key is not None:
+            await self._write(key, {"meta": {"loop_detection": {"level": event.level,
+                                                                "message": event.message}}})
+
+    # -- everything else ----------------------------------------------------------------------------
+    async def _state(self, event: TrajectoryStateRecorded) -> None:
+        if self.lost:
+            return
+        try:
+            state = await self.db(services.state_record, trace_id=self.trace.pk,
+                                  attempt=self.attempt, iteration=event.iteration,
+                                  fields=json.loads(json.dumps(event.state, default=str)),
+                                  changed=list(event.changed))
+        except services.TraceNotOwned:
+            self.lose()
+            return
+        if state is not None:
+            self.trace.event_seq = max(self.trace.event_seq, state.event_seq)
+            state.trace = self.trace
+            await self.announce(live.state_announcement, state)
+
+    async def _compacted(self, event: Compacted) -> None:
+        requests = sum(self.llm_count.values())
+        await self._write(f"compaction:{requests}:{event.reason}", {
+            "kind": Kind.COMPACTION, "name": event.reason, "status": StepStatus.OK,
+            "success": True, "iteration": max(self.llm_count, default=0),
+            "meta": {"reason": event.reason,
+                     "removed_message_count": event.removed_message_count},
+        }, {"output": payload_text(event.summary)} if event.summary else None)
+
+    async def _retry(self, event: Retry) -> None:
+        request = max(self.llm_last.values(), default=0)
+        await self._write(f"retry:{request}:{event.provider}:{event.model}:{event.attempt}", {
+            "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
+            "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
+            "model": event.model[:200], "error": scrub_credentials(event.error),
+            "iteration": max(self.llm_count, default=0),
+            "meta": {"attempt": event.attempt, "backoff_ms": event.backoff_ms,
+                     "failover": event.failover, "next_provider": event.next_provider,
+                     "next_model": event.next_model},
+        })
+
+    async def _final_answer(self, event: FinalAnswer) -> None:
+        self.final_text = event.text
+
+    async def _turn_error(self, event: TurnError) -> None:
+        await self.flush()
+        name = "timed_out" if self.stop_cause == "time_limit" else event.error_kind
+        await self._write(f"error:{event.error_kind}", {
+            "kind": Kind.ERROR, "name": name[:200], "iteration": event.iteration,
+            "status": StepStatus.ERROR, "success": False,
+            "error": scrub_credentials(event.message), "meta": {"error_kind": event.error_kind},
+        })
+
+    async def record_error(self, *, message: str, error_kind: str) -> None:
+        """An error step for a failure outside the loop (setup, an internal error)."""
+        await self._turn_error(TurnError(message=message, error_kind=error_kind))
+
+    # -- text deltas --------------------------------------------------------------------------------
+    async def _text_delta(self, event: TextDelta) -> None:
+        seq = self.llm_open.get(event.iteration)
+        if seq is None or not event.text:
+            return
+        deltas = self.deltas
+        if deltas.step != seq:
+            await self.flush()
+            deltas.step, deltas.index, deltas.last_sent = seq, 0, -math.inf
+        deltas.parts.append(event.text)
+        wait = DELTA_FRAME_S - (time.monotonic() - deltas.last_sent)
+        if wait <= 0:
+            await self._send_frame()
+        elif deltas.timer is None:
+            deltas.timer = asyncio.get_running_loop().call_later(wait, self._frame_due)
+
+    def _frame_due(self) -> None:
+        self.deltas.timer = None
+        task = asyncio.ensure_future(self._send_frame())
+        self.deltas.pending.add(task)
+        task.add_done_callback(self.deltas.pending.discard)
+
+    async def _send_frame(self) -> None:
+        deltas = self.deltas
+        async with deltas.lock:
+            if deltas.timer is not None:
+                deltas.timer.cancel()
+                deltas.timer = None
+            if not deltas.parts or deltas.step is None or self.lost:
+                deltas.parts.clear()
+                return
+            text = "".join(deltas.parts)
+            deltas.parts.clear()
+            index = deltas.index
+            deltas.index += 1
+            deltas.last_sent = time.monotonic()
+            step = deltas.step
+        await announce_delta(self.trace, step=step, index=index, text=text)
+
+    async def flush(self) -> None:
+        """Send what the delta buffer holds (before the step it belongs to is finished)."""
+        await self._send_frame()
+        if self.deltas.pending:
+            await asyncio.gather(*list(self.deltas.pending), return_exceptions=True)
+
+    # -- the end ------------------------------------------------------------------------------------
+    async def announce(self, prepare: Callable[[Any], live.Announcement], obj: Any) -> None:
+        """Render an announcement on the database thread (templates may read related rows),
+        then send it. A failure (a template error, a full channel) never stops a turn."""
+        try:
+            groups, payload = await self.db(prepare, obj)
+            await live.publish(groups, payload)
+        except Exception:  # noqa: BLE001 - the database has the truth; clients re-sync from it
+            logger.warning("could not announce %s", getattr(prepare, "__name__", prepare),
+                           exc_info=True)
+
+    async def finish(self, outcome: services.TurnOutcome) -> services.ClosedTurn | None:
+        """Close the trace with ``outcome`` and announce its messages and final state."""
+        await self.flush()
+        if self.lost:
+            return None
+        closed = await self.db(services.trace_close, trace_id=self.trace.pk,
+                               attempt=self.attempt, outcome=outcome)
+        if closed is None:
+            self.lose()
+            return None
+        self.trace = closed.trace
+        for message in closed.messages:
+            if message.role == "assistant" and message.text.strip():
+                await self.announce(live.message_announcement, message)
+        await self.announce(live.trace_announcement, closed.trace)
+        return closed
+
+
+async def announce_delta(trace: Trace, *, step: int, index: int, text: str) -> None:
+    try:
+        await live.text_delta(trace, step=step, index=index, text=text)
+    except Exception:  # noqa: BLE001 - the database has the truth; clients re-sync from it
+        logger.warning("could not announce a text delta", exc_info=True)

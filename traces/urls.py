@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.trace_list, name="traces"),
+    path("<uuid:trace_uuid>/", views.trace_detail, name="trace_detail"),
+    path("<uuid:trace_uuid>/steps/", views.trace_steps_chunk, name="trace_steps_chunk"),
+    path("<uuid:trace_uuid>/changes/", views.trace_changes, name="trace_changes"),
+    path("<uuid:trace_uuid>/states/", views.trace_states_chunk, name="trace_states_chunk"),
+    path("<uuid:trace_uuid>/steps/<int:seq>/", views.step_detail, name="step_detail"),
+    path("<uuid:trace_uuid>/steps/<int:seq>/payloads/<str:kind>/", views.step_payload_download, name="step_payload_download"),
+    path("<uuid:trace_uuid>/export.json", views.trace_export, name="trace_export"),
+    path("<uuid:trace_uuid>/cancel/", views.trace_cancel, name="trace_cancel"),
+    path("<uuid:trace_uuid>/approvals/<str:call_id>/", views.approval_decision, name="approval_decision"),
+]

@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from django.contrib import messages as flash
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.services import approval_decide, turn_cancel
+from agentsite.access import get_for_team_or_404, team_required
+from agentsite.models import Membership
+
+from . import live, selectors
+from .models import Step, StepPayload, Trace
+from .presentation import decorate_states, decorate_steps, timeline_scale
+
+LIST_PAGE_SIZE = 25
+
+
+def _trace(request: HttpRequest, trace_uuid) -> Trace:
+    return get_for_team_or_404(
+        Trace.objects.select_related("agent", "conversation", "user", "user_message"), request.team, uuid=trace_uuid
+    )
+
+
+@team_required()
+@require_GET
+def trace_list(request: HttpRequest) -> HttpResponse:
+    filters, errors = selectors.TraceFilters.from_query(request.GET)
+    paginator = Paginator(selectors.trace_list(team=request.team, filters=filters), LIST_PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "page": page,
+        "traces": page.object_list,
+        "filters": filters,
+        "errors": errors,
+        "choices": selectors.trace_filter_choices(team=request.team),
+        "query": query.urlencode(),
+    }
+    template = "traces/trace_list.html#results" if request.htmx and request.htmx.target == "results" else "traces/trace_list.html"
+    return render(request, template, context)
+
+
+@team_required()
+@require_GET
+def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
+    trace = _trace(request, trace_uuid)
+    steps = selectors.trace_steps(trace)
+    decorate_steps(steps, scale=timeline_scale(trace))
+    states, earlier = selectors.trace_states(trace)
+    context = {
+        "trace": trace,
+        "steps": steps,
+        "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
+        "states": decorate_states(states, trace=trace),
+        "states_before": states[0].iteration if earlier else None,
+    }
+    return render(request, "traces/trace_detail.html", context)
+
+
+@team_required()
+@require_GET
+def trace_states_chunk(request: HttpRequest, trace_uuid) -> HttpResponse:
+    """Earlier trajectory states of a long trace."""
+    trace = _trace(request, trace_uuid)
+    try:
+        before = int(request.GET.get("before", "0"))
+    except ValueError:
+        before = 0
+    states, earlier = selectors.trace_states(trace, before=before)
+    context = {"trace": trace, "states": decorate_states(states, trace=trace),
+               "states_before": states[0].iteration if earlier else None}
+    return render(request, "traces/trace_detail.html#state-chunk", context)
+
+
+@team_required()
+@require_GET
+def trace_steps_chunk(request: HttpRequest, trace_uuid) -> HttpResponse:
+    """The next chunk of a long timeline (loaded as the reader scrolls)."""
+    trace = _trace(request, trace_uuid)
+    try:
+        after = max(int(request.GET.get("after", "0")), 0)
+    except ValueError:
+        after = 0
+    steps = selectors.trace_steps(trace, after_seq=after)
+    decorate_steps(steps, scale=timeline_scale(trace))
+    context = {"trace": trace, "steps": steps, "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None}
+    return render(request, "traces/trace_detail.html#step-chunk", context)
+
+
+@team_required()
+@require_GET
+def trace_changes(request: HttpRequest, trace_uuid) -> JsonResponse:
+    """Everything after event ``since``, as the same fragments the live events carry."""
+    trace = _trace(request, trace_uuid)
+    try:
+        since = max(int(request.GET.get("since", "0")), 0)
+    except ValueError:
+        since = 0
+    steps, states = selectors.trace_changes(trace, since=since)
+    if steps is None:
+        # Too much to patch in place: the page reloads from the database instead.
+        return JsonResponse({"seq": trace.event_seq, "status": trace.status, "reload": True, "events": []})
+    decorate_steps(steps, scale=timeline_scale(trace))
+    events = [live.trace_payload(trace)]
+    events += [live.step_payload(step) for step in steps]
+    events += [live.state_payload(state) for state in decorate_states(states, trace=trace)]
+    return JsonResponse({"seq": trace.event_seq, "status": trace.status, "events": events})
+
+
+def _step(request: HttpRequest, trace_uuid, seq: int) -> Step:
+    trace = _trace(request, trace_uuid)
+    step = get_for_team_or_404(Step.objects.all(), request.team, field="trace__team", trace=trace, seq=seq)
+    step.trace = trace
+    return step
+
+
+@team_required()
+@require_GET
+def step_detail(request: HttpRequest, trace_uuid, seq: int) -> HttpResponse:
+    """An opened step: its facts and payloads (large ones shown in part, with a download)."""
+    step = _step(request, trace_uuid, seq)
+    decorate_steps([step], scale=1.0)
+    payloads = []
+    for payload in selectors.step_payloads(step):
+        text = _pretty(payload)
+        payloads.append(
+            {
+                "kind": payload.kind,
+                "label": payload.get_kind_display(),
+                "size": payload.size or len(payload.content),
+                "text": text[: selectors.PAYLOAD_PREVIEW_CHARS],
+                "truncated": len(text) > selectors.PAYLOAD_PREVIEW_CHARS,
+            }
+        )
+    return render(request, "traces/trace_detail.html#step-detail", {"step": step, "trace": step.trace, "payloads": payloads})
+
+
+def _pretty(payload: StepPayload) -> str:
+    if payload.content_type == "application/json":
+        try:
+            return json.dumps(json.loads(payload.content), indent=2, ensure_ascii=False)
+        except ValueError:
+            return payload.content
+    return payload.content
+
+
+@team_required()
+@require_GET
+def step_payload_download(request: HttpRequest, trace_uuid, seq: int, kind: str) -> HttpResponse:
+    step = _step(request, trace_uuid, seq)
+    payload = get_for_team_or_404(StepPayload.objects.all(), request.team, field="step__trace__team", step=step, kind=kind)
+    is_json = payload.content_type == "application/json"
+    response = HttpResponse(_pretty(payload), content_type="application/json" if is_json else "text/plain; charset=utf-8")
+    name = f"trace-{step.trace.uuid.hex[:8]}-step-{step.seq}-{payload.kind}.{'json' if is_json else 'txt'}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@team_required()
+@require_GET
+def trace_export(request: HttpRequest, trace_uuid) -> StreamingHttpResponse:
+    """The whole trace as JSON: skeleton, states and every payload, streamed step by step."""
+    trace = _trace(request, trace_uuid)
+    response = StreamingHttpResponse(_export_chunks(trace), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="trace-{trace.uuid}.json"'
+    return response
+
+
+def _export_chunks(trace: Trace) -> Iterator[str]:
+    from .export import step_record, trace_record
+
+    head = json.dumps(trace_record(trace), ensure_ascii=False)
+    yield head[:-1] + ', "steps": ['
+    first = True
+    queryset = trace.steps.order_by("seq").prefetch_related("payloads")
+    for step in queryset.iterator(chunk_size=500):
+        yield ("" if first else ",") + json.dumps(step_record(step), ensure_ascii=False)
+        first = False
+    states = [
+        {"iteration": s.iteration, "fields": s.fields, "changed": s.changed} for s in trace.trajectory_states.order_by("iteration")
+    ]
+    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"
+
+
+def _back(request: HttpRequest, trace: Trace) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect("trace_detail", trace_uuid=trace.uuid)
+
+
+@team_required(Membership.Role.MEMBER, action="stop turns")
+@require_POST
+def trace_cancel(request: HttpRequest, trace_uuid) -> HttpResponse:
+    """Stop a turn. The page learns the outcome from the live events (or on reload)."""
+    trace = turn_cancel(trace=_trace(request, trace_uuid), user=request.user)
+    if request.htmx:
+        return HttpResponse(status=204)
+    flash.info(request, "Stopping the turn." if trace.is_active else f"The turn is {trace.get_status_display().lower()}.")
+    return _back(request, trace)
+
+
+@team_required(Membership.Role.MEMBER, action="approve tool calls")
+@require_POST
+def approval_decision(request: HttpRequest, trace_uuid, call_id: str) -> HttpResponse:
+    trace = _trace(request, trace_uuid)
+    approved = request.POST.get("approved") in {"1", "true", "yes"}
+    try:
+        approval_decide(trace=trace, call_id=call_id, approved=approved, user=request.user)
+    except ValidationError as exc:
+        if request.htmx:
+            return HttpResponse(" ".join(exc.messages), status=409)
+        flash.error(request, " ".join(exc.messages))
+        return _back(request, trace)
+    if request.htmx:
+        return HttpResponse(status=204)
+    return _back(request, trace)
