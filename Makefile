@@ -37,8 +37,13 @@ lint: $(VENV)/.installed-dev
 format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff format .
 
-bench: $(VENV)/.installed-dev
-	$(PY) -m bench
+$(VENV)/.installed-bench: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	@touch $(VENV)/.installed $(VENV)/.installed-dev $@
+
+# The benchmarks (LangGraph, for comparison, comes with the bench extra).
+bench: $(VENV)/.installed-bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 # Re-fetch the vendored front-end assets from the npm registry (versions in static/vendor/package.json).
 vendor:

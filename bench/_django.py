@@ -1,0 +1,26 @@
+"""Run a benchmark against a scratch database: a throwaway SQLite file unless DATABASE_URL is set
+(then that database is used as it is — point it at a scratch database)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+
+def setup_django(*, migrate: bool = True) -> str:
+    """Configure Django on a scratch var/ directory; returns that directory."""
+    scratch = tempfile.mkdtemp(prefix="agentsite-bench-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    os.environ.setdefault("AGENTSITE_VAR_DIR", scratch)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+    os.environ.setdefault("CHANNEL_LAYER_IN_MEMORY", "1")
+    import django
+
+    django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        call_command("migrate", interactive=False, verbosity=0)
+    return os.environ["AGENTSITE_VAR_DIR"]

@@ -1,0 +1,90 @@
+"""Inspector cost on big traces: server time and bytes of the trace page for generated traces of
+1,000 and 10,000 steps, the trace's JSON re-sync skeleton, and one step's payload fetch.
+
+    python -m bench.inspector            # print the table
+    python -m bench.inspector --check    # and exit 1 if a target is missed
+
+Server time is measured through Django's full request stack (middleware, auth, session, view,
+template) with the test client, so no network is included. Target: the 10,000-step trace's page
+in <= 200 ms of server time and <= 2 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from bench._django import setup_django
+
+SIZES = (1_000, 10_000)
+RUNS = 15
+PAGE_MS_LIMIT = 200.0
+PAGE_BYTES_LIMIT = 2 * 1024 * 1024
+
+
+def _measure(client, url: str, runs: int = RUNS) -> tuple[float, float, int]:
+    times = []
+    size = 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        response = client.get(url)
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+        size = len(body)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9) - 1], size
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    setup_django()
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+    from django.urls import reverse
+
+    from agents.models import Agent, Conversation, Provider
+    from agentsite.models import Membership, Team
+    from traces.sample import make_sample_trace
+
+    setup_test_environment()
+    team = Team.objects.create(name="Bench")
+    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
+    Membership.objects.create(team=team, user=user, role="owner")
+    provider = Provider.objects.create(team=team, name="Demo", kind="demo")
+    agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
+    conversation = Conversation.objects.create(team=team, agent=agent, created_by=user)
+    client = Client()
+    client.force_login(user)
+
+    print(f"{'steps':>7}  {'what':<22} {'p50 ms':>8} {'p90 ms':>8} {'bytes':>10}")
+    ok = True
+    for steps in SIZES:
+        started = time.perf_counter()
+        trace = make_sample_trace(conversation=conversation, user=user, steps=steps)
+        build_s = time.perf_counter() - started
+        rows = [
+            ("page", reverse("trace_detail", args=[trace.uuid])),
+            ("re-sync, last 50 events", reverse("trace_changes", args=[trace.uuid]) + f"?since={trace.event_seq - 50}"),
+            ("next chunk of steps", reverse("trace_steps_chunk", args=[trace.uuid]) + "?after=200"),
+            ("one step opened", reverse("step_detail", args=[trace.uuid, steps // 2])),
+        ]
+        for what, url in rows:
+            p50, p90, size = _measure(client, url, runs=5 if what.startswith("re-sync") else RUNS)
+            print(f"{steps:>7}  {what:<22} {p50:>8.1f} {p90:>8.1f} {size:>10,}")
+            if steps == 10_000 and what == "page" and (p50 > PAGE_MS_LIMIT or size > PAGE_BYTES_LIMIT):
+                ok = False
+        print(f"{'':>7}  (generated in {build_s:.1f} s)")
+    verdict = "met" if ok else "MISSED"
+    print(f"\ntarget: 10,000-step page <= {PAGE_MS_LIMIT:.0f} ms server time and <= {PAGE_BYTES_LIMIT // 1024 // 1024} MB: {verdict}")
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
