@@ -4,11 +4,12 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from .admin_site import TeamScopedAdmin
-from .models import Invitation, Membership, Team
+from .audit import AuditedAdmin
+from .models import AuditEvent, Invitation, Membership, Team
 
 
 @admin.register(Team)
-class TeamAdmin(TeamScopedAdmin):
+class TeamAdmin(AuditedAdmin, TeamScopedAdmin):
     team_field = ""
     list_display = ("name", "uuid", "created_at")
     search_fields = ("name",)
@@ -52,4 +53,32 @@ class InvitationAdmin(TeamScopedAdmin):
         return False  # links are made on the Members page, which shows the token once
 
     def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(TeamScopedAdmin):
+    """The audit trail: readable by a team's admins, editable by nobody."""
+
+    list_display = ("created_at", "actor_name", "action", "object_type", "object_repr", "team")
+    list_filter = ("action", "object_type")
+    list_select_related = ("team",)
+    search_fields = ("object_repr", "actor_name", "object_type")
+    readonly_fields = ("team", "actor", "actor_name", "action", "object_type", "object_id", "object_repr",
+                       "before", "after", "changes", "created_at")
+    fields = readonly_fields
+    date_hierarchy = "created_at"
+
+    @admin.display(description="What changed")
+    def changes(self, obj: AuditEvent) -> str:
+        rows = [f"{k}: {b!r} → {a!r}" for k, (b, a) in obj.changes.items()]
+        return "\n".join(rows) or "—"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False

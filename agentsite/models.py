@@ -150,3 +150,38 @@ class Invitation(models.Model):
     @property
     def is_usable(self) -> bool:
         return self.state == "pending"
+
+
+class AuditEvent(models.Model):
+    """Who changed what in a team's configuration, when, and how (before/after). Append-only:
+    the app offers no way to edit or delete a row. Secret values are never stored, only whether
+    they were set or changed."""
+
+    class Action(models.TextChoices):
+        CREATE = "create", "Created"
+        UPDATE = "update", "Changed"
+        DELETE = "delete", "Deleted"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    actor_name = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=8, choices=Action.choices)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="audit_team_created")]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'someone'} {self.get_action_display().lower()} {self.object_type} {self.object_repr}"
+
+    @property
+    def changes(self) -> dict[str, tuple]:
+        """Field -> (before, after) for the fields that differ."""
+        before, after = self.before or {}, self.after or {}
+        return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}

@@ -17,7 +17,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .models import Invitation, Membership, Team
+from .audit import audit_record, snapshot
+from .models import AuditEvent, Invitation, Membership, Team
 
 logger = logging.getLogger(__name__)
 Role = Membership.Role
@@ -93,8 +94,10 @@ def membership_change_role(*, actor: Membership, membership: Membership, role: s
     membership.refresh_from_db()
     if membership.role == Role.OWNER and role != Role.OWNER and _owner_count(membership.team) <= 1:
         raise TeamActionError("A team needs at least one owner. Make someone else an owner first.")
+    before = snapshot(membership)
     membership.role = role
     membership.save(update_fields=["role"])
+    audit_record(actor=actor.user, action=AuditEvent.Action.UPDATE, instance=membership, before=before, after=snapshot(membership))
     team_broadcast(team=membership.team, event="members.changed", data={"user": membership.user_id})
     return membership
 
@@ -108,6 +111,7 @@ def membership_remove(*, actor: Membership, membership: Membership) -> None:
         raise TeamActionError("The last owner cannot leave or be removed. Make someone else an owner first.")
     team = membership.team
     user_id = membership.user_id
+    audit_record(actor=actor.user, action=AuditEvent.Action.DELETE, instance=membership, before=snapshot(membership))
     membership.delete()
     team_broadcast(team=team, event="members.changed", data={"user": user_id})
 
@@ -174,6 +178,7 @@ def invitation_accept(*, token: str, user: AbstractBaseUser) -> Membership:
             membership = Membership.objects.create(team=invitation.team, user=user, role=invitation.role)
     except IntegrityError as exc:
         raise TeamActionError(f"You are already a member of {invitation.team.name}.") from exc
+    audit_record(actor=user, action=AuditEvent.Action.CREATE, instance=membership, after=snapshot(membership))
     team_broadcast(team=invitation.team, event="members.changed", data={"user": user.pk})
     return membership
 

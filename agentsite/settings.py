@@ -257,3 +257,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_REAPER_INTERVAL_S},
     },
 }
+
+# Fernet key(s) for secrets at rest (comma-separated; the first encrypts). Unset: derived from
+# SECRET_KEY, so changing SECRET_KEY then makes stored API keys unreadable.
+FIELD_ENCRYPTION_KEY = env.str("FIELD_ENCRYPTION_KEY", default="")

@@ -43,3 +43,23 @@ def test_team_admin_can_rename_their_team_in_the_admin(client_for, alice, team_a
 def test_nav_shows_admin_only_to_admins(client_for, alice, bob):
     assert b'href="/admin/"' in client_for(alice).get(reverse("home")).content
     assert b'href="/admin/"' not in client_for(bob).get(reverse("home")).content
+
+
+def test_team_changes_in_the_admin_and_member_changes_are_audited(client_for, alice, bob, team_a, charlie):
+    from agentsite import services
+    from agentsite.models import AuditEvent
+
+    c = client_for(alice)
+    c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A"})
+    owner = Membership.objects.get(user=alice)
+    services.membership_change_role(actor=owner, membership=Membership.objects.get(user=bob), role="admin")
+    events = list(AuditEvent.objects.filter(team=team_a).order_by("id"))
+    assert [(e.action, e.object_type) for e in events] == [("update", "agentsite.Team"), ("update", "agentsite.Membership")]
+    assert events[0].changes == {"name": ("Team A", "Renamed A")} and events[0].actor_name == "alice"
+    assert events[1].changes == {"role": ("member", "admin")}
+    # Readable by the team's admins, editable by nobody, invisible to other teams.
+    listing = c.get(reverse("admin:agentsite_auditevent_changelist"))
+    assert listing.status_code == 200 and b"Renamed A" in listing.content
+    assert c.post(reverse("admin:agentsite_auditevent_delete", args=[events[0].pk]), {"post": "yes"}).status_code == 403
+    assert AuditEvent.objects.filter(pk=events[0].pk).exists()
+    assert b"Renamed A" not in client_for(charlie).get(reverse("admin:agentsite_auditevent_changelist")).content
