@@ -14,9 +14,24 @@ from agentsite.asgi import application
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+async def _close_thread_connections():
+    """Database work of these tests runs on sync_to_async's helper thread; close its
+    connection afterwards, or PostgreSQL refuses to drop the test database."""
+    yield
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
 def session_cookie(user) -> str:
+    from django.db import connection
+
     client = Client()
     client.force_login(user)
+    # This runs on a helper thread of the async test: its connection would outlive the test
+    # and keep PostgreSQL from dropping the test database.
+    connection.close()
     return f"sessionid={client.cookies['sessionid'].value}"
 
 

@@ -11,6 +11,16 @@ from traces import live
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+async def _close_thread_connections():
+    """Database work of these tests runs on sync_to_async's helper thread; close its
+    connection afterwards, or PostgreSQL refuses to drop the test database."""
+    yield
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
 async def test_team_member_receives_trace_events(alice, sample_trace):
     cookie = await sync_to_async(session_cookie)(alice)
     ws = communicator(f"/ws/traces/{sample_trace.uuid}/", cookie=cookie)
