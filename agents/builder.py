@@ -11,14 +11,14 @@ out and reported in ``TurnSetup.warnings``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
 
-from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
 from agents.runtime.events import Retry
 from agents.runtime.loop import (
     CompactionSettings,
@@ -35,37 +35,33 @@ from agents.runtime.routing import ModelRoute as RuntimeModelRoute
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agents.runtime.routing import decide
 from agents.runtime.tools import Tool as RuntimeTool
+from agents.tools import ToolContext, loop_tool_timeout
+from agents.tools import runtime_tools as tools_runtime_tools
+from agents.tools.context import DbRunner, run_sync
+from agentsite.crypto import SecretUnreadable, decrypt
+from memory.services import MemoryOwner, memory_turn_start
 from traces.models import Trace, TrajectoryState
 from traces.recorder import step_cost
 
-from .models import Agent, Conversation, ModelRoute, Provider, RoutingRule, Tool
+from .models import Agent, Conversation, Message, ModelRoute, Provider, RoutingRule
 from .selectors import conversation_history_rows
 
 logger = logging.getLogger(__name__)
 
 OnRetry = Callable[[Retry], Awaitable[None]]
 
-# Built-in tools by the name a Tool row gives. HTTP and memory tools join this registry later.
-BUILTIN_TOOLS: dict[str, Callable[[], RuntimeTool]] = {
-    "calculator": CalculatorTool,
-    "current_time": lambda: CurrentTimeTool(default_timezone=settings.TIME_ZONE),
-}
-
-
 class TurnSetupError(Exception):
     """Configuration that cannot run; the message tells the user what to do."""
 
 
 def provider_api_key(provider: Provider) -> str:
-    """The provider's API key in clear, or "" when it has none.
-
-    Keys are stored encrypted; reading them needs the encryption of a later release, so a
-    stored key is refused here with a message instead of being sent scrambled."""
-    if not provider.api_key_encrypted:
-        return ""
-    raise TurnSetupError(
-        f"Provider “{provider.name}” has a stored API key, but this version of agentsite cannot "
-        "read stored keys yet. Ask an admin to remove the key or upgrade agentsite.")
+    """The provider's API key in clear, or "" when it has none. For the outgoing request only:
+    never render, log or trace it. A key that cannot be decrypted (the encryption key changed)
+    is a ``TurnSetupError`` that says what to do."""
+    try:
+        return decrypt(provider.api_key_encrypted)
+    except SecretUnreadable as exc:
+        raise TurnSetupError(f"Provider “{provider.name}”: {exc}") from exc
 
 
 def runtime_provider(row: Provider) -> RuntimeProvider:
@@ -91,33 +87,67 @@ class RouteChoice:
     warnings: list[str] = field(default_factory=list)
 
 
-def route_turn(*, agent: Agent, conversation: Conversation, text: str) -> RouteChoice:
-    """Which provider and model answer ``text``: a model chosen with /model for this
-    conversation wins; otherwise the team's routing rules (this agent's and team-wide) pick a
-    hint, and a model route with that hint picks the provider and model."""
-    if conversation.model_override:
-        return RouteChoice(agent.provider, conversation.model_override, {
-            "rule": None, "hint": None, "matched_keyword": None, "matched_pattern": None,
-            "reason": "The model was chosen for this conversation with /model.",
-            "provider": agent.provider.name, "model": conversation.model_override,
-        })
-    rows = list(RoutingRule.objects.filter(team_id=agent.team_id, enabled=True)
-                .filter(Q(agent__isnull=True) | Q(agent=agent)).order_by("-priority", "id"))
-    rules: list[RuntimeRoutingRule] = []
-    by_rule: dict[int, RoutingRule] = {}
+@dataclass
+class RoutingTable:
+    """What routes one agent's messages: the enabled rules that apply to it (its own and
+    team-wide) in evaluation order, each as a runtime rule beside its row, and the team's model
+    routes. Built from rows without queries, so a turn, the admin's simulator and a backtest of
+    draft rules all decide the same way."""
+
+    agent: Agent
+    entries: list[tuple[RoutingRule, RuntimeRoutingRule]]
+    route_rows: list[ModelRoute]
+    targets: list[RuntimeModelRoute]
+    warnings: list[str]
+
+    @property
+    def rules(self) -> list[RuntimeRoutingRule]:
+        return [rule for _, rule in self.entries]
+
+    def row_for(self, rule: RuntimeRoutingRule) -> RoutingRule | None:
+        return next((row for row, r in self.entries if r is rule), None)
+
+
+def routing_rule_rows_for(agent: Agent, rows: Iterable[RoutingRule]) -> list[RoutingRule]:
+    """The rows among ``rows`` that route ``agent``'s messages, in evaluation order: priority
+    highest first, ties oldest first (an unsaved row counts as the newest)."""
+    chosen = [r for r in rows if r.enabled and r.team_id == agent.team_id
+              and (r.agent_id is None or r.agent_id == agent.pk)]
+    return sorted(chosen, key=lambda r: (-r.priority, r.pk if r.pk is not None else math.inf))
+
+
+def routing_table_from_rows(*, agent: Agent, rule_rows: Iterable[RoutingRule],
+                            route_rows: Iterable[ModelRoute]) -> RoutingTable:
+    """The routing table of ``agent`` from rule and route rows (any team's or agent's rows may
+    be passed; only those that apply are used). Runs no query when the routes' providers are
+    loaded."""
+    entries: list[tuple[RoutingRule, RuntimeRoutingRule]] = []
     warnings: list[str] = []
-    for row in rows:
+    for row in routing_rule_rows_for(agent, rule_rows):
         rule = RuntimeRoutingRule.lenient(
             hint=row.hint, keywords=_strings(row.keywords), patterns=_strings(row.patterns),
             priority=row.priority, min_length=row.min_length, max_length=row.max_length)
         if rule.skipped_patterns:
             warnings.append(f"Routing rule “{row.hint}” has patterns that cannot be used and were "
                             f"skipped: {', '.join(rule.skipped_patterns)}")
-        rules.append(rule)
-        by_rule[id(rule)] = row
-    route_rows = list(ModelRoute.objects.filter(team_id=agent.team_id).select_related("provider"))
-    targets = [RuntimeModelRoute(r.hint, r.provider.name, r.model) for r in route_rows]
-    decision = decide(text, rules, targets)
+        entries.append((row, rule))
+    routes = [r for r in route_rows if r.team_id == agent.team_id]
+    targets = [RuntimeModelRoute(r.hint, r.provider.name, r.model) for r in routes]
+    return RoutingTable(agent, entries, routes, targets, warnings)
+
+
+def routing_table_for(agent: Agent) -> RoutingTable:
+    """The routing table a turn of ``agent`` uses now (two queries)."""
+    rows = (RoutingRule.objects.filter(team_id=agent.team_id, enabled=True)
+            .filter(Q(agent__isnull=True) | Q(agent=agent)).order_by("-priority", "id"))
+    route_rows = ModelRoute.objects.filter(team_id=agent.team_id).select_related("provider")
+    return routing_table_from_rows(agent=agent, rule_rows=rows, route_rows=route_rows)
+
+
+def route_choice(*, table: RoutingTable, text: str) -> RouteChoice:
+    """Which provider and model answer ``text`` under ``table`` (no query)."""
+    agent = table.agent
+    decision = decide(text, table.rules, table.targets)
     route, target = decision.route, decision.target
     provider, model = agent.provider, agent.model
     if route is None:
@@ -126,17 +156,34 @@ def route_turn(*, agent: Agent, conversation: Conversation, text: str) -> RouteC
         reason = (f"Rule “{route.hint}” matched ({route.reason}), but no model route has that "
                   "hint; the agent's own model answers.")
     else:
-        provider = route_rows[targets.index(target)].provider
+        provider = table.route_rows[table.targets.index(target)].provider
         model = target.model
         reason = f"Rule “{route.hint}” matched ({route.reason})."
-    rule_row = by_rule.get(id(route.rule)) if route is not None else None
+    rule_row = table.row_for(route.rule) if route is not None else None
     return RouteChoice(provider, model, {
         "rule": str(rule_row.uuid) if rule_row else None,
         "hint": route.hint if route else None,
         "matched_keyword": route.matched_keyword if route else None,
         "matched_pattern": route.matched_pattern if route else None,
         "reason": reason, "provider": provider.name, "model": model,
-    }, warnings)
+    }, list(table.warnings))
+
+
+def model_override_choice(*, agent: Agent, model: str) -> RouteChoice:
+    return RouteChoice(agent.provider, model, {
+        "rule": None, "hint": None, "matched_keyword": None, "matched_pattern": None,
+        "reason": "The model was chosen for this conversation with /model.",
+        "provider": agent.provider.name, "model": model,
+    })
+
+
+def route_turn(*, agent: Agent, conversation: Conversation, text: str) -> RouteChoice:
+    """Which provider and model answer ``text``: a model chosen with /model for this
+    conversation wins; otherwise the team's routing rules (this agent's and team-wide) pick a
+    hint, and a model route with that hint picks the provider and model."""
+    if conversation.model_override:
+        return model_override_choice(agent=agent, model=conversation.model_override)
+    return route_choice(table=routing_table_for(agent), text=text)
 
 
 def _strings(value: Any) -> list[str]:
@@ -144,20 +191,33 @@ def _strings(value: Any) -> list[str]:
 
 
 # -- tools, fallbacks, config -------------------------------------------------------------------
-def runtime_tools(agent: Agent) -> tuple[list[RuntimeTool], list[str]]:
-    """The agent's enabled tools as runtime tools, and a warning for each one left out."""
-    tools: list[RuntimeTool] = []
-    warnings: list[str] = []
-    for row in agent.tools.filter(team_id=agent.team_id, enabled=True).order_by("name"):
-        factory = BUILTIN_TOOLS.get(row.name) if row.kind == Tool.Kind.BUILTIN else None
-        if factory is None:
-            warnings.append(f"Tool “{row.name}” ({row.get_kind_display()}) is not available in "
-                            "this version and was left out of the turn.")
-            continue
-        tool = factory()
-        tool.requires_approval = row.requires_approval
-        tools.append(tool)
-    return tools, warnings
+def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[RuntimeTool], list[str]]:
+    """The agent's enabled tools as runtime tools bound to ``context`` (built-ins from the
+    registry in ``agents.tools``, HTTP tools from their rows), and a warning for each one left
+    out."""
+    return tools_runtime_tools(agent, context=context)
+
+
+def turn_tool_context(*, agent: Agent, trace: Trace, db: DbRunner | None) -> ToolContext:
+    """What the turn's tools are bound to: its team, agent, user and conversation."""
+    return ToolContext(
+        team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
+        conversation_id=trace.conversation_id, trace_id=trace.pk, timezone=settings.TIME_ZONE,
+        memory_recall_limit=agent.memory_recall_limit,
+        memory_min_relevance=agent.memory_min_relevance, db=db or run_sync)
+
+
+def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
+    """Memory at the turn's start: the recalled ``[Memory context]`` block for the message (the
+    agent's, the user's and the conversation's entries), after which the message is auto-saved
+    when the agent does that (``memory.services.memory_turn_start``)."""
+    owner = MemoryOwner(team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
+                        conversation_id=trace.conversation_id)
+    return memory_turn_start(
+        owner=owner, text=message.text, recall_limit=agent.memory_recall_limit,
+        min_relevance=agent.memory_min_relevance, auto_save=agent.memory_auto_save,
+        sender=str(trace.user_id or "anonymous"), message_id=message.uuid.hex[:12],
+        trace_id=trace.pk)
 
 
 def reliable_provider(*, agent: Agent, primary: Provider,
@@ -259,6 +319,8 @@ class TurnSetup:
     provider_kind: str
     model: str
     warnings: list[str]
+    # The configuration version the turn runs with (it may have changed since the message).
+    agent_version: int | None = None
 
 
 def previous_trajectory_state(*, trace: Trace) -> dict[str, Any] | None:
@@ -270,7 +332,10 @@ def previous_trajectory_state(*, trace: Trace) -> dict[str, Any] | None:
     return dict(state.fields) if state is not None else None
 
 
-def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None) -> TurnSetup:
+def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
+                     db: DbRunner | None = None) -> TurnSetup:
+    """``db`` runs the tools' database work from the turn's event loop (the worker passes its
+    turn's database thread)."""
     agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
              if trace.agent_id else None)
     if agent is None:
@@ -284,7 +349,8 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None) -> TurnSe
     choice = route_turn(agent=agent, conversation=conversation, text=user_text)
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
-    tools, tool_warnings = runtime_tools(agent)
+    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace,
+                                                                          db=db))
     routing = {**choice.routing, "fallbacks": fallbacks}
     hooks = None
     if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None:
@@ -294,10 +360,12 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None) -> TurnSe
         hooks = BudgetHooks(max_tokens=agent.max_tokens_per_turn, max_cost=agent.max_cost_per_turn,
                             provider_kind=choice.provider.kind, model=choice.model)
     config = turn_config(agent, choice.model)
+    config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
+    config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     if agent.trajectory_states:
         config.previous_trajectory_state = previous_trajectory_state(trace=trace)
     return TurnSetup(
         provider=provider, config=config, tools=tools,
         history=turn_history(trace=trace, agent=agent), user_text=user_text, hooks=hooks,
         routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
-        model=choice.model, warnings=[*choice.warnings, *fallback_warnings, *tool_warnings])
+        model=choice.model, warnings=[*choice.warnings, *fallback_warnings, *tool_warnings], agent_version=agent.version)

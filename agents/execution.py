@@ -173,7 +173,8 @@ class TurnRun:
         await self.recorder.announce(live.trace_announcement, self.trace)
         try:
             await self.recorder.start()
-            setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit)
+            setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit,
+                                  db=self.db)
         except TurnSetupError as exc:
             return await self._fail(str(exc), "config")
         except Exception:
@@ -183,7 +184,7 @@ class TurnRun:
             trace = await self.db(trace_configure, trace_id=self.trace.pk, attempt=self.attempt,
                                   routing=setup.routing, provider_name=setup.provider_name,
                                   provider_kind=setup.provider_kind, model=setup.model,
-                                  warnings=setup.warnings)
+                                  warnings=setup.warnings, agent_version=setup.agent_version)
         except TraceNotOwned:
             await _aclose(setup.provider)
             return "lost"

@@ -1,5 +1,7 @@
 """Actions on conversations and turns: start a conversation, send a message (start a turn),
-stop a turn, decide on a tool call that waits for approval.
+stop a turn, decide on a tool call that waits for approval. And the configuration actions the
+admin calls: save a provider (its key encrypted), test its connection, save an agent keeping a
+version of every change, compare and revert versions.
 
 Who may act is checked here (a team member who can chat); views resolve the objects through
 the team-scoped access helpers first, so another team's object is a 404 before this runs.
@@ -7,15 +9,31 @@ the team-scoped access helpers first, so another team's object is a 404 before t
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import difflib
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+import httpx
+from asgiref.sync import async_to_sync
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
 from django.utils import timezone
 
 from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.providers import ChatRequest, ErrorKind, ProviderError
 from agentsite.access import membership_for
-from agentsite.models import Membership, Team
+from agentsite.audit import audit_record
+from agentsite.audit import snapshot as audit_snapshot
+from agentsite.crypto import SecretUnreadable, decrypt, encrypt
+from agentsite.models import AuditEvent, Membership, Team
 from traces import live
 from traces.models import Trace
 from traces.services import (
@@ -26,7 +44,8 @@ from traces.services import (
     trace_request_cancel,
 )
 
-from .models import Agent, Conversation, Message
+from .builder import TurnSetupError, runtime_provider
+from .models import Agent, AgentVersion, Conversation, Message, Provider, Tool
 from .selectors import approval_waiting, conversation_active_traces
 from .turn_signals import approval_signal_send
 
@@ -118,3 +137,451 @@ def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) ->
                                 decided_by=user.get_username()):
         raise ValidationError("Your decision could not be delivered to the worker. Try again in "
                               "a moment.")
+
+
+# -- configuration: providers --------------------------------------------------------------------
+# The admin's "Test connection": one short chat, a few tokens, a short time limit.
+CONNECTION_TEST_PROMPT = "Reply with the single word OK."
+CONNECTION_TEST_MAX_TOKENS = 8
+CONNECTION_TEST_TIMEOUT_S = 20.0
+# The model tried when no agent of the team uses the provider yet.
+CONNECTION_TEST_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "demo": "demo"}
+
+
+class KeyChange(StrEnum):
+    """What a save did to a provider's stored API key."""
+
+    KEPT = "kept"
+    SET = "set"
+    REPLACED = "replaced"
+    CLEARED = "cleared"
+
+
+@transaction.atomic
+def provider_save(*, provider: Provider, api_key: str = "", clear_api_key: bool = False,
+                  user: Any = None) -> KeyChange:
+    """Save ``provider``. A non-empty ``api_key`` is encrypted and replaces the stored key;
+    ``clear_api_key`` removes it; otherwise the stored key is kept. The clear key is never kept
+    anywhere else (not on the instance, not in the audit trail).
+
+    Fallbacks name providers: a rename is carried into the fallbacks of the team's agents (a new
+    version and an audit row for each agent changed), so that they keep working."""
+    api_key = (api_key or "").strip()
+    if api_key and clear_api_key:
+        raise ValidationError("Either enter a new API key or remove the stored one, not both.")
+    stored = (Provider.objects.filter(pk=provider.pk).values("team_id", "name").first()
+              if provider.pk is not None else None)
+    if stored is not None and stored["team_id"] != provider.team_id:
+        raise ValidationError("A provider cannot move to another team: its agents and routes "
+                              "stay with their team. Create a new provider there instead.")
+    had_key = bool(provider.api_key_encrypted)
+    change = KeyChange.KEPT
+    if clear_api_key and had_key:
+        provider.api_key_encrypted = ""
+        change = KeyChange.CLEARED
+    elif api_key:
+        provider.api_key_encrypted = encrypt(api_key)
+        change = KeyChange.REPLACED if had_key else KeyChange.SET
+    provider.save()
+    if stored is not None and stored["name"] != provider.name:
+        _fallbacks_rename(team_id=provider.team_id, old=stored["name"], new=provider.name, user=user)
+    return change
+
+
+def _fallbacks_rename(*, team_id: int, old: str, new: str, user: Any) -> None:
+    for agent in Agent.objects.filter(team_id=team_id).select_related("team", "provider"):
+        entries = agent.fallbacks if isinstance(agent.fallbacks, list) else []
+        if not any(isinstance(e, dict) and e.get("provider") == old for e in entries):
+            continue
+        before = audit_snapshot(agent)
+        agent.fallbacks = [{**e, "provider": new} if isinstance(e, dict) and e.get("provider") == old
+                           else e for e in entries]
+        agent_save(agent=agent, user=user)
+        audit_record(actor=user, action=AuditEvent.Action.UPDATE, instance=agent, before=before,
+                     after=audit_snapshot(agent))
+
+
+@dataclass(frozen=True)
+class ConnectionCheck:
+    """The outcome of ``provider_test_connection``: ``message`` is a plain sentence for the page."""
+
+    provider: str
+    ok: bool
+    message: str
+    model: str
+    latency_ms: int | None = None
+
+
+def provider_test_model(provider: Provider) -> str:
+    """The model a connection test asks for: the one an agent of the team uses with this
+    provider, or a small model of the provider's kind."""
+    used = (Agent.objects.filter(provider=provider).exclude(model="").order_by("name")
+            .values_list("model", flat=True).first())
+    return used or CONNECTION_TEST_MODELS.get(provider.kind, "demo")
+
+
+def provider_test_connection(*, provider: Provider, model: str | None = None,
+                             transport: httpx.AsyncBaseTransport | None = None) -> ConnectionCheck:
+    """Send one tiny chat through ``provider`` as configured (decrypted key, headers, options)
+    and report the latency or what went wrong, in plain words. ``transport`` replaces the
+    network (tests pass an ``httpx.MockTransport``)."""
+    return provider_test_connections(providers=[provider], model=model, transport=transport)[0]
+
+
+def provider_test_connections(*, providers: list[Provider], model: str | None = None,
+                              transport: httpx.AsyncBaseTransport | None = None,
+                              ) -> list[ConnectionCheck]:
+    """``provider_test_connection`` for several providers at once (they run concurrently)."""
+    prepared: list[tuple[Provider, str, Any]] = []
+    for row in providers:
+        chosen = model or provider_test_model(row)
+        try:
+            prepared.append((row, chosen, _test_runtime_provider(row, transport)))
+        except TurnSetupError as exc:
+            prepared.append((row, chosen, ConnectionCheck(row.name, False, str(exc), chosen)))
+
+    async def run_all() -> list[ConnectionCheck]:
+        return list(await asyncio.gather(*(
+            _connection_check(row, chosen, runtime) for row, chosen, runtime in prepared)))
+
+    return async_to_sync(run_all)()
+
+
+def _test_runtime_provider(row: Provider, transport: httpx.AsyncBaseTransport | None) -> Any:
+    # Built by the same code as a turn's provider, from a copy of the row (never saved) with a
+    # short timeout and, when given, a client on the injected transport. Kinds without HTTP
+    # (the demo model) do not take a client; build_provider leaves it out for them.
+    probe = copy.copy(row)
+    probe.timeout_s = min(float(row.timeout_s or CONNECTION_TEST_TIMEOUT_S), CONNECTION_TEST_TIMEOUT_S)
+    options = dict(row.options) if isinstance(row.options, dict) else {}
+    if transport is not None:
+        options["http_client"] = httpx.AsyncClient(transport=transport)
+    probe.options = options
+    return runtime_provider(probe)
+
+
+async def _connection_check(row: Provider, model: str, runtime: Any) -> ConnectionCheck:
+    if isinstance(runtime, ConnectionCheck):
+        return runtime
+    request = ChatRequest(model=model, messages=[RuntimeMessage.user(CONNECTION_TEST_PROMPT)],
+                          max_tokens=CONNECTION_TEST_MAX_TOKENS)
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(runtime.chat(request), timeout=CONNECTION_TEST_TIMEOUT_S + 5)
+    except ProviderError as exc:
+        return ConnectionCheck(row.name, False, connection_error_message(exc, row=row, model=model,
+                                                                         runtime=runtime), model)
+    except TimeoutError:
+        return ConnectionCheck(row.name, False, (
+            f"The provider did not answer within {CONNECTION_TEST_TIMEOUT_S:.0f} seconds. Check "
+            "that the server is up and reachable from this machine."), model)
+    finally:
+        client = getattr(runtime, "_client", None)
+        await runtime.aclose()
+        if client is not None and not getattr(runtime, "_owns_client", True):
+            await client.aclose()
+    latency_ms = round((time.perf_counter() - started) * 1000)
+    what = " (the offline demo model)" if row.kind == Provider.Kind.DEMO else ""
+    return ConnectionCheck(row.name, True, (
+        f"Connected: the model “{model}” answered in {latency_ms} ms{what}."), model, latency_ms)
+
+
+def connection_error_message(exc: ProviderError, *, row: Provider, model: str, runtime: Any = None) -> str:
+    """A failed connection test in plain words: what it means, what to do, then the provider's
+    own (already redacted) message."""
+    where = (getattr(runtime, "base_url", "") or row.base_url or "the provider's endpoint")
+    if exc.kind == ErrorKind.AUTH:
+        if not row.has_api_key:
+            headline = ("The provider asked for an API key and none is set. Enter the key, save, "
+                        "and test again.")
+        else:
+            headline = ("The API key was rejected. Enter the current key for this account, save, "
+                        "and test again.")
+    elif exc.kind == ErrorKind.NETWORK:
+        headline = (f"Could not reach {where}. Check the base URL and that the server is running "
+                    "and reachable from this machine.")
+    elif exc.kind == ErrorKind.TIMEOUT:
+        headline = (f"{where} did not answer in time. Check that the server is up, or raise the "
+                    "provider's timeout.")
+    elif exc.kind == ErrorKind.MODEL_NOT_FOUND:
+        headline = (f"The connection and the key work, but the provider does not know the model "
+                    f"“{model}”. Check the model name of the agents that use this provider.")
+    elif exc.kind == ErrorKind.RATE_LIMIT:
+        headline = ("The key works, but the provider refused the request for rate-limit or quota "
+                    "reasons. Wait a moment, or check the account's plan and credit.")
+    elif exc.kind == ErrorKind.SERVER:
+        headline = "The provider had a server error. This is usually temporary; test again shortly."
+    elif exc.kind == ErrorKind.MALFORMED:
+        headline = ("The server answered, but not like a chat API. Check that the base URL points "
+                    "at the API (for OpenAI-compatible servers it usually ends in /v1).")
+    else:
+        headline = "The provider rejected the test request."
+    detail = exc.message
+    key = _clear_key_or_empty(row)
+    if key:
+        detail = detail.replace(key, "[redacted]")
+    return f"{headline} Details: {detail}"
+
+
+def _clear_key_or_empty(row: Provider) -> str:
+    try:
+        return decrypt(row.api_key_encrypted)
+    except SecretUnreadable:
+        return ""
+
+
+# -- configuration: agents and their versions ----------------------------------------------------
+# Fields of an agent that are not its configuration (identity, ownership, bookkeeping).
+_NOT_CONFIG = {"id", "uuid", "team", "provider", "created_at", "updated_at", "version"}
+
+
+def _config_fields() -> list[Any]:
+    return [f for f in Agent._meta.concrete_fields if f.name not in _NOT_CONFIG]
+
+
+def _snapshot_value(field: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(field, models.DecimalField):
+        # The same amount reads back from the database with all its decimal places; compare
+        # like with like so that saving an unchanged form keeps no new version.
+        return str(Decimal(value).quantize(Decimal(1).scaleb(-field.decimal_places)))
+    return value
+
+
+def agent_snapshot(agent: Agent) -> dict[str, Any]:
+    """The agent's configuration as plain JSON (for ``AgentVersion``): every config field, the
+    provider by name and the tools by name. No secrets: a provider's key is not part of it."""
+    data = {f.name: _snapshot_value(f, getattr(agent, f.attname)) for f in _config_fields()}
+    data["provider"] = agent.provider.name if agent.provider_id else None
+    data["tools"] = sorted(agent.tools.values_list("name", flat=True)) if agent.pk else []
+    return json.loads(json.dumps(data, cls=DjangoJSONEncoder))
+
+
+def agent_config_check(*, agent: Agent, tools: list[Tool] | None = None) -> None:
+    """Raise ``ValidationError`` when the agent would link to another team's objects."""
+    errors: dict[str, list[str]] = {}
+    if agent.provider_id is not None:
+        provider_team = Provider.objects.filter(pk=agent.provider_id).values_list("team_id", flat=True).first()
+        if provider_team != agent.team_id:
+            errors["provider"] = ["Choose a provider of the agent's own team."]
+    if tools is not None and any(t.team_id != agent.team_id for t in tools):
+        errors["tools"] = ["Choose tools of the agent's own team only."]
+    entries = agent.fallbacks if isinstance(agent.fallbacks, list) else None
+    if entries is None:
+        errors["fallbacks"] = ["Fallbacks must be a list."]
+    else:
+        names = {str(e.get("provider", "")) for e in entries if isinstance(e, dict)}
+        known = set(Provider.objects.filter(team_id=agent.team_id, name__in=names)
+                    .values_list("name", flat=True))
+        unknown = sorted(names - known)
+        if unknown or any(not isinstance(e, dict) for e in entries):
+            errors["fallbacks"] = [
+                "Every fallback must name a provider of the agent's team"
+                + (f"; unknown: {', '.join(unknown)}." if unknown else ".")]
+    if agent.pk is not None:
+        stored_team = Agent.objects.filter(pk=agent.pk).values_list("team_id", flat=True).first()
+        if stored_team is not None and stored_team != agent.team_id:
+            errors["team"] = ["An agent cannot move to another team."]
+    if errors:
+        raise ValidationError(errors)
+
+
+@transaction.atomic
+def agent_save(*, agent: Agent, tools: Iterable[Tool] | None = None, user: Any = None) -> AgentVersion | None:
+    """Save the agent (and set its tools when given). When its configuration differs from the
+    last kept version, keep a new immutable ``AgentVersion`` and raise ``Agent.version`` to its
+    number; return that version, or None when nothing changed."""
+    tool_list = list(tools) if tools is not None else None
+    agent_config_check(agent=agent, tools=tool_list)
+    if agent.pk is not None:
+        # One save at a time per agent, so version numbers never collide.
+        stored = Agent.objects.select_for_update().select_related("provider").get(pk=agent.pk)
+        if not stored.versions.exists():
+            # An agent made before versions were kept: its current state becomes the baseline,
+            # under the number traces already recorded for it.
+            AgentVersion.objects.create(agent=stored, number=stored.version,
+                                        snapshot=agent_snapshot(stored), created_by=None)
+    agent.save()
+    if tool_list is not None:
+        agent.tools.set(tool_list)
+    return _agent_version_keep(agent=agent, user=user)
+
+
+def _agent_version_keep(*, agent: Agent, user: Any) -> AgentVersion | None:
+    current = agent_snapshot(agent)
+    latest = agent.versions.order_by("-number").first()
+    if latest is not None and latest.snapshot == current:
+        return None
+    number = latest.number + 1 if latest is not None else agent.version or 1
+    version = AgentVersion.objects.create(
+        agent=agent, number=number, snapshot=current,
+        created_by=user if getattr(user, "is_authenticated", False) else None)
+    Agent.objects.filter(pk=agent.pk).update(version=number)
+    agent.version = number
+    return version
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field that differs between two versions. ``kind`` says how to show it: "text" has
+    unified-diff ``lines`` as (tag, text) pairs, "list" has ``added``/``removed``, "value" just
+    ``before``/``after`` (already formatted for reading)."""
+
+    name: str
+    label: str
+    kind: str
+    before: str = ""
+    after: str = ""
+    lines: tuple[tuple[str, str], ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+_TEXT_FIELDS = {"system_prompt", "description"}
+_SET_FIELDS = {"tools", "allowed_models"}
+
+
+def _field_label(name: str) -> str:
+    try:
+        return str(Agent._meta.get_field(name).verbose_name).capitalize()
+    except FieldDoesNotExist:
+        return name.replace("_", " ").capitalize()
+
+
+def _field_order() -> list[str]:
+    names = [f.name for f in _config_fields()]
+    return [names[0], "provider", *names[1:], "tools"]
+
+
+def version_value_text(name: str, value: Any) -> str:
+    """A snapshot value as a person reads it."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name == "fallbacks" and isinstance(value, list):
+        return "\n".join(f"{e.get('provider', '')} / {e.get('model', '')}" if isinstance(e, dict)
+                         else str(e) for e in value) or "—"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "—"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def agent_version_diff(*, old: AgentVersion | dict[str, Any], new: AgentVersion | dict[str, Any]) -> list[FieldDiff]:
+    """The fields that differ from ``old`` to ``new``, in form order. Long texts (the system
+    prompt, the description) come as a unified line diff; tools and allowed models as what was
+    added and removed."""
+    before = old.snapshot if isinstance(old, AgentVersion) else old
+    after = new.snapshot if isinstance(new, AgentVersion) else new
+    order = _field_order()
+    names = [n for n in order if n in before or n in after]
+    names += sorted((set(before) | set(after)) - set(order))
+    diffs: list[FieldDiff] = []
+    for name in names:
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        label = _field_label(name)
+        if name in _TEXT_FIELDS:
+            diffs.append(FieldDiff(name, label, "text", lines=_unified_lines(str(a or ""), str(b or ""))))
+        elif name in _SET_FIELDS and isinstance(a or [], list) and isinstance(b or [], list):
+            a_set, b_set = [str(v) for v in a or []], [str(v) for v in b or []]
+            diffs.append(FieldDiff(
+                name, label, "list", before=version_value_text(name, a), after=version_value_text(name, b),
+                added=tuple(v for v in b_set if v not in a_set),
+                removed=tuple(v for v in a_set if v not in b_set)))
+        else:
+            diffs.append(FieldDiff(name, label, "value", before=version_value_text(name, a),
+                                   after=version_value_text(name, b)))
+    return diffs
+
+
+def _unified_lines(before: str, after: str) -> tuple[tuple[str, str], ...]:
+    lines: list[tuple[str, str]] = []
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
+    for line in diff:
+        if line.startswith(("---", "+++")):
+            continue
+        if line.startswith("@@"):
+            lines.append(("hunk", line))
+        elif line.startswith("+"):
+            lines.append(("add", line[1:]))
+        elif line.startswith("-"):
+            lines.append(("remove", line[1:]))
+        else:
+            lines.append(("same", line[1:]))
+    return tuple(lines)
+
+
+@dataclass
+class RevertResult:
+    """What ``agent_revert`` did: the new version (None when the agent already matched) and what
+    of the old configuration could not be restored, in plain sentences."""
+
+    version: AgentVersion | None
+    missing_tools: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def agent_revert(*, agent: Agent, version: AgentVersion, user: Any) -> RevertResult:
+    """Make the agent's configuration what ``version`` recorded, as a new version (history is
+    never rewritten). Tools, a provider or fallback providers that no longer exist are reported
+    in the result, not silently dropped; the rest is restored. Writes an audit row."""
+    if version.agent_id != agent.pk:
+        raise ValidationError("That version belongs to another agent.")
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().select_related("team", "provider").get(pk=agent.pk)
+        before = audit_snapshot(agent)
+        snap = version.snapshot
+        result = RevertResult(version=None)
+        for f in _config_fields():
+            if f.name in snap:
+                setattr(agent, f.attname, f.to_python(snap[f.name]))
+        _revert_provider(agent, snap, result)
+        _revert_fallbacks(agent, result)
+        tools = _revert_tools(agent, snap, result)
+        try:
+            agent.full_clean()
+        except ValidationError as exc:
+            raise ValidationError(
+                f"Version {version.number} cannot be restored as it was: "
+                f"{' '.join(exc.messages)}") from exc
+        result.version = agent_save(agent=agent, tools=tools, user=user)
+        audit_record(actor=user, action=AuditEvent.Action.UPDATE, instance=agent, before=before,
+                     after=audit_snapshot(agent))
+    return result
+
+
+def _revert_provider(agent: Agent, snap: dict[str, Any], result: RevertResult) -> None:
+    name = snap.get("provider")
+    if not name or name == agent.provider.name:
+        return
+    provider = Provider.objects.filter(team_id=agent.team_id, name=name).first()
+    if provider is None:
+        result.problems.append(f"The provider “{name}” no longer exists; the agent keeps "
+                               f"“{agent.provider.name}”.")
+    else:
+        agent.provider = provider
+
+
+def _revert_fallbacks(agent: Agent, result: RevertResult) -> None:
+    entries = [e for e in agent.fallbacks or [] if isinstance(e, dict)]
+    known = set(Provider.objects.filter(team_id=agent.team_id).values_list("name", flat=True))
+    kept = [e for e in entries if str(e.get("provider", "")) in known]
+    for gone in sorted({str(e.get("provider", "")) for e in entries} - known):
+        result.problems.append(f"The fallback provider “{gone}” no longer exists and was left out.")
+    agent.fallbacks = kept
+
+
+def _revert_tools(agent: Agent, snap: dict[str, Any], result: RevertResult) -> list[Tool]:
+    names = [str(n) for n in snap.get("tools") or []]
+    rows = list(Tool.objects.filter(team_id=agent.team_id, name__in=names))
+    found = {t.name for t in rows}
+    result.missing_tools = [n for n in names if n not in found]
+    if result.missing_tools:
+        result.problems.append("These tools no longer exist and were not restored: "
+                               + ", ".join(result.missing_tools) + ".")
+    return rows

@@ -2,8 +2,8 @@
 or delete; ``snapshot`` turns a model instance into the JSON stored as before/after; the admin
 mixin ``AuditedAdmin`` records every change made through an admin page.
 
-Secrets never reach the trail: fields named in ``SECRET_FIELDS`` are stored as "set"/"" so a
-reader sees that a key was changed, not the key."""
+Secrets never reach the trail: fields named in ``SECRET_FIELDS`` or ending in ``_encrypted``
+are stored as "set"/"" so a reader sees that a key was changed, not the key."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def snapshot(instance: models.Model) -> dict[str, Any]:
         if field.name in SKIPPED_FIELDS:
             continue
         value = field.value_from_object(instance)
-        if field.name in SECRET_FIELDS:
+        if field.name in SECRET_FIELDS or field.name.endswith("_encrypted"):
             value = "set" if value else ""
         data[field.name] = value
     if instance.pk is not None:

@@ -9,6 +9,7 @@ from . import health, views
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
+    path("favicon.ico", views.favicon),
     # accounts
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -27,5 +28,8 @@ urlpatterns = [
     path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
     path("chat/", include("agents.urls")),
     path("traces/", include("traces.urls")),
+    path("admin/routing/", include("agents.routing_urls")),
+    path("admin/tools/", include("agents.tool_urls")),
+    path("memory/", include("memory.urls")),
     path("admin/", admin.site.urls),
 ]

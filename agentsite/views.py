@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
@@ -24,6 +25,11 @@ def _safe_next(request: HttpRequest, fallback: str = "home") -> str:
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
         return target
     return reverse(fallback)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico; the icon is a static file (hashed name in production)."""
+    return redirect(static("img/favicon.svg"), permanent=True)
 
 
 # -- home and teams -------------------------------------------------------------------------------

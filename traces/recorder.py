@@ -42,7 +42,7 @@ from agents.runtime.events import (
     TrajectoryStateRecorded,
     TurnError,
 )
-from agents.runtime.pricing import DEFAULT_MODEL_PRICES, Usage, cost_usd, lookup_price
+from agents.runtime.pricing import DEFAULT_MODEL_PRICES, Price, Usage, cost_usd, lookup_price
 from agents.runtime.scrub import scrub_credentials
 
 from . import live, services
@@ -64,10 +64,20 @@ APPROVAL_ERRORS = {
 Kind, StepStatus = Step.Kind, Step.Status
 
 
-def step_cost(*, provider_kind: str, model: str, usage: Usage) -> tuple[Decimal, bool]:
-    """The cost of one model request and whether it is unpriced (no known price: 0).
-    Configured price tables replace this lookup later; keep it the one place that prices."""
+def step_price(*, provider_kind: str, model: str) -> tuple[Price | None, str]:
+    """The price of one model request and where it comes from (for people: "built-in price
+    table, row 'openai/gpt-4o'"), or (None, "") when no price is known. Configured price
+    tables replace this lookup later; keep it the one place that finds a price."""
     price = lookup_price(DEFAULT_MODEL_PRICES, provider=provider_kind, model=model)
+    if price is None:
+        return None, ""
+    row = next((key for key, value in DEFAULT_MODEL_PRICES.items() if value is price), model)
+    return price, f"built-in price table, row “{row}”"
+
+
+def step_cost(*, provider_kind: str, model: str, usage: Usage) -> tuple[Decimal, bool]:
+    """The cost of one model request and whether it is unpriced (no known price: 0)."""
+    price, _ = step_price(provider_kind=provider_kind, model=model)
     if price is None:
         return Decimal(0), True
     return cost_usd(usage, price), False

@@ -239,16 +239,19 @@ def trace_heartbeat(*, trace_id: int, attempt: int, now: datetime | None = None)
 
 
 def trace_configure(*, trace_id: int, attempt: int, routing: dict[str, Any], provider_name: str,
-                    provider_kind: str, model: str, warnings: list[str]) -> Trace:
-    """Record how the turn was set up: the routing decision, provider and model, warnings."""
+                    provider_kind: str, model: str, warnings: list[str],
+                    agent_version: int | None = None) -> Trace:
+    """Record how the turn was set up: the routing decision, provider and model, warnings, and
+    the agent's configuration version it runs with."""
     with transaction.atomic():
         _bump(trace_id, attempt)
         meta = Trace.objects.filter(pk=trace_id).values_list("meta", flat=True).get() or {}
         if warnings:
             meta = {**meta, "warnings": list(warnings)}
+        extra = {"agent_version": agent_version} if agent_version is not None else {}
         Trace.objects.filter(pk=trace_id).update(
             routing=routing, provider_name=provider_name[:100], provider_kind=provider_kind[:16],
-            model=model[:200], meta=meta)
+            model=model[:200], meta=meta, **extra)
     return trace_for_live(trace_id)
 
 

@@ -17,6 +17,7 @@ from agents.runtime.messages import Role
 from agents.runtime.providers.reliable import ReliableProvider
 from agents.services import turn_start
 from agents.tasks import run_turn
+from agents.tools import ToolContext
 from traces.models import Trace
 
 
@@ -72,21 +73,32 @@ def test_a_model_chosen_with_slash_model_wins_over_routing(agent, conversation, 
 def test_tools_come_from_enabled_rows_and_unknown_ones_are_reported(make_agent):
     agent = make_agent(name="Tooly", approval=("calculator",))
     agent.tools.add(Tool.objects.create(team=agent.team, name="weather", kind="http",
-                                        url_template="https://example.com"))
+                                        url_template="https://example.com/{city}",
+                                        parameters={"type": "object",
+                                                    "properties": {"city": {"type": "string"}}}))
+    agent.tools.add(Tool.objects.create(team=agent.team, name="broken", kind="http",
+                                        url_template="ftp://example.com"))
     agent.tools.add(Tool.objects.create(team=agent.team, name="teleport", kind="builtin"))
     agent.tools.add(Tool.objects.create(team=agent.team, name="sleepy", kind="builtin", enabled=False))
 
-    tools, warnings = runtime_tools(agent)
+    tools, warnings = runtime_tools(agent, context=ToolContext(team_id=agent.team_id, agent_id=agent.pk))
 
-    assert [(t.name, t.requires_approval) for t in tools] == [("calculator", True), ("current_time", False)]
-    assert len(warnings) == 2 and "“teleport” (Built-in)" in warnings[0] and "“weather” (HTTP)" in warnings[1]
+    assert [(t.name, t.requires_approval) for t in tools] == [
+        ("calculator", True), ("current_time", False), ("weather", False)]
+    assert len(warnings) == 2
+    assert "“broken” (HTTP)" in warnings[0] and "http:// or https://" in warnings[0]
+    assert "“teleport” (Built-in)" in warnings[1]
 
 
-def test_a_stored_api_key_is_refused_with_a_clear_message(team_a):
+def test_a_stored_api_key_is_decrypted_and_an_unreadable_one_says_what_to_do(team_a):
+    from agentsite.crypto import encrypt
+
     provider = Provider(team=team_a, name="Real", kind="openai")
     assert provider_api_key(provider) == ""
-    provider.api_key_encrypted = "gAAAA..."
-    with pytest.raises(TurnSetupError, match="cannot read stored keys yet"):
+    provider.api_key_encrypted = encrypt("sk-test-round-trip-123")
+    assert provider_api_key(provider) == "sk-test-round-trip-123"
+    provider.api_key_encrypted = "gAAAA..."  # written under another encryption key
+    with pytest.raises(TurnSetupError, match="Provider “Real”: .*Enter the secret again in the admin"):
         provider_api_key(provider)
 
 
@@ -125,7 +137,7 @@ def test_a_provider_that_cannot_run_fails_the_turn_with_its_message(make_agent, 
     assert run_turn(trace.pk) == "failed"
 
     trace.refresh_from_db()
-    assert "cannot read stored keys yet" in trace.error and trace.error_kind == "config"
+    assert "Enter the secret again in the admin" in trace.error and trace.error_kind == "config"
     assert list(trace.steps.values_list("kind", "status")) == [("error", "error")]
 
 
@@ -158,3 +170,19 @@ def test_the_next_turn_starts_from_the_previous_turns_trajectory_state(conversat
     second = turn_start(conversation=conversation, user=alice, text="thanks")
     setup = turn_setup_build(trace=second)
     assert setup.config.previous_trajectory_state == last_state.fields
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trace_records_the_agent_version_it_ran_with(conversation, alice, sent_turns, use_redis):
+    from agents.services import agent_save
+
+    trace = turn_start(conversation=conversation, user=alice, text="what is 2+2?")
+    agent = conversation.agent
+    queued_version = trace.agent_version
+    agent.system_prompt = "Answer in one word."
+    agent_save(agent=agent, user=alice)  # edited while the turn waits in the queue
+    agent.refresh_from_db()
+    assert agent.version > (queued_version or 0)
+    assert run_turn(trace.pk) == "completed"
+    trace.refresh_from_db()
+    assert trace.agent_version == agent.version

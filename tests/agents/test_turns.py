@@ -211,8 +211,8 @@ def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
 
 def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
         monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
-    from agents import builder
     from agents.services import conversation_create
+    from agents.tools import registry
 
     tool_started = threading.Event()
 
@@ -221,8 +221,9 @@ def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
         await asyncio.sleep(30)
         return "done"
 
-    monkeypatch.setitem(builder.BUILTIN_TOOLS, "slow_tool",
-                        lambda: FunctionTool("slow_tool", "Takes its time.", slow))
+    monkeypatch.setitem(registry.BUILTINS, "slow_tool", registry.Builtin(
+        "slow_tool", "Takes its time.", {"type": "object", "properties": {}},
+        lambda row, context: FunctionTool("slow_tool", "Takes its time.", slow)))
     agent = make_agent(name="Toolish", tools=("calculator",))
     agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)

@@ -63,3 +63,7 @@ def test_team_changes_in_the_admin_and_member_changes_are_audited(client_for, al
     assert c.post(reverse("admin:agentsite_auditevent_delete", args=[events[0].pk]), {"post": "yes"}).status_code == 403
     assert AuditEvent.objects.filter(pk=events[0].pk).exists()
     assert b"Renamed A" not in client_for(charlie).get(reverse("admin:agentsite_auditevent_changelist")).content
+
+
+def test_admin_pages_carry_the_project_stylesheet(client_for, alice):
+    assert "css/admin.css" in client_for(alice).get(reverse("admin:index")).content.decode()

@@ -1,0 +1,158 @@
+"""Tools in the admin, scoped to the user's teams and audited.
+
+The list creates each team's built-in rows on the way (``tools_sync_builtins``) and switches
+tools on and off, or their approval, in place or with actions. Built-in tools come from the
+code: only whether they are enabled and need approval (and ``http_fetch``'s limits) can be
+changed, and they cannot be deleted. HTTP tools are defined here; their headers are write-only.
+The change page links to the Try-it page (``agents.tool_views``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db import models
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.utils.html import format_html
+from django.views.decorators.debug import sensitive_post_parameters
+
+from agentsite.admin_site import TeamScopedAdmin
+from agentsite.audit import AuditedAdmin, snapshot
+from agentsite.models import Team
+
+from .models import Tool
+from .tools.forms import ToolAdminForm
+from .tools.registry import BUILTINS
+from .tools.services import tool_save, tools_set_flags, tools_sync_builtins_for_teams
+
+HTTP_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
+    (None, {"fields": ["team", "name", "description", "enabled", "requires_approval"]}),
+    ("Request", {"fields": ["http_method", "url_template", "parameters"]}),
+    ("Headers", {"fields": ["headers", "clear_headers"],
+                 "description": "Credentials and other headers sent with every request."}),
+    ("Limits", {"fields": ["timeout_s", "max_response_bytes"]}),
+]
+BUILTIN_READONLY = ("team", "name", "kind", "description", "parameters")
+
+
+class ToolChangeList(ChangeList):
+    """Rows without the heavy columns, with the number of agents that use each tool."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> models.QuerySet:
+        qs = super().get_queryset(request, exclude_parameters)
+        return qs.defer("parameters", "headers_encrypted", "description").annotate(
+            agent_total=Count("agents", distinct=True))
+
+
+@admin.register(Tool)
+class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
+    form = ToolAdminForm
+    list_display = ("name", "team", "kind", "enabled", "requires_approval", "agent_count",
+                    "updated_at", "try_link")
+    list_display_links = ("name",)
+    list_editable = ("enabled", "requires_approval")
+    list_filter = ("kind", "enabled", "requires_approval")
+    list_select_related = ("team",)
+    search_fields = ("name", "description", "url_template")
+    actions = ["enable_tools", "disable_tools", "require_approval", "no_approval"]
+
+    # -- list -------------------------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        team_ids = self._team_ids(request)
+        if request.user.is_superuser and not team_ids:
+            team_ids = set(Team.objects.values_list("id", flat=True)[:1000])
+        tools_sync_builtins_for_teams(team_ids)
+        return super().changelist_view(request, extra_context)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ToolChangeList
+
+    @admin.display(description="Agents", ordering="agent_total")
+    def agent_count(self, obj: Tool) -> int:
+        return getattr(obj, "agent_total", 0)
+
+    def _set(self, request: HttpRequest, queryset: models.QuerySet, done: str, **flags: bool) -> None:
+        changed = tools_set_flags(tools=queryset.select_related("team"), actor=request.user, **flags)
+        self.message_user(request, f"{changed} tool(s) {done}.", messages.SUCCESS)
+
+    @admin.action(description="Enable the selected tools", permissions=["change"])
+    def enable_tools(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._set(request, queryset, "enabled", enabled=True)
+
+    @admin.action(description="Disable the selected tools", permissions=["change"])
+    def disable_tools(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._set(request, queryset, "disabled", enabled=False)
+
+    @admin.action(description="Require approval for the selected tools", permissions=["change"])
+    def require_approval(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._set(request, queryset, "now require approval", requires_approval=True)
+
+    @admin.action(description="Run the selected tools without approval", permissions=["change"])
+    def no_approval(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._set(request, queryset, "now run without approval", requires_approval=False)
+
+    # -- forms ------------------------------------------------------------------------------------
+    def get_fieldsets(self, request: HttpRequest, obj: Tool | None = None) -> list[tuple[Any, dict]]:
+        if obj is not None and obj.kind == Tool.Kind.BUILTIN:
+            fields = ["team", "name", "kind", "description", "enabled", "requires_approval"]
+            sets: list[tuple[Any, dict]] = [(None, {"fields": fields})]
+            if obj.name == "http_fetch":
+                sets.append(("Limits", {"fields": ["timeout_s", "max_response_bytes"]}))
+            sets.append(("Parameters", {"fields": ["parameters"],
+                                        "description": "Built-in: defined by agentsite."}))
+            return sets
+        if obj is not None:
+            return [(None, {"fields": ["kind", *HTTP_FIELDSETS[0][1]["fields"]]}), *HTTP_FIELDSETS[1:]]
+        return HTTP_FIELDSETS
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Tool | None = None) -> tuple[str, ...]:
+        if obj is not None and obj.kind == Tool.Kind.BUILTIN:
+            return BUILTIN_READONLY
+        return ("team", "kind") if obj is not None else ()
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        team_ids = self._team_ids(request, self.edit_roles)
+        if "team" not in initial and len(team_ids) == 1:
+            initial["team"] = next(iter(team_ids))
+        return initial
+
+    @method_decorator(sensitive_post_parameters("headers"))
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
+                        extra_context: dict | None = None) -> HttpResponse:
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: ToolAdminForm, change: bool) -> None:
+        if change and not hasattr(request, "_audit_before"):
+            # Rows edited in the list are not loaded through get_object.
+            request._audit_before = snapshot(Tool.objects.get(pk=obj.pk))
+        if not change:
+            obj.kind = Tool.Kind.HTTP  # built-ins come from the code, never from this form
+        data = getattr(form, "cleaned_data", {})
+        tool_save(tool=obj, headers=data.get("headers") or None,
+                  clear_headers=bool(data.get("clear_headers")))
+
+    def log_change(self, request: HttpRequest, obj: Tool, message: Any) -> Any:
+        result = super().log_change(request, obj, message)
+        # The next row of a list edit takes its own "before".
+        request.__dict__.pop("_audit_before", None)
+        return result
+
+    def has_delete_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
+        if obj is not None and obj.kind == Tool.Kind.BUILTIN and obj.name in BUILTINS:
+            return False  # disable a built-in instead; it would come back on the next visit
+        return super().has_delete_permission(request, obj)
+
+    def render_change_form(self, request: HttpRequest, context: dict, add: bool = False,
+                           change: bool = False, form_url: str = "", obj: Tool | None = None) -> Any:
+        if obj is not None:
+            context["try_url"] = reverse("tool_try", args=[obj.uuid])
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="Try it")
+    def try_link(self, obj: Tool) -> str:
+        return format_html('<a href="{}">Try it</a>', reverse("tool_try", args=[obj.uuid]))

@@ -1,0 +1,152 @@
+"""The Tool admin form and the Try-it form.
+
+Header values are write-only: the form never shows them (only the stored header names), an
+empty field keeps what is stored, and the values go to ``Tool.headers_encrypted`` encrypted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from agents.models import Agent
+from agents.models import Tool as ToolRow
+
+from .http import METHODS, TemplateError, UrlTemplate, parse_header_lines, template_problem
+from .registry import BUILTINS
+from .services import tool_header_names
+from .validation import schema_problem
+
+HEADERS_HELP = ("One header per line, as “Name: value”, e.g. “Authorization: Bearer …”. Values "
+                "are stored encrypted, sent only to the tool's host and never shown again.")
+EMPTY_SCHEMA = {"type": "object", "properties": {}}
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value, not even the one just submitted."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
+class ToolAdminForm(forms.ModelForm):
+    http_method = forms.ChoiceField(choices=[(m, m) for m in METHODS], initial="GET",
+                                    label="HTTP method")
+    headers = forms.CharField(
+        required=False, strip=False, label="Headers",
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off", "spellcheck": "false",
+                                        "placeholder": "Authorization: Bearer …"}),
+        help_text=HEADERS_HELP)
+    clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
+
+    class Meta:
+        model = ToolRow
+        fields = ["team", "name", "description", "enabled", "requires_approval", "parameters",
+                  "http_method", "url_template", "timeout_s", "max_response_bytes"]
+        help_texts = {
+            "url_template": "For example https://api.example.com/weather?city={city}. Placeholders "
+                            "fill the path or the query from the arguments (URL-encoded); the "
+                            "scheme and host are fixed. Other arguments go to the query string "
+                            "(GET, DELETE) or to a JSON body (POST, PUT, PATCH).",
+            "parameters": 'The JSON schema of the arguments, e.g. {"type": "object", '
+                          '"properties": {"city": {"type": "string"}}, "required": ["city"]}.',
+            "timeout_s": "The longest the whole request may take, redirects included (seconds).",
+            "max_response_bytes": "Reading stops past this many bytes; the model gets the start.",
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.is_builtin:
+            for name in ("http_method", "headers", "clear_headers"):
+                self.fields.pop(name, None)
+            return
+        self.fields["headers"].initial = ""  # write-only: never prefilled
+        if self.instance.pk and self.instance.headers_encrypted:
+            names = tool_header_names(self.instance)
+            if names is None:
+                stored = ("The stored headers cannot be decrypted (the encryption key changed): "
+                          "enter them again.")
+            else:
+                stored = (f"Stored: {', '.join(names)}. Leave empty to keep them; anything "
+                          "entered replaces all of them.")
+            self.fields["headers"].help_text = f"{HEADERS_HELP} {stored}"
+        if "parameters" in self.fields and not self.initial.get("parameters"):
+            self.initial["parameters"] = EMPTY_SCHEMA
+
+    @property
+    def is_builtin(self) -> bool:
+        return bool(self.instance.pk) and self.instance.kind == ToolRow.Kind.BUILTIN
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not self.is_builtin and name in BUILTINS:
+            raise forms.ValidationError(f"“{name}” is the name of a built-in tool; choose another.")
+        return name
+
+    def clean_parameters(self) -> Any:
+        schema = self.cleaned_data.get("parameters")
+        if schema in (None, "", {}):
+            schema = dict(EMPTY_SCHEMA)
+        problem = schema_problem(schema)
+        if problem:
+            raise forms.ValidationError(problem)
+        return schema
+
+    def clean_url_template(self) -> str:
+        template = (self.cleaned_data.get("url_template") or "").strip()
+        if self.is_builtin:
+            return template
+        problem = template_problem(template)
+        if problem:
+            raise forms.ValidationError(problem)
+        return template
+
+    def clean_headers(self) -> list[tuple[str, str]]:
+        try:
+            return parse_header_lines(self.cleaned_data.get("headers") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        template, schema = data.get("url_template"), data.get("parameters")
+        if not self.is_builtin and template and isinstance(schema, dict):
+            try:
+                placeholders = UrlTemplate.parse(template).placeholders
+            except TemplateError:
+                placeholders = ()
+            declared = schema.get("properties") or {}
+            undeclared = [p for p in placeholders if p not in declared]
+            if undeclared:
+                names = ", ".join("{" + p + "}" for p in undeclared)
+                self.add_error("parameters", f"The URL template uses {names}, which the schema "
+                                             "does not declare. Add them to \"properties\".")
+        return data
+
+
+class ToolTryForm(forms.Form):
+    arguments = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "vLargeTextField"}),
+        help_text="The arguments as a JSON object, as a model would pass them.")
+    agent = forms.ModelChoiceField(queryset=Agent.objects.none(), required=False,
+                                   help_text="Run as a turn of this agent (memory tools use its "
+                                             "memory about you).")
+
+    def __init__(self, *args: Any, tool: ToolRow, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tool = tool
+        self.fields["agent"].queryset = Agent.objects.filter(team_id=tool.team_id).order_by("name")
+        builtin = BUILTINS.get(tool.name) if tool.kind == ToolRow.Kind.BUILTIN else None
+        self.needs_agent = bool(builtin and builtin.needs_agent)
+        if self.needs_agent:
+            self.fields["agent"].required = True
+
+    def clean_arguments(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.cleaned_data["arguments"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The arguments must be a JSON object, like {\"city\": \"Oslo\"}.")
+        return value

@@ -1,0 +1,156 @@
+"""Full-text search over memory entries, one back-end per database.
+
+* SQLite: an FTS5 table ``memory_entry_fts`` (``porter unicode61`` tokenizer) over each entry's
+  key and content, kept in sync by triggers that the ``memory`` migrations create; candidates
+  are ranked by ``bm25()``.
+* PostgreSQL: ``to_tsvector('english', key || ' ' || content)`` with a GIN index on exactly that
+  expression (created by the migrations); candidates are ranked by ``ts_rank``.
+* Any other database: a ``LIKE`` search, ranked by how many query words match.
+
+Both engines match any of the query's words (OR). Their raw ranks are not comparable: bm25 is
+unbounded and depends on the whole table (with a single row its IDF is ~0), ts_rank is small and
+depends on document length. So the back-end only picks and orders candidates, and the *score*
+that ``min_relevance`` is compared with is computed here, the same way on every database:
+
+    score = (query words found in the entry's key or content) / (query words)
+
+Words are lowercased, split on anything that is not a letter or digit (so the key
+``favourite_colour`` is the words "favourite" and "colour"), reduced by a light English
+stemmer ("colours" = "colour"), and common stop words ("what", "is", "my") are dropped from the
+query. A minimum relevance of 0.4 therefore means "at least 40 % of the query's words", on
+SQLite and PostgreSQL alike. Equal scores are ordered by the back-end's rank.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.db.models import QuerySet
+
+MAX_TERMS = 16
+_WORD = re.compile(r"[^\W_]+")
+STOP_WORDS = frozenset("""
+a about above after again all also am an and any are as at be been before being below between
+both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just let me
+more most my myself no nor not now of off on once only or other our ours ourselves out over own
+please remember recall same she should so some such tell than that the their theirs them
+themselves then there these they this those through to too under until up very was we were what
+when where which while who whom why will with would you your yours yourself yourselves know
+""".split())
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def stem(word: str) -> str:
+    """A light English stemmer: enough to match plurals and common endings."""
+    w = word.lower()
+    if len(w) <= 3:
+        return w
+    for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("edly", ""),
+                                ("ed", ""), ("es", ""), ("s", "")):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            if suffix == "s" and w.endswith(("ss", "us", "is")):
+                continue
+            if suffix == "es" and not w.endswith(("ches", "shes", "xes", "zes", "sses")):
+                w = w[:-1]  # "notes" -> "note"
+                break
+            w = w[: len(w) - len(suffix)] + replacement
+            break
+    return w
+
+
+def search_terms(query: str) -> list[str]:
+    """The query's meaningful words (no stop words, no repeats), at most ``MAX_TERMS``."""
+    seen: dict[str, None] = {}
+    for word in words(query):
+        if word not in STOP_WORDS:
+            seen.setdefault(word, None)
+    return list(seen)[:MAX_TERMS]
+
+
+def coverage(terms: list[str], text: str) -> float:
+    """The share of ``terms`` found among the words of ``text`` (compared by stem)."""
+    if not terms:
+        return 0.0
+    stems = {stem(w) for w in words(text)}
+    found = sum(1 for t in terms if stem(t) in stems)
+    return found / len(terms)
+
+
+class SearchBackend:
+    """Finds the entries of ``queryset`` that match any of ``terms``: ``(id, rank)`` pairs,
+    best first, at most ``limit``."""
+
+    vendor = ""
+
+    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+        raise NotImplementedError
+
+
+class Fts5Search(SearchBackend):
+    vendor = "sqlite"
+
+    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        # The subquery is the ORM's own SQL for ``queryset``, with its values as parameters.
+        subquery, params = queryset.values("id").query.sql_with_params()
+        sql = ("SELECT rowid, -bm25(memory_entry_fts) FROM memory_entry_fts "  # noqa: S608
+               f"WHERE memory_entry_fts MATCH %s AND rowid IN ({subquery}) "
+               "ORDER BY bm25(memory_entry_fts) LIMIT %s")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [match, *params, limit])
+            return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
+
+
+class PostgresSearch(SearchBackend):
+    vendor = "postgresql"
+
+    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+        from django.contrib.postgres.search import SearchQuery, SearchRank
+
+        vector = search_vector()
+        # Terms are letters and digits only, so joining them with | is a safe raw tsquery.
+        query = SearchQuery(" | ".join(terms), config="english", search_type="raw")
+        rows = (queryset.annotate(search=vector).filter(search=query)
+                .annotate(rank=SearchRank(vector, query))
+                .order_by("-rank", "-updated_at", "-id").values_list("id", "rank")[:limit])
+        return [(int(i), float(r)) for i, r in rows]
+
+
+class LikeSearch(SearchBackend):
+    """For databases without a full-text engine here: rank = the number of matching words."""
+
+    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+        from django.db.models import Q
+
+        condition = Q()
+        for term in terms:
+            condition |= Q(content__icontains=term) | Q(key__icontains=term)
+        rows = queryset.filter(condition).order_by("-updated_at", "-id").values_list(
+            "id", "key", "content")[: limit * 4]
+        ranked = [(i, float(sum(1 for t in terms if t in f"{k} {c}".lower())))
+                  for i, k, c in rows]
+        ranked.sort(key=lambda pair: -pair[1])
+        return ranked[:limit]
+
+
+def search_vector():
+    """The expression the PostgreSQL GIN index (migration 0002) is built on; queries must use
+    the same one for the index to be used."""
+    from django.contrib.postgres.search import SearchVector
+
+    return SearchVector("key", "content", config="english")
+
+
+BACKENDS: dict[str, type[SearchBackend]] = {
+    Fts5Search.vendor: Fts5Search,
+    PostgresSearch.vendor: PostgresSearch,
+}
+
+
+def backend_for(vendor: str | None = None) -> SearchBackend:
+    return BACKENDS.get(vendor or connection.vendor, LikeSearch)()

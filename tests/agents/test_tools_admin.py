@@ -1,0 +1,259 @@
+"""Tools in the admin (built-in rows from the code, HTTP tools with write-only headers, switches,
+audit, bounded queries) and the Try-it page."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from django.urls import reverse
+
+from agents.models import Tool
+from agents.tools import net
+from agents.tools.http import headers_decrypt
+from agents.tools.registry import BUILTINS
+from agents.tools.services import tools_sync_builtins
+from agentsite.models import AuditEvent
+from tests.agents.test_tools_net import PUBLIC_IP, FakeResolver
+
+SECRET = "Bearer sk-live-SECRETVALUE-0123456789"
+CHANGELIST = "admin:agents_tool_changelist"
+
+
+def add_data(team, **overrides):
+    data = {"team": team.pk, "name": "weather", "description": "Weather by city.", "enabled": "on",
+            "parameters": json.dumps({"type": "object", "properties": {"city": {"type": "string"}},
+                                      "required": ["city"]}),
+            "http_method": "GET", "url_template": "https://api.example.com/weather/{city}",
+            "timeout_s": "10", "max_response_bytes": "10000", "headers": f"Authorization: {SECRET}"}
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def fake_internet(monkeypatch):
+    """Tools fetch through a fake resolver and transport that answer with what they received."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        body = f"<script>alert('x')</script> auth={request.headers.get('Authorization', '')}"
+        return httpx.Response(200, headers={"Content-Type": "text/html"}, text=body)
+
+    fetcher = net.Fetcher(resolver=FakeResolver({"api.example.com": [PUBLIC_IP]}),
+                          transport=lambda: httpx.MockTransport(handler))
+    monkeypatch.setattr(net, "default_fetcher", lambda: fetcher)
+    return seen
+
+
+# -- built-in rows --------------------------------------------------------------------------------
+def test_syncing_creates_built_ins_and_keeps_a_teams_choices(team_a):
+    Tool.objects.create(team=team_a, name="calculator", kind="builtin", enabled=False,
+                        requires_approval=True, description="old", parameters={})
+    assert tools_sync_builtins(team_a) == len(BUILTINS) - 1
+    assert tools_sync_builtins(team_a) == 0
+
+    rows = {t.name: t for t in Tool.objects.filter(team=team_a)}
+    assert set(rows) == set(BUILTINS)
+    calculator = rows["calculator"]
+    assert (calculator.enabled, calculator.requires_approval) == (False, True)
+    assert calculator.description == BUILTINS["calculator"].description
+    assert calculator.parameters == BUILTINS["calculator"].parameters
+    assert rows["memory_store"].parameters["required"] == ["content"]
+
+
+def test_the_list_shows_the_teams_tools_with_their_switches(client_for, alice, charlie, team_b):
+    Tool.objects.create(team=team_b, name="b_secret_tool", kind="http", url_template="https://b.example/")
+    response = client_for(alice).get(reverse(CHANGELIST))
+    assert response.status_code == 200
+    html = response.content.decode()
+    for name in BUILTINS:
+        assert name in html
+    assert "b_secret_tool" not in html
+    assert 'name="form-0-enabled"' in html and 'name="form-0-requires_approval"' in html
+    assert not Tool.objects.filter(team=team_b, kind="builtin").exists()
+
+
+def test_the_list_runs_a_bounded_number_of_queries(client_for, alice, team_a, make_agent,
+                                                   django_assert_max_num_queries):
+    client = client_for(alice)
+    client.get(reverse(CHANGELIST))  # creates the built-in rows
+    for i in range(25):
+        tool = Tool.objects.create(team=team_a, name=f"api_{i}", kind="http",
+                                   url_template="https://api.example.com/")
+        make_agent(name=f"Agent {i}", tools=()).tools.add(tool)
+    with django_assert_max_num_queries(16):
+        response = client.get(reverse(CHANGELIST))
+    assert response.status_code == 200 and "api_24" in response.content.decode()
+
+
+def test_switching_in_the_list_is_audited(client_for, alice, team_a):
+    client = client_for(alice)
+    client.get(reverse(CHANGELIST))
+    rows = list(Tool.objects.filter(team=team_a).order_by("name"))
+    data = {"form-TOTAL_FORMS": str(len(rows)), "form-INITIAL_FORMS": str(len(rows)), "_save": "Save"}
+    for i, row in enumerate(rows):
+        data[f"form-{i}-id"] = str(row.pk)
+        if row.name != "http_fetch":
+            data[f"form-{i}-enabled"] = "on"
+        if row.name == "memory_forget":
+            data[f"form-{i}-requires_approval"] = "on"
+
+    response = client.post(reverse(CHANGELIST), data)
+
+    assert response.status_code == 302
+    changed = {t.name: (t.enabled, t.requires_approval) for t in Tool.objects.filter(team=team_a)}
+    assert changed["http_fetch"] == (False, False) and changed["memory_forget"] == (True, True)
+    events = AuditEvent.objects.filter(object_type="agents.Tool", action="update")
+    assert sorted(e.object_repr for e in events) == ["http_fetch", "memory_forget"]
+    fetch_event = events.get(object_repr="http_fetch")
+    assert fetch_event.before["enabled"] is True and fetch_event.after["enabled"] is False
+
+
+def test_actions_disable_and_require_approval(client_for, alice, team_a):
+    client = client_for(alice)
+    client.get(reverse(CHANGELIST))
+    ids = list(Tool.objects.filter(team=team_a, name__startswith="memory_").values_list("pk", flat=True))
+    client.post(reverse(CHANGELIST), {"action": "disable_tools", "_selected_action": ids})
+    client.post(reverse(CHANGELIST), {"action": "require_approval", "_selected_action": ids})
+    assert set(Tool.objects.filter(pk__in=ids).values_list("enabled", "requires_approval")) == {(False, True)}
+    assert AuditEvent.objects.filter(object_type="agents.Tool").count() == 6
+
+
+def test_a_built_in_cannot_be_deleted_or_redefined(client_for, alice, team_a):
+    client = client_for(alice)
+    client.get(reverse(CHANGELIST))
+    calculator = Tool.objects.get(team=team_a, name="calculator")
+    page = client.get(reverse("admin:agents_tool_change", args=[calculator.pk])).content.decode()
+    assert 'name="url_template"' not in page and 'name="parameters"' not in page
+    assert reverse("tool_try", args=[calculator.uuid]) in page
+    response = client.post(reverse("admin:agents_tool_delete", args=[calculator.pk]), {"post": "yes"})
+    assert response.status_code == 403 and Tool.objects.filter(pk=calculator.pk).exists()
+
+
+# -- HTTP tools and their headers -----------------------------------------------------------------
+def test_an_http_tool_is_added_with_headers_encrypted_and_never_shown(client_for, alice, team_a):
+    client = client_for(alice)
+    response = client.post(reverse("admin:agents_tool_add"), add_data(team_a))
+    assert response.status_code == 302, response.content.decode()[:2000]
+
+    tool = Tool.objects.get(team=team_a, name="weather")
+    assert tool.kind == "http" and SECRET not in tool.headers_encrypted
+    assert headers_decrypt(tool.headers_encrypted) == [("Authorization", SECRET)]
+    page = client.get(reverse("admin:agents_tool_change", args=[tool.pk])).content.decode()
+    assert "sk-live" not in page and "Stored: Authorization." in page
+    event = AuditEvent.objects.get(object_type="agents.Tool", action="create")
+    assert event.after["headers_encrypted"] == "set" and "sk-live" not in json.dumps(event.after)
+
+    # Saving without new headers keeps them; new ones replace them; the box clears them.
+    change = reverse("admin:agents_tool_change", args=[tool.pk])
+    data = add_data(team_a, headers="", description="Changed")
+    data.pop("team")
+    client.post(change, data)
+    tool.refresh_from_db()
+    assert tool.description == "Changed" and headers_decrypt(tool.headers_encrypted) == [("Authorization", SECRET)]
+    client.post(change, {**data, "headers": "X-Api-Key: another-secret-1"})
+    tool.refresh_from_db()
+    assert headers_decrypt(tool.headers_encrypted) == [("X-Api-Key", "another-secret-1")]
+    client.post(change, {**data, "clear_headers": "on"})
+    tool.refresh_from_db()
+    assert tool.headers_encrypted == ""
+
+
+def test_a_schema_that_is_not_valid_is_refused_on_the_page(client_for, alice, team_a):
+    bad = json.dumps({"type": "object", "properties": {"city": {"type": 12}}})
+    response = client_for(alice).post(reverse("admin:agents_tool_add"), add_data(team_a, parameters=bad))
+    assert response.status_code == 200
+    assert "The parameters are not a valid JSON schema (at properties/city/type)" in response.content.decode()
+    assert not Tool.objects.filter(name="weather").exists()
+
+
+def test_bad_header_lines_are_refused_without_echoing_values(client_for, alice, team_a):
+    response = client_for(alice).post(reverse("admin:agents_tool_add"),
+                                      add_data(team_a, headers="Authorization Bearer-topsecret-99"))
+    html = response.content.decode()
+    assert "Line 1 is not of the form" in html and "topsecret" not in html
+
+
+def test_other_teams_cannot_reach_a_tool_in_the_admin(client_for, alice, charlie, team_a):
+    tool = Tool.objects.create(team=team_a, name="weather", kind="http",
+                               url_template="https://api.example.com/")
+    response = client_for(charlie).get(reverse("admin:agents_tool_change", args=[tool.pk]))
+    assert response.status_code in (302, 404)
+    assert "weather" not in client_for(charlie).get(reverse(CHANGELIST)).content.decode()
+
+
+# -- Try it ---------------------------------------------------------------------------------------
+@pytest.fixture
+def weather(team_a):
+    from agents.tools.http import headers_encrypt
+
+    return Tool.objects.create(
+        team=team_a, name="weather", kind="http", url_template="https://api.example.com/w/{city}",
+        parameters={"type": "object", "properties": {"city": {"type": "string", "examples": ["Oslo"]},
+                                                     "days": {"type": "integer"}}},
+        headers_encrypted=headers_encrypt([("Authorization", SECRET)]))
+
+
+def try_url(tool) -> str:
+    return reverse("tool_try", args=[tool.uuid])
+
+
+def test_try_it_prefills_arguments_from_the_schema(client_for, alice, weather):
+    response = client_for(alice).get(try_url(weather))
+    assert response.status_code == 200
+    assert response.context["form"].initial["arguments"] == json.dumps({"city": "Oslo", "days": 0}, indent=2)
+
+
+def test_try_it_runs_the_tool_and_shows_its_output_escaped(client_for, alice, weather, fake_internet):
+    response = client_for(alice).post(try_url(weather), {"arguments": '{"city": "Oslo"}'})
+
+    html = response.content.decode()
+    assert fake_internet[0].url.path == "/w/Oslo" and fake_internet[0].headers["Host"] == "api.example.com"
+    assert "Status: 200 OK" in html and " ms</h2>" in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "<script>alert" not in html
+    assert "sk-live" not in html and "auth=[REDACTED]" in html
+
+
+def test_try_it_goes_through_the_ssrf_guard(client_for, alice, team_a, fake_internet):
+    tools_sync_builtins(team_a)
+    fetch = Tool.objects.get(team=team_a, name="http_fetch")
+    html = client_for(alice).post(try_url(fetch), {"arguments": '{"url": "http://[::ffff:127.0.0.1]:8000/"}'}).content.decode()
+    assert "refused: ::ffff:127.0.0.1 is an IPv4-mapped address of 127.0.0.1, a loopback address" in html
+    assert fake_internet == []
+
+
+def test_try_it_reports_invalid_arguments_like_a_turn(client_for, alice, weather, fake_internet):
+    client = client_for(alice)
+    html = client.post(try_url(weather), {"arguments": '{"city": 7}'}).content.decode()
+    assert "Invalid arguments for tool &#x27;weather&#x27;: &#x27;city&#x27;: 7 is not of type" in html
+    html = client.post(try_url(weather), {"arguments": "[1, 2]"}).content.decode()
+    assert "The arguments must be a JSON object" in html
+    assert fake_internet == []
+
+
+def test_try_it_scrubs_credentials_from_the_output(client_for, alice, team_a, make_agent):
+    tools_sync_builtins(team_a)
+    agent = make_agent(name="Scrubbed", tools=())
+    client = client_for(alice)
+    store = Tool.objects.get(team=team_a, name="memory_store")
+    recall = Tool.objects.get(team=team_a, name="memory_recall")
+    client.post(try_url(store), {"arguments": json.dumps({"content": "deploy token=abcd1234efgh5678ijkl",
+                                                          "key": "deploy"}), "agent": agent.pk})
+    html = client.post(try_url(recall), {"arguments": '{"query": "deploy"}', "agent": agent.pk}).content.decode()
+    assert "token=abcd*[REDACTED]" in html and "abcd1234efgh" not in html
+
+
+def test_memory_tools_need_an_agent_to_try(client_for, alice, team_a):
+    tools_sync_builtins(team_a)
+    store = Tool.objects.get(team=team_a, name="memory_store")
+    response = client_for(alice).post(try_url(store), {"arguments": '{"content": "x"}'})
+    assert response.status_code == 200 and response.context["form"].errors["agent"]
+
+
+def test_only_team_admins_may_try_tools(client_for, bob, charlie, weather):
+    assert client_for(bob).get(try_url(weather)).status_code == 403
+    assert client_for(charlie).get(try_url(weather)).status_code == 404
+    assert client_for(charlie).post(try_url(weather), {"arguments": "{}"}).status_code == 404
