@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format bench vendor clean
+.PHONY: help run test test-unit test-e2e lint format bench vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
-	@echo "make test   install the dev extra if needed and run the test suite"
+	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
+	@echo "make test-unit / make test-e2e   one of the two runs"
 	@echo "make lint   ruff"
 	@echo "make bench  the benchmarks the project ships"
 
@@ -28,8 +29,15 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 run: $(VENV)/.installed
 	$(PY) manage.py dev
 
-test: $(VENV)/.installed-dev
+# Two pytest runs: the unit and real-process suite, then the browser tests (their own session:
+# a whole running stack driven by the system Chromium; they skip when it is not installed).
+test: test-unit test-e2e
+
+test-unit: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-e2e: $(VENV)/.installed-dev
+	$(PY) -m pytest tests/e2e --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

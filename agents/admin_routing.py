@@ -19,6 +19,7 @@ from django.utils.html import format_html
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin
 from agentsite.models import Team
+from traces.pricing import price_table_load
 from traces.recorder import step_price
 
 from .models import Agent, ModelRoute, Provider, RoutingRule
@@ -301,9 +302,18 @@ class ModelRouteAdmin(AuditedAdmin, _ScopedChoicesMixin, TeamScopedAdmin):
     list_select_related = ("team", "provider")
     search_fields = ("hint", "model")
 
+    def get_changelist_instance(self, request: HttpRequest):
+        changelist = super().get_changelist_instance(request)
+        # One price table for the page, not a query per route.
+        table = price_table_load(team_ids={r.team_id for r in changelist.result_list})
+        for route in changelist.result_list:
+            route.price_table = table
+        return changelist
+
     @admin.display(description="Price (per million tokens)")
     def price(self, obj: ModelRoute) -> str:
-        price, source = step_price(provider_kind=obj.provider.kind, model=obj.model)
+        price, source = step_price(provider_kind=obj.provider.kind, model=obj.model,
+                                   team_id=obj.team_id, table=getattr(obj, "price_table", None))
         if price is None:
             return "no price known for this model"
         return f"${price.input} in / ${price.output} out ({source})"

@@ -212,6 +212,9 @@ class Conversation(models.Model):
     archived = models.BooleanField(default=False)
     # Set by /model for this conversation only: one of the agent's allowed models.
     model_override = models.CharField(max_length=200, blank=True)
+    # Deleting a conversation hides it everywhere in the chat; its traces stay (they are the
+    # team's record of what was spent), so the row stays as their anchor.
+    deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -228,7 +231,13 @@ class Conversation(models.Model):
 
 
 class Message(models.Model):
-    """One message of a conversation, as content blocks (``agents.runtime.messages``)."""
+    """One message of a conversation, as content blocks (``agents.runtime.messages``).
+
+    Branches: a conversation is a tree of turns (traces). A user message names the turn it
+    continues (``parent_turn``; empty for the first message of a branch from the start). Its
+    answers are the traces whose ``user_message`` it is: regenerating adds a trace for the same
+    message, editing adds a new user message with the same ``parent_turn``. The messages a turn
+    produced (assistant and tool) point at it through ``trace``."""
 
     class Role(models.TextChoices):
         SYSTEM = "system", "System"
@@ -245,11 +254,19 @@ class Message(models.Model):
     # The turn that stored it (a user message's own turn, or the turn that produced it).
     trace = models.ForeignKey("traces.Trace", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    parent_turn = models.ForeignKey("traces.Trace", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # The id the browser gave a message it sent, so a resend after a dropped connection finds
+    # the first one instead of starting a second turn.
+    client_id = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["conversation_id", "id"]
         indexes = [models.Index(fields=["conversation", "id"], name="message_conversation_order")]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "client_id"], condition=~models.Q(client_id=""),
+                                    name="message_unique_client_id"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:60]}"

@@ -31,6 +31,7 @@ from agents.runtime.routing import ModelRoute as RuntimeModelRoute
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agentsite.access import get_for_team_or_404, require_role
 from agentsite.models import Membership, Team
+from traces.pricing import PriceTable, price_table_for
 from traces.recorder import step_cost, step_price
 
 from .admin_routing import KEYWORDS_HELP, PATTERNS_HELP, LinesField, length_label, rule_errors
@@ -114,10 +115,15 @@ class CostEstimate:
         return usd(self.cost * 1000)
 
 
-def cost_estimate(*, provider: Provider, model: str, tokens: int) -> CostEstimate:
-    """Input tokens priced as the trace recorder prices a model request."""
-    cost, _ = step_cost(provider_kind=provider.kind, model=model, usage=Usage(input_tokens=tokens))
-    price, source = step_price(provider_kind=provider.kind, model=model)
+def cost_estimate(*, provider: Provider, model: str, tokens: int,
+                  table: PriceTable | None = None) -> CostEstimate:
+    """Input tokens priced as the trace recorder prices a model request (with the team's price
+    table; pass ``table`` to price several estimates with one query)."""
+    table = table if table is not None else price_table_for(provider.team_id)
+    cost, _ = step_cost(provider_kind=provider.kind, model=model, usage=Usage(input_tokens=tokens),
+                        team_id=provider.team_id, table=table)
+    price, source = step_price(provider_kind=provider.kind, model=model, team_id=provider.team_id,
+                               table=table)
     return CostEstimate(provider, model, tokens, cost, price, source)
 
 
@@ -244,7 +250,7 @@ def rule_checks(table: RoutingTable, text: str, choice: RouteChoice) -> list[Rul
 
 
 def routing_simulate(*, agent: Agent, text: str, include_system_prompt: bool) -> Simulation:
-    """What a turn of ``agent`` would do with ``text`` (four queries, whatever the rules)."""
+    """What a turn of ``agent`` would do with ``text`` (five queries, whatever the rules)."""
     rows = list(RoutingRule.objects.filter(team_id=agent.team_id).select_related("agent"))
     routes = list(ModelRoute.objects.filter(team_id=agent.team_id).select_related("provider"))
     table = routing_table_from_rows(agent=agent, rule_rows=rows, route_rows=routes)
@@ -254,7 +260,9 @@ def routing_simulate(*, agent: Agent, text: str, include_system_prompt: bool) ->
     system_tokens = (estimate_tokens([{"role": "system", "content": agent.system_prompt}])
                      if include_system_prompt and agent.system_prompt else 0)
     tokens = message_tokens + system_tokens
-    estimate = cost_estimate(provider=choice.provider, model=choice.model, tokens=tokens)
+    prices = price_table_for(agent.team_id)
+    estimate = cost_estimate(provider=choice.provider, model=choice.model, tokens=tokens,
+                             table=prices)
     simulation = Simulation(
         agent=agent, text=text, choice=choice,
         highlighted=highlight(text, keyword=choice.routing["matched_keyword"],
@@ -266,7 +274,8 @@ def routing_simulate(*, agent: Agent, text: str, include_system_prompt: bool) ->
         message_tokens=message_tokens, system_tokens=system_tokens,
         estimate=estimate, own_estimate=None, warnings=list(choice.warnings))
     if simulation.routed:
-        simulation.own_estimate = cost_estimate(provider=agent.provider, model=agent.model, tokens=tokens)
+        simulation.own_estimate = cost_estimate(provider=agent.provider, model=agent.model,
+                                                tokens=tokens, table=prices)
     return simulation
 
 

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from django.db.models import F, Q, QuerySet
+import json
+import math
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
 
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models.functions import Substr
+from django.urls import NoReverseMatch, reverse
+
+from agents.runtime.history import estimate_tokens
+from agents.runtime.messages import Message as RuntimeMessage
 from agentsite.models import Team
-from traces.models import Step, Trace
+from traces.models import Step, StepPayload, Trace
 
+from .branches import TurnNode, TurnTree, Versions
 from .models import Agent, Conversation, Message
+from .windows import context_window
 
 
 def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[Trace]:
@@ -17,19 +32,74 @@ def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[
             .order_by("created_at", "id"))
 
 
-def conversation_history_rows(*, trace: Trace, limit: int) -> list[Message]:
-    """The messages before ``trace``'s turn, oldest first, at most ``limit`` of them.
+def conversation_history_rows(*, trace: Trace, limit: int, branch: list[int] | None = None) -> list[Message]:
+    """The messages before ``trace``'s turn on its branch, oldest first, at most ``limit``.
 
-    Messages are ordered by the turn that stored them, then by id: a message sent while an
-    earlier turn ran is stored before that turn's answer, but belongs after it. Messages of
-    later turns (queued behind this one) and the trace's own user message are left out."""
-    rows = (Message.objects.filter(conversation_id=trace.conversation_id)
-            .filter(Q(trace_id__lt=trace.pk) | Q(trace__isnull=True))
-            .exclude(pk=trace.user_message_id)
-            .order_by(F("trace_id").desc(nulls_last=True), "-id"))
-    if limit > 0:
-        rows = rows[:limit]
-    return list(reversed(list(rows)))
+    The branch is the chain of turns ``trace`` continues (``Message.parent_turn``;
+    ``turn_branch_before``, which the caller may pass as ``branch``): for each, its user
+    message and then what that turn stored. So a message sent while an earlier turn ran comes
+    after that turn's answer, turns queued behind this one are left out, and so are other
+    branches (an edited message, a regenerated answer). Messages that belong to no turn come
+    first."""
+    if branch is None:
+        branch = turn_branch_before(trace=trace)
+    path = branch[-limit:] if limit > 0 else branch  # every turn holds at least its user message
+    rows = _path_messages(trace.conversation_id, path, _user_messages(path)) if path else []
+    if limit <= 0 or len(rows) < limit:
+        loose = (Message.objects.filter(conversation_id=trace.conversation_id, trace__isnull=True)
+                 .exclude(pk=trace.user_message_id).order_by("-id"))
+        if limit > 0:
+            loose = loose[:limit - len(rows)]
+        rows = [*reversed(list(loose)), *rows]
+    return rows[-limit:] if limit > 0 else rows
+
+
+def _user_messages(path: list[int]) -> dict[int, int | None]:
+    return dict(Trace.objects.filter(pk__in=path).values_list("id", "user_message_id"))
+
+
+def turn_branch_before(*, trace: Trace) -> list[int]:
+    """The ids of the turns ``trace`` continues, oldest first (its branch, without itself)."""
+    tree = turn_tree(_tree_rows(trace.conversation_id))
+    return tree.path(tree.parent(trace.pk)) if trace.pk in tree else []
+
+
+def _tree_rows(conversation_id: int) -> list[TurnNode]:
+    return [TurnNode(pk, message, parent) for pk, message, parent in
+            Trace.objects.filter(conversation_id=conversation_id)
+            .values_list("id", "user_message_id", "user_message__parent_turn_id").order_by("id")]
+
+
+def turn_tree(nodes: Iterable[TurnNode]) -> TurnTree:
+    return TurnTree(nodes)
+
+
+def _path_messages(conversation_id: int, path: list[int], user_message_of: dict[int, int | None] | TurnTree,
+                   fields: tuple[str, ...] | None = None) -> list[Message]:
+    """The messages of the turns on ``path``, in path order: each turn's user message, then
+    what the turn stored (by id)."""
+    if not path:
+        return []
+    if isinstance(user_message_of, TurnTree):
+        user_message_of = {t: user_message_of.nodes[t].user_message_id for t in path}
+    user_ids = {m for m in user_message_of.values() if m}
+    rows = Message.objects.filter(conversation_id=conversation_id).filter(
+        Q(trace_id__in=path) | Q(pk__in=user_ids)).order_by("id")
+    if fields:
+        rows = rows.only(*fields)
+    by_id: dict[int, Message] = {}
+    produced: dict[int, list[Message]] = {}
+    for row in rows:
+        by_id[row.pk] = row
+        if row.trace_id is not None:
+            produced.setdefault(row.trace_id, []).append(row)
+    ordered: list[Message] = []
+    for turn in path:
+        mine = user_message_of.get(turn)
+        if mine in by_id:
+            ordered.append(by_id[mine])
+        ordered.extend(m for m in produced.get(turn, ()) if m.pk != mine and m.pk not in user_ids)
+    return ordered
 
 
 def approval_waiting(*, trace: Trace, call_id: str) -> Step | None:
@@ -43,29 +113,337 @@ def agent_choices(*, team: Team) -> QuerySet[Agent]:
     return Agent.objects.filter(team=team).only("uuid", "name", "description", "model").order_by("name")
 
 
-def conversation_list(*, team: Team, user, limit: int = 100) -> QuerySet[Conversation]:
-    return (
-        Conversation.objects.filter(team=team, created_by=user, archived=False)
-        .select_related("agent")
-        .only("uuid", "title", "updated_at", "agent__name")
-        .order_by("-updated_at")[:limit]
-    )
+def conversation_list(*, team: Team, user: Any, query: str = "", scope: str = "mine",
+                      archived: bool = False, limit: int = 100) -> list[Conversation]:
+    """The conversations of ``team`` to list: the user's own (``scope="mine"``) or everyone's
+    in the team (``"team"``), archived or not, newest first. ``query`` matches the title or
+    the text of any message."""
+    rows = (Conversation.objects.filter(team=team, archived=archived, deleted_at__isnull=True)
+            .select_related("agent", "created_by"))
+    if scope != "team":
+        rows = rows.filter(created_by=user)
+    query = " ".join((query or "").split())[:200]
+    if query:
+        in_messages = Message.objects.filter(conversation_id=OuterRef("pk"), text__icontains=query)
+        rows = rows.filter(Q(title__icontains=query) | Exists(in_messages))
+    return list(rows.only("uuid", "title", "updated_at", "archived", "created_by_id",
+                          "agent__name", "created_by__username")
+                .order_by("-updated_at", "-id")[:limit])
 
 
-def conversation_messages(conversation: Conversation) -> list[Message]:
-    """The messages a person reads (user and assistant turns; tool plumbing stays in traces),
-    in the order the model saw them: by turn, then by id — a message sent while a turn ran
-    comes after that turn's answer."""
-    rows = list(
-        conversation.messages.filter(role__in=[Message.Role.USER, Message.Role.ASSISTANT])
-        .select_related("trace")
-        .only("uuid", "role", "text", "blocks", "created_at", "trace__uuid", "trace__status", "conversation_id")
-        .order_by(F("trace_id").asc(nulls_first=True), "id")
-    )
-    for row in rows:
+# -- one conversation, as the chat shows it ------------------------------------------------------
+ARGUMENTS_MAX_CHARS = 4000
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
+                "reasoning_tokens")
+TRACE_FIELDS = (
+    "id", "uuid", "status", "conversation_id", "user_message_id", "created_at", "started_at",
+    "error", "error_kind", "cancel_reason", "model", "provider_kind", "duration_ms", "cost_usd",
+    "event_seq", *USAGE_FIELDS,
+)
+MESSAGE_FIELDS = ("id", "uuid", "role", "text", "blocks", "trace_id", "conversation_id",
+                  "parent_turn_id", "created_at", "author_id")
+STEP_FIELDS = ("id", "trace_id", "seq", "kind", "name", "status", "success", "duration_ms",
+               "error", "call_id", "meta", "started_at")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass
+class ToolCard:
+    """One tool call of a turn as the chat shows it: what was called with which arguments,
+    whether it waited for approval, how it ended and how long it took."""
+
+    trace_uuid: Any
+    call_id: str
+    name: str
+    seq: int
+    arguments: str = ""
+    state: str = "running"      # waiting, running, ok, error, denied, timeout, cancelled
+    duration_ms: float | None = None
+    output: str = ""
+    output_chars: int = 0
+    error: str = ""
+    needs_approval: bool = False
+    decided_by: str = ""
+    deadline_ms: int | None = None
+    timeout_s: int | None = None
+
+    @property
+    def dom_id(self) -> str:
+        return f"call-{self.trace_uuid.hex}-{_UNSAFE_ID.sub('_', self.call_id)[:80]}"
+
+    @property
+    def label(self) -> str:
+        return {
+            "waiting": "Waiting for approval", "running": "Running…", "ok": "Done",
+            "error": "Failed", "denied": "Denied", "timeout": "Denied: no decision in time",
+            "cancelled": "Stopped",
+        }.get(self.state, self.state)
+
+    @property
+    def output_clipped(self) -> bool:
+        return self.output_chars > len(self.output)
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == "waiting"
+
+    @property
+    def seconds_left(self) -> int:
+        if self.deadline_ms is None:
+            return 0
+        return max(int((self.deadline_ms - time.time() * 1000) // 1000), 0)
+
+    @property
+    def decision_url(self) -> str:
+        try:
+            return reverse("approval_decision", args=[self.trace_uuid, self.call_id])
+        except NoReverseMatch:  # an id the URL cannot carry: decide in the trace instead
+            return ""
+
+
+def _pretty_arguments(content: str) -> str:
+    try:
+        text = json.dumps(json.loads(content), indent=2, ensure_ascii=False)
+    except ValueError:
+        text = content
+    if len(text) > ARGUMENTS_MAX_CHARS:
+        text = text[:ARGUMENTS_MAX_CHARS] + "\n…"
+    return text
+
+
+def tool_cards(steps: Iterable[Step], arguments: dict[int, str], trace_uuids: dict[int, Any]
+               ) -> dict[tuple[int, str], ToolCard]:
+    """Cards keyed by (trace id, call id) from the tool-call and approval steps. A call that
+    needs approval has both: the approval decides what the card says until it is given, the
+    tool step after that."""
+    grouped: dict[tuple[int, str], dict[str, Step]] = {}
+    for step in sorted(steps, key=lambda s: (s.trace_id, s.seq)):
+        key = (step.trace_id, step.call_id or f"step-{step.seq}")
+        grouped.setdefault(key, {})[step.kind] = step
+    cards: dict[tuple[int, str], ToolCard] = {}
+    for key, kinds in grouped.items():
+        tool, approval = kinds.get(Step.Kind.TOOL_CALL), kinds.get(Step.Kind.APPROVAL)
+        first = min((s for s in (tool, approval) if s is not None), key=lambda s: s.seq)
+        card = cards[key] = ToolCard(trace_uuids[key[0]], key[1], first.name, first.seq)
+        for step in (approval, tool):
+            if step is not None and step.pk in arguments:
+                card.arguments = _pretty_arguments(arguments[step.pk])
+        if tool is not None:
+            meta = tool.meta if isinstance(tool.meta, dict) else {}
+            card.duration_ms = tool.duration_ms
+            card.output = str(meta.get("output_preview") or "")
+            card.output_chars = int(meta.get("output_chars") or len(card.output))
+            card.error = tool.error
+            card.state = {Step.Status.OK: "ok", Step.Status.ERROR: "error"}.get(tool.status, "running")
+            if card.state == "error" and tool.error.strip().lower().startswith("cancel"):
+                card.state = "cancelled"
+        if approval is not None:
+            _apply_approval(card, approval)
+    return cards
+
+
+def _apply_approval(card: ToolCard, step: Step) -> None:
+    meta = step.meta if isinstance(step.meta, dict) else {}
+    card.needs_approval = True
+    card.timeout_s = int(meta.get("timeout_s") or 0) or None
+    if card.timeout_s and step.started_at:
+        card.deadline_ms = int(step.started_at.timestamp() * 1000) + card.timeout_s * 1000
+    card.decided_by = str(meta.get("decided_by") or "")
+    if step.status == Step.Status.WAITING:
+        card.state = "waiting"
+    elif step.status == Step.Status.ERROR:
+        reason = str(meta.get("reason") or "")
+        card.state = reason if reason in ("denied", "timeout", "cancelled") else "error"
+        card.error = step.error or card.error
+
+
+def _card_steps(trace_ids: list[int], call_id: str | None = None) -> tuple[list[Step], dict[int, str]]:
+    rows = Step.objects.filter(trace_id__in=trace_ids,
+                               kind__in=[Step.Kind.TOOL_CALL, Step.Kind.APPROVAL])
+    if call_id is not None:
+        rows = rows.filter(call_id=call_id)
+    steps = list(rows.only(*STEP_FIELDS))
+    arguments = dict(StepPayload.objects.filter(step_id__in=[s.pk for s in steps], kind="arguments")
+                     .annotate(head=Substr("content", 1, ARGUMENTS_MAX_CHARS + 1))
+                     .values_list("step_id", "head")) if steps else {}
+    return steps, arguments
+
+
+def tool_card_for_step(step: Step) -> ToolCard | None:
+    """The card of the call ``step`` belongs to (for a live update)."""
+    if step.kind not in (Step.Kind.TOOL_CALL, Step.Kind.APPROVAL):
+        return None
+    steps, arguments = _card_steps([step.trace_id], step.call_id)
+    cards = tool_cards(steps, arguments, {step.trace_id: step.trace.uuid})
+    return next(iter(cards.values()), None)
+
+
+@dataclass
+class Meter:
+    """Tokens and cost spent in the conversation so far (every branch), and how much of the
+    model's context window the next turn's history fills."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    context_tokens: int = 0
+    context_window: int = 1
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def context_percent(self) -> int:
+        return min(round(self.context_tokens * 100 / max(self.context_window, 1)), 999)
+
+
+@dataclass
+class TurnView:
+    """One turn on the branch shown: the user's message and the answer, in reading order
+    (``parts``: ("text", message) and ("card", ToolCard))."""
+
+    trace: Trace
+    user_message: Message | None
+    parts: list[tuple[str, Any]] = field(default_factory=list)
+    message_versions: Versions | None = None
+    answer_versions: Versions | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.trace.status in Trace.ACTIVE
+
+    @property
+    def has_text(self) -> bool:
+        return any(kind == "text" for kind, _ in self.parts)
+
+
+@dataclass
+class ChatView:
+    conversation: Conversation
+    leaf: Trace | None
+    loose: list[Message]
+    turns: list[TurnView]
+    meter: Meter
+
+    @property
+    def running(self) -> bool:
+        return any(t.active for t in self.turns)
+
+
+def _traces(conversation_id: int) -> list[Trace]:
+    return list(Trace.objects.filter(conversation_id=conversation_id)
+                .annotate(parent_turn_id=F("user_message__parent_turn_id"))
+                .only(*TRACE_FIELDS).order_by("id"))
+
+
+def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
+    """The conversation's branch through the turn with public id ``at`` (its newest leaf), or
+    the newest turn's branch; with its turns, tool cards, versions and meter. Five queries
+    however long the conversation is."""
+    traces = _traces(conversation.pk)
+    by_id = {t.pk: t for t in traces}
+    tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
+    start = next((t.pk for t in traces if str(t.uuid.hex) == _hex(at)), None) if at else None
+    leaf_id = tree.latest_leaf(start) if start is not None else tree.latest()
+    path = tree.path(leaf_id)
+    rows = _path_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
+    loose = list(Message.objects.filter(conversation_id=conversation.pk, trace__isnull=True)
+                 .only(*MESSAGE_FIELDS).order_by("id"))
+    steps, arguments = _card_steps(path) if path else ([], {})
+    cards = tool_cards(steps, arguments, {pk: by_id[pk].uuid for pk in path})
+    turns = _turn_views(path, by_id, tree, rows, cards)
+    meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
+    for row in [*loose, *rows]:
         row.conversation = conversation
-        row.tool_names = [b.get("name", "") for b in row.blocks or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
-    return [r for r in rows if r.text or r.tool_names]
+    return ChatView(conversation, by_id.get(leaf_id), [m for m in loose if m.text], turns, meter)
+
+
+def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
+    """One turn as ``chat_view`` shows it, and the meter for its branch (for a live update)."""
+    conversation = trace.conversation
+    traces = _traces(conversation.pk)
+    by_id = {t.pk: t for t in traces}
+    by_id[trace.pk] = trace
+    tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
+    path = tree.path(trace.pk) if trace.pk in tree else [trace.pk]
+    rows = _path_messages(conversation.pk, path, tree, MESSAGE_FIELDS) if trace.pk in tree else []
+    steps, arguments = _card_steps([trace.pk])
+    cards = tool_cards(steps, arguments, {trace.pk: trace.uuid})
+    view = _turn_views([trace.pk], by_id, tree, [m for m in rows if m.trace_id == trace.pk
+                                                or m.pk == trace.user_message_id], cards)[0]
+    loose = list(Message.objects.filter(conversation_id=conversation.pk, trace__isnull=True)
+                 .only(*MESSAGE_FIELDS).order_by("id"))
+    meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
+    return view, meter
+
+
+def _hex(value: Any) -> str:
+    return value.hex if hasattr(value, "hex") else str(value).replace("-", "").lower()
+
+
+def _turn_views(path: list[int], by_id: dict[int, Trace], tree: TurnTree, rows: list[Message],
+                cards: dict[tuple[int, str], ToolCard]) -> list[TurnView]:
+    messages = {m.pk: m for m in rows}
+    produced: dict[int, list[Message]] = {}
+    for row in rows:
+        if row.trace_id is not None:
+            produced.setdefault(row.trace_id, []).append(row)
+    views = []
+    for turn_id in path:
+        trace = by_id[turn_id]
+        view = TurnView(trace, messages.get(trace.user_message_id))
+        if turn_id in tree:
+            versions = tree.message_versions(turn_id)
+            view.message_versions = _uuids(versions, by_id)
+            view.answer_versions = _uuids(tree.answer_versions(turn_id), by_id)
+        for row in produced.get(turn_id, ()):
+            if row.role != Message.Role.ASSISTANT:
+                continue
+            if row.text.strip():
+                view.parts.append(("text", row))
+            for block in row.blocks or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    card = cards.pop((turn_id, str(block.get("id", ""))), None)
+                    if card is not None:
+                        view.parts.append(("card", card))
+        rest = sorted((c for (t, _), c in cards.items() if t == turn_id), key=lambda c: c.seq)
+        view.parts.extend(("card", c) for c in rest)
+        views.append(view)
+    return views
+
+
+def _uuids(versions: Versions, by_id: dict[int, Trace]) -> Versions:
+    def uuid_of(pk: int | None) -> Any:
+        return by_id[pk].uuid if pk is not None and pk in by_id else None
+
+    return Versions(versions.index, versions.count, uuid_of(versions.previous), uuid_of(versions.next))
+
+
+def conversation_meter(conversation: Conversation, *, traces: list[Trace],
+                       history: list[Message]) -> Meter:
+    """``history``: the branch's messages, oldest first (what the next turn would continue)."""
+    agent = conversation.agent
+    model = conversation.model_override or agent.model
+    meter = Meter(model=model, context_window=context_window(model, agent.provider.capabilities))
+    for trace in traces:
+        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
+            setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))
+        meter.cost_usd += trace.cost_usd or Decimal(0)
+    limit = agent.history_max_messages
+    recent = history[-limit:] if limit > 0 else history
+    messages = []
+    for row in recent:
+        try:
+            messages.append(RuntimeMessage.from_dict({"role": row.role, "blocks": row.blocks or []}))
+        except (KeyError, TypeError, ValueError):
+            continue
+    system = math.ceil(len(agent.system_prompt or "") / 4)
+    meter.context_tokens = estimate_tokens(messages) + system
+    return meter
 
 
 def conversation_active_trace(conversation: Conversation) -> Trace | None:

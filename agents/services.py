@@ -27,6 +27,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 from django.utils import timezone
 
+from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.providers import ChatRequest, ErrorKind, ProviderError
 from agentsite.access import membership_for
@@ -79,41 +80,266 @@ def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "")
                                        title=(title or "").strip()[:200])
 
 
-def turn_start(*, conversation: Conversation, user: Any, text: str) -> Trace:
+class _Latest:
+    """``turn_start(parent=LATEST)``: continue the conversation's newest turn."""
+
+
+LATEST: Any = _Latest()
+
+
+def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
+               client_id: str = "") -> Trace:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
+
+    ``parent`` is the turn the message continues: the branch the person is looking at (None
+    starts a branch from the beginning; by default the conversation's newest turn).
+    ``client_id`` is the browser's id for the message: sending the same id again (a resend
+    after a dropped connection) returns the first turn instead of starting another.
 
     One turn runs per conversation at a time: while another is queued or running, the new trace
     waits and is sent when the earlier ones end. If the agent interrupts on a new message, the
     earlier turns are stopped instead and the new one goes next."""
     _chat_membership(user, conversation.team_id)
     text = _clean_text(text)
-    if conversation.archived:
-        raise ValidationError("This conversation is archived. Start a new one to keep chatting.")
+    _check_open(conversation)
+    client_id = (client_id or "").strip()[:64]
     agent = Agent.objects.get(pk=conversation.agent_id)
-    now = timezone.now()
     with transaction.atomic():
         conversation_lock(conversation.pk)
-        earlier = list(conversation_active_traces(conversation=conversation))
+        if client_id:
+            sent = _sent_before(conversation, client_id)
+            if sent is not None:
+                return sent
+        if parent is LATEST:
+            parent_id = (Trace.objects.filter(conversation_id=conversation.pk)
+                         .order_by("-id").values_list("id", flat=True).first())
+        else:
+            parent_id = _parent_in(conversation, parent)
         message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER,
-            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user)
-        trace = Trace.objects.create(
-            team_id=conversation.team_id, conversation=conversation, agent=agent,
-            agent_version=agent.version, user=user, user_message=message,
-            status=Trace.Status.QUEUED)
+            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            parent_turn_id=parent_id, client_id=client_id)
+        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message)
         message.trace = trace
         message.save(update_fields=["trace"])
-        Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
-        if not earlier:
-            trace_enqueue(trace=trace, now=now)
-        elif agent.interrupt_on_new_message:
-            for older in earlier:
-                if not trace_cancel_queued(trace=older, reason=INTERRUPT_REASON, now=now):
-                    trace_request_cancel(trace=older, reason=INTERRUPT_REASON, now=now)
+        if not conversation.title:
+            conversation.title = _title_from(text)
+            Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
         message.conversation = conversation
         transaction.on_commit(lambda: announce_sync(live.message_announcement, message))
     return trace
+
+
+def _check_open(conversation: Conversation) -> None:
+    if conversation.deleted_at is not None:
+        raise ValidationError("This conversation was deleted.")
+    if conversation.archived:
+        raise ValidationError("This conversation is archived. Unarchive it, or start a new one "
+                              "to keep chatting.")
+
+
+def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
+    message = Message.objects.filter(conversation_id=conversation.pk, client_id=client_id).first()
+    if message is None:
+        return None
+    trace = Trace.objects.filter(user_message=message).order_by("id").first()
+    if trace is not None:
+        trace.user_message = message
+        trace.resent = True
+    return trace
+
+
+def _parent_in(conversation: Conversation, parent: Trace | None) -> int | None:
+    if parent is None:
+        return None
+    if parent.conversation_id != conversation.pk:
+        raise ValidationError("That turn belongs to another conversation.")
+    return parent.pk
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 80 else line[:79].rstrip() + "…"
+
+
+def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message) -> Trace:
+    """A queued trace answering ``message``: sent now when nothing else of the conversation is
+    in flight, else queued behind it (or, when the agent says so, interrupting it). Call inside
+    a transaction that holds the conversation's lock."""
+    now = timezone.now()
+    earlier = list(conversation_active_traces(conversation=conversation))
+    trace = Trace.objects.create(
+        team_id=conversation.team_id, conversation=conversation, agent=agent,
+        agent_version=agent.version, user=user, user_message=message,
+        status=Trace.Status.QUEUED)
+    trace.user_message = message
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
+    if not earlier:
+        trace_enqueue(trace=trace, now=now)
+    elif agent.interrupt_on_new_message:
+        for older in earlier:
+            if not trace_cancel_queued(trace=older, reason=INTERRUPT_REASON, now=now):
+                trace_request_cancel(trace=older, reason=INTERRUPT_REASON, now=now)
+    return trace
+
+
+def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> Trace:
+    """Answer the user message of ``trace`` again, as a new branch beside that answer (which
+    stays reachable)."""
+    _chat_membership(user, conversation.team_id)
+    _check_open(conversation)
+    if trace.conversation_id != conversation.pk or trace.user_message_id is None:
+        raise ValidationError("That answer cannot be regenerated.")
+    if trace.is_active:
+        raise ValidationError("This answer is still being written. Stop it first, or wait for it.")
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    with transaction.atomic():
+        conversation_lock(conversation.pk)
+        message = Message.objects.get(pk=trace.user_message_id)
+        return _turn_create(conversation=conversation, agent=agent, user=user, message=message)
+
+
+def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: str) -> Trace:
+    """Send an edited version of an earlier user message: a new branch from the point where
+    ``message`` was sent. The original and everything after it stay reachable."""
+    _chat_membership(user, conversation.team_id)
+    text = _clean_text(text)
+    _check_open(conversation)
+    if message.conversation_id != conversation.pk or message.role != Message.Role.USER:
+        raise ValidationError("Only your messages in this conversation can be edited.")
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    with transaction.atomic():
+        conversation_lock(conversation.pk)
+        edited = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER,
+            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            parent_turn_id=message.parent_turn_id)
+        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=edited)
+        edited.trace = trace
+        edited.save(update_fields=["trace"])
+        edited.conversation = conversation
+        transaction.on_commit(lambda: announce_sync(live.message_announcement, edited))
+    return trace
+
+
+def conversation_stop(*, conversation: Conversation, user: Any) -> int:
+    """Stop every queued or running turn of the conversation; how many there were."""
+    _chat_membership(user, conversation.team_id)
+    stopped = 0
+    for trace in conversation_active_traces(conversation=conversation):
+        turn_cancel(trace=trace, user=user)
+        stopped += 1
+    return stopped
+
+
+# -- managing conversations ----------------------------------------------------------------------
+def _manage_membership(user: Any, conversation: Conversation, action: str) -> Membership:
+    membership = _chat_membership(user, conversation.team_id)
+    if conversation.created_by_id != user.pk and not membership.has_role(Membership.Role.ADMIN):
+        raise PermissionDenied(f"Only the person who started this conversation or a team admin "
+                               f"can {action} it.")
+    return membership
+
+
+def conversation_rename(*, conversation: Conversation, user: Any, title: str) -> Conversation:
+    _manage_membership(user, conversation, "rename")
+    title = " ".join((title or "").split())
+    if not title:
+        raise ValidationError("Give the conversation a title.")
+    if len(title) > 200:
+        raise ValidationError(f"The title is {len(title)} characters long; the limit is 200.")
+    conversation.title = title
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def conversation_archive(*, conversation: Conversation, user: Any, archived: bool = True) -> Conversation:
+    """Archive (hide from the list, read-only) or bring back a conversation."""
+    _manage_membership(user, conversation, "archive")
+    conversation.archived = bool(archived)
+    conversation.save(update_fields=["archived", "updated_at"])
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation, user: Any) -> None:
+    """Delete a conversation for the chat: it is gone from the lists and its page. Its running
+    turns stop; their traces stay, as the team's record of what was spent."""
+    _manage_membership(user, conversation, "delete")
+    for trace in conversation_active_traces(conversation=conversation):
+        turn_cancel(trace=trace, user=user)
+    conversation.deleted_at = timezone.now()
+    conversation.save(update_fields=["deleted_at", "updated_at"])
+
+
+# -- commands typed in the chat ------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommandReply:
+    """What a command answered, shown in the chat and never sent to the model. ``redirect_to``:
+    the page to go to (``/new``)."""
+
+    command: str
+    text: str
+    redirect_to: Conversation | None = None
+    changed_model: bool = False
+
+
+def chat_command(*, conversation: Conversation, user: Any, text: str) -> CommandReply | None:
+    """Run ``text`` when it is a chat command (``/new``, ``/model``, ``/models``, ``/stop``,
+    ``/help``); None when it is an ordinary message. An unknown command answers with the help
+    text. No command reaches the model or starts a turn."""
+    command = parse_command(text or "")
+    if command is None:
+        return None
+    _chat_membership(user, conversation.team_id)
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    name = command.name
+    if name is CommandName.NEW:
+        fresh = conversation_create(team=conversation.team, agent=agent, user=user)
+        return CommandReply("new", f"Started a new conversation with {agent.name}.", redirect_to=fresh)
+    if name is CommandName.STOP:
+        stopped = conversation_stop(conversation=conversation, user=user)
+        return CommandReply("stop", "Stopped the reply." if stopped else "Nothing is running here.")
+    if name is CommandName.MODELS:
+        return CommandReply("models", _models_text(conversation, agent))
+    if name is CommandName.MODEL:
+        return _model_command(conversation, agent, command.argument)
+    if name is CommandName.HELP:
+        return CommandReply("help", HELP_TEXT)
+    return CommandReply("unknown", unknown_command_reply(command))
+
+
+def _allowed_models(agent: Agent) -> list[str]:
+    models_ = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
+    return [agent.model, *[m for m in models_ if m != agent.model]]
+
+
+def _models_text(conversation: Conversation, agent: Agent) -> str:
+    current = conversation.model_override or agent.model
+    choices = _allowed_models(agent)
+    if len(choices) == 1:
+        return (f"This conversation uses {current}. The agent {agent.name} has no other models "
+                "to switch to; an admin can add some to its allowed models.")
+    lines = [f"{'• ' if m == current else '  '}{m}{' (the agent’s default)' if m == agent.model else ''}"
+             for m in choices]
+    return "Models you can switch to with /model <name>:\n" + "\n".join(lines)
+
+
+def _model_command(conversation: Conversation, agent: Agent, argument: str) -> CommandReply:
+    current = conversation.model_override or agent.model
+    if not argument:
+        return CommandReply("model", f"This conversation uses {current}. Switch with "
+                                     "/model <name>; /models lists the choices.")
+    choices = _allowed_models(agent)
+    chosen = next((m for m in choices if m.lower() == argument.lower()), None)
+    if chosen is None:
+        listed = ", ".join(choices)
+        return CommandReply("model", f"“{argument}” is not one of the models this agent may use. "
+                                     f"Choose one of: {listed}.")
+    override = "" if chosen == agent.model else chosen
+    Conversation.objects.filter(pk=conversation.pk).update(model_override=override)
+    conversation.model_override = override
+    return CommandReply("model", f"This conversation now uses {chosen}.", changed_model=True)
 
 
 def turn_cancel(*, trace: Trace, user: Any) -> Trace:

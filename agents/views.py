@@ -1,29 +1,46 @@
 from __future__ import annotations
 
+import uuid as uuid_lib
+from typing import Any
+
 from django.contrib import messages as flash
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
+from traces.models import Trace
 
 from . import selectors, services
-from .models import Agent, Conversation
+from .models import Agent, Conversation, Message
 
 Role = Membership.Role
-CONVERSATION_PARTS = {"messages"}
+CONVERSATION_PARTS = {"messages": "messages-swap"}
 
 
 @team_required()
 @require_GET
 def chat(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "")
+    scope = "team" if request.GET.get("scope") == "team" else "mine"
+    archived = request.GET.get("archived") == "1"
     context = {
-        "conversations": selectors.conversation_list(team=request.team, user=request.user),
+        "conversations": selectors.conversation_list(team=request.team, user=request.user, query=query,
+                                                     scope=scope, archived=archived),
         "agents": selectors.agent_choices(team=request.team),
+        "query": query,
+        "scope": scope,
+        "archived": archived,
+        "can_manage_all": request.membership.has_role(Role.ADMIN),
     }
-    return render(request, "chat/chat.html", context)
+    template = "chat/chat.html"
+    if request.htmx and request.htmx.target == "conversation-list":
+        template += "#results"
+    return render(request, template, context)
 
 
 @team_required(Role.MEMBER, action="start conversations")
@@ -34,46 +51,171 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     return redirect("conversation", conversation_uuid=conversation.uuid)
 
 
-def _conversation(request: HttpRequest, conversation_uuid) -> Conversation:
-    return get_for_team_or_404(Conversation.objects.select_related("agent", "created_by"), request.team, uuid=conversation_uuid)
+def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
+    return get_for_team_or_404(
+        Conversation.objects.select_related("agent", "agent__provider", "created_by", "team"),
+        request.team, uuid=conversation_uuid, deleted_at__isnull=True)
+
+
+def _can_manage(request: HttpRequest, conversation: Conversation) -> bool:
+    membership = request.membership
+    return membership.can_chat and (conversation.created_by_id == request.user.pk
+                                    or membership.has_role(Role.ADMIN))
+
+
+def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
+    try:
+        return uuid_lib.UUID(value) if value else None
+    except ValueError:
+        return None
 
 
 @team_required()
 @require_GET
-def conversation(request: HttpRequest, conversation_uuid) -> HttpResponse:
+def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
+    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")))
     context = {
         "conversation": convo,
-        "messages": selectors.conversation_messages(convo),
-        "active_trace": selectors.conversation_active_trace(convo),
+        "view": view,
         "can_chat": request.membership.can_chat,
+        "can_manage": _can_manage(request, convo),
+        "max_chars": services.MAX_MESSAGE_CHARS,
     }
-    part = request.GET.get("part")
     template = "chat/conversation.html"
-    if request.htmx and part in CONVERSATION_PARTS:
+    part = CONVERSATION_PARTS.get(request.GET.get("part", ""))
+    if request.htmx and part:
         template += "#" + part
     return render(request, template, context)
 
 
+def _error(request: HttpRequest, convo: Conversation, exc: ValidationError) -> HttpResponse:
+    message = " ".join(exc.messages)
+    if request.htmx:
+        response = render(request, "chat/conversation.html#composer-error", {"error": message}, status=422)
+        response["HX-Retarget"] = "#composer-error"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    flash.error(request, message)
+    return redirect("conversation", conversation_uuid=convo.uuid)
+
+
+def _branch_response(request: HttpRequest, convo: Conversation, trace: Trace) -> HttpResponse:
+    """After an edit or a regeneration: the branch that now ends in ``trace``."""
+    if not request.htmx:
+        return redirect(reverse("conversation", args=[convo.uuid]) + f"?at={trace.uuid.hex}")
+    context = {"conversation": convo, "view": selectors.chat_view(convo, at=trace.uuid)}
+    response = render(request, "chat/conversation.html#messages-swap", context)
+    response["HX-Push-Url"] = reverse("conversation", args=[convo.uuid]) + f"?at={trace.uuid.hex}"
+    return response
+
+
 @team_required(Role.MEMBER, action="chat")
-@require_http_methods(["POST"])
-def message_send(request: HttpRequest, conversation_uuid) -> HttpResponse:
+@require_POST
+def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    """Send a message, or run a chat command (``/help`` ...), which never reaches the model.
+    ``parent``: the turn the message continues (the branch on screen); ``client_id``: the
+    browser's id for it, so a resend never starts a second turn."""
     convo = _conversation(request, conversation_uuid)
     text = request.POST.get("text", "")
     try:
-        trace = services.turn_start(conversation=convo, user=request.user, text=text)
+        reply = services.chat_command(conversation=convo, user=request.user, text=text)
+        if reply is not None:
+            return _command_response(request, convo, reply, text)
+        parent_uuid = request.POST.get("parent", "")
+        parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
+                  if parent_uuid else services.LATEST)
+        trace = services.turn_start(conversation=convo, user=request.user, text=text, parent=parent,
+                                    client_id=request.POST.get("client_id", ""))
     except ValidationError as exc:
-        message = " ".join(exc.messages)
+        return _error(request, convo, exc)
+    if not request.htmx:
+        return redirect(reverse("conversation", args=[convo.uuid]) + f"?at={trace.uuid.hex}")
+    if getattr(trace, "resent", False):
+        trace.conversation = convo
+        turn, _ = selectors.turn_view(trace)
+    else:
+        turn = selectors.TurnView(trace, trace.user_message)
+    return render(request, "chat/conversation.html#sent", {"turn": turn, "conversation": convo})
+
+
+def _command_response(request: HttpRequest, convo: Conversation, reply: services.CommandReply,
+                      text: str) -> HttpResponse:
+    if reply.redirect_to is not None:
+        url = reverse("conversation", args=[reply.redirect_to.uuid])
         if request.htmx:
-            response = render(request, "chat/conversation.html#composer-error", {"error": message}, status=422)
-            response["HX-Retarget"] = "#composer-error"
-            response["HX-Reswap"] = "outerHTML"
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = url
             return response
-        flash.error(request, message)
+        return redirect(url)
+    if not request.htmx:
+        flash.info(request, reply.text)
         return redirect("conversation", conversation_uuid=convo.uuid)
-    except PermissionDenied:
-        raise
-    if request.htmx:
-        context = {"message": trace.user_message, "trace": trace, "conversation": convo}
-        return render(request, "chat/conversation.html#sent", context)
-    return redirect("conversation", conversation_uuid=convo.uuid)
+    context: dict[str, Any] = {"conversation": convo, "reply": reply, "command_text": text.strip()[:200],
+                               "notice_id": uuid_lib.uuid4().hex}
+    if reply.changed_model:
+        context["meter"] = selectors.chat_view(convo).meter
+    return render(request, "chat/conversation.html#notice", context)
+
+
+@team_required(Role.MEMBER, action="chat")
+@require_POST
+def turn_regenerate(request: HttpRequest, conversation_uuid: Any, trace_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    trace = get_for_team_or_404(Trace, request.team, uuid=trace_uuid, conversation=convo)
+    try:
+        new = services.turn_regenerate(conversation=convo, trace=trace, user=request.user)
+    except ValidationError as exc:
+        return _error(request, convo, exc)
+    return _branch_response(request, convo, new)
+
+
+@team_required(Role.MEMBER, action="chat")
+@require_POST
+def message_edit(request: HttpRequest, conversation_uuid: Any, message_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    message = get_for_team_or_404(Message, request.team, field="conversation__team", uuid=message_uuid,
+                                  conversation=convo)
+    try:
+        trace = services.turn_edit(conversation=convo, message=message, user=request.user,
+                                   text=request.POST.get("text", ""))
+    except ValidationError as exc:
+        return _error(request, convo, exc)
+    return _branch_response(request, convo, trace)
+
+
+def _back(request: HttpRequest, fallback: str) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect(fallback)
+
+
+@team_required(Role.MEMBER, action="rename conversations")
+@require_POST
+def conversation_rename(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    try:
+        services.conversation_rename(conversation=convo, user=request.user, title=request.POST.get("title", ""))
+    except ValidationError as exc:
+        flash.error(request, " ".join(exc.messages))
+    return _back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="archive conversations")
+@require_POST
+def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    archived = request.POST.get("archived", "1") != "0"
+    services.conversation_archive(conversation=convo, user=request.user, archived=archived)
+    flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
+    return _back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="delete conversations")
+@require_POST
+def conversation_delete(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    services.conversation_delete(conversation=convo, user=request.user)
+    flash.success(request, f"Deleted “{convo}”.")
+    return redirect("chat")

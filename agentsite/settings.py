@@ -96,6 +96,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "agentsite.context_processors.teams",
+                "traces.context_processors.budget_banner",
             ],
         },
     },

@@ -28,6 +28,7 @@ urlpatterns = [
     path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
     path("chat/", include("agents.urls")),
     path("traces/", include("traces.urls")),
+    path("costs/", include("traces.cost_urls")),
     path("admin/routing/", include("agents.routing_urls")),
     path("admin/tools/", include("agents.tool_urls")),
     path("memory/", include("memory.urls")),

@@ -290,3 +290,8 @@ def run_in_thread():
     yield start
     for thread in threads:
         thread.join(timeout=30)
+
+
+# Browser tests run on their own (``make test-e2e``): pytest-playwright-style sessions do not mix
+# with the asyncio tests, and they need a whole running stack.
+collect_ignore = ["e2e"]

@@ -59,6 +59,13 @@ class TraceConsumer(LiveConsumer):
 
 
 class ConversationConsumer(LiveConsumer):
+    async def live_event(self, event: dict[str, Any]) -> None:
+        payload = event["payload"]
+        if payload.get("event") == "delta":
+            await self.send(text_data=live.delta_frame(payload))
+        else:
+            await self.send_json(payload)
+
     async def authorised_group(self, user: Any, uuid: str) -> str | None:
         from agents.models import Conversation
 

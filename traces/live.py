@@ -41,13 +41,15 @@ def render(partial: str, context: dict[str, Any]) -> str:
 
 
 # -- payloads (plain dicts: the consumers forward them as JSON) ----------------------------------
-def step_payload(step: Any) -> dict[str, Any]:
+def step_payload(step: Any, *, chat: bool = False) -> dict[str, Any]:
+    """The inspector's row for ``step``; with ``chat``, also what the chat shows of it: a tool
+    card for tool calls and approvals, tokens and cost for model requests."""
     from .presentation import decorate_steps
 
     if not hasattr(step, "bar_x"):
         # The client rescales every bar to the trace's current length; this is a first guess.
         decorate_steps([step], scale=step.offset_ms + (step.duration_ms or 0) or 1.0)
-    return {
+    payload = {
         "event": "step",
         "trace": step.trace.uuid.hex,
         "seq": step.event_seq,
@@ -56,6 +58,21 @@ def step_payload(step: Any) -> dict[str, Any]:
         "status": step.status,
         "html": render("traces/trace_detail.html#step-row", {"step": step, "trace": step.trace, "live": True}),
     }
+    if chat:
+        payload.update(_chat_step(step))
+    return payload
+
+
+def _chat_step(step: Any) -> dict[str, Any]:
+    from agents.selectors import tool_card_for_step
+
+    if step.kind == "llm_request":
+        return {"kind": "llm", "tokens": step.total_tokens, "cost": str(step.cost_usd or 0)}
+    card = tool_card_for_step(step)
+    if card is None:
+        return {"kind": step.kind}
+    return {"kind": step.kind, "card_id": card.dom_id, "card_seq": card.seq,
+            "card": render("chat/conversation.html#tool-card", {"card": card})}
 
 
 def state_payload(state: Any) -> dict[str, Any]:
@@ -79,7 +96,21 @@ def trace_payload(trace: Any) -> dict[str, Any]:
         "seq": trace.event_seq,
         "id": "trace-header",
         "status": trace.status,
+        # The cost so far, for meters outside the inspector (the chat): bumped as each model
+        # request finishes.
+        "totals": trace_totals(trace),
         "html": render("traces/trace_detail.html#trace-header", {"trace": trace}),
+    }
+
+
+def trace_totals(trace: Any) -> dict[str, Any]:
+    return {
+        "cost_usd": str(trace.cost_usd),
+        "input_tokens": trace.input_tokens, "output_tokens": trace.output_tokens,
+        "cache_write_tokens": trace.cache_write_tokens, "cache_read_tokens": trace.cache_read_tokens,
+        "reasoning_tokens": trace.reasoning_tokens, "total_tokens": trace.total_tokens,
+        "unpriced_calls": getattr(trace, "unpriced_calls", 0),
+        "prefix_priced_calls": getattr(trace, "prefix_priced_calls", 0),
     }
 
 
@@ -88,13 +119,48 @@ def delta_payload(*, trace_uuid: Any, seq: int, step: int, index: int, text: str
 
 
 def message_payload(message: Any) -> dict[str, Any]:
-    return {
+    """A new user message: the chat's fragment for it and its pending answer, and where it sits
+    in the conversation's tree (``turn`` continues ``parent``). Answers arrive with their
+    turn's final ``trace`` event instead, so other messages carry no fragment."""
+    payload: dict[str, Any] = {
         "event": "message",
         "conversation": message.conversation.uuid.hex,
         "trace": message.trace.uuid.hex if message.trace_id else None,
         "id": f"message-{message.uuid.hex}",
-        "html": render("chat/conversation.html#message", {"message": message}),
+        "role": message.role,
     }
+    if message.role != "user" or not message.trace_id:
+        return payload
+    from agents.selectors import TurnView
+
+    parent = None
+    if message.parent_turn_id:
+        from .models import Trace
+
+        parent = Trace.objects.filter(pk=message.parent_turn_id).values_list("uuid", flat=True).first()
+    payload["turn"] = message.trace.uuid.hex
+    payload["parent"] = parent.hex if parent else ""
+    payload["html"] = render("chat/conversation.html#sent", {
+        "turn": TurnView(message.trace, message), "conversation": message.conversation})
+    return payload
+
+
+def chat_answer(trace: Any) -> dict[str, Any]:
+    """The chat's fragments for a turn that ended: its answer (replacing the pending one) and
+    the conversation's meter."""
+    from agents.selectors import turn_view
+
+    turn, meter = turn_view(trace)
+    context = {"turn": turn, "conversation": trace.conversation}
+    return {"answer": render("chat/conversation.html#answer", context),
+            "meter": render("chat/conversation.html#meter", {"meter": meter})}
+
+
+def delta_frame(payload: dict[str, Any]) -> str:
+    """A text delta as the chat receives it: ``~<step>|<text>``. Deltas are most of a turn's
+    frames and the chat needs only the text (its running answer is the only one streaming),
+    so the frame carries nothing else; the final answer replaces the text in any case."""
+    return f"~{payload.get('step', 0)}|{payload.get('text', '')}"
 
 
 # -- sending ------------------------------------------------------------------------------------
@@ -123,7 +189,7 @@ Announcement = tuple[list[str], dict[str, Any]]
 
 
 def step_announcement(step: Any) -> Announcement:
-    return groups_for(step.trace), step_payload(step)
+    return groups_for(step.trace), step_payload(step, chat=True)
 
 
 def state_announcement(state: Any) -> Announcement:
@@ -131,7 +197,10 @@ def state_announcement(state: Any) -> Announcement:
 
 
 def trace_announcement(trace: Any) -> Announcement:
-    return groups_for(trace), trace_payload(trace)
+    payload = trace_payload(trace)
+    if trace.status not in ("queued", "running") and trace.conversation_id:
+        payload.update(chat_answer(trace))
+    return groups_for(trace), payload
 
 
 def message_announcement(message: Any) -> Announcement:

@@ -81,6 +81,10 @@ class Trace(TokenBuckets):
     provider_kind = models.CharField(max_length=16, blank=True)
     model = models.CharField(max_length=200, blank=True)
     cost_usd = models.DecimalField(max_digits=18, decimal_places=10, default=Decimal(0))
+    # Model requests of the turn that had no price (counted at $0) and that were priced by a
+    # prefix match: the flags behind the cost figure.
+    unpriced_calls = models.PositiveIntegerField(default=0)
+    prefix_priced_calls = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     iterations = models.PositiveIntegerField(default=0)
     step_count = models.PositiveIntegerField(default=0)
@@ -112,6 +116,8 @@ class Trace(TokenBuckets):
             models.Index(fields=["team", "agent", "-created_at"], name="trace_team_agent"),
             models.Index(fields=["conversation", "created_at"], name="trace_conversation"),
             models.Index(fields=["status", "heartbeat_at"], name="trace_status_heartbeat"),
+            # The costs page's most expensive traces.
+            models.Index(fields=["team", "-cost_usd"], name="trace_team_cost"),
         ]
 
     def __str__(self) -> str:
@@ -133,6 +139,26 @@ class Trace(TokenBuckets):
         rows = self.steps.filter(kind=Step.Kind.RETRY).order_by("seq").values_list("meta", flat=True)
         return [f"{m.get('next_provider') or '?'} / {m.get('next_model') or '?'}"
                 for m in rows if isinstance(m, dict) and m.get("failover")]
+
+    @cached_property
+    def price_sources(self) -> list[str]:
+        """Where the cost figure comes from, one line per price used (for the header's hover):
+        "gpt-4o: OpenAI gpt-4o, global price v1, exact match", and the unpriced models."""
+        if not self.pk or not self.step_count:
+            return []
+        rows = (self.steps.filter(kind=Step.Kind.LLM_REQUEST)
+                .exclude(status__in=[Step.Status.RUNNING, Step.Status.WAITING])
+                .values_list("model", "price_match", "price__model", "price__version",
+                             "price__team_id", "price__label").distinct())
+        lines = []
+        for model, match, price_model, version, team_id, label in rows:
+            if price_model is None:
+                lines.append(f"{model or '?'}: no price, counted as $0")
+                continue
+            scope = "team price" if team_id else "global price"
+            extra = f" ({label})" if label else ""
+            lines.append(f"{model}: {price_model}{extra}, {scope} v{version}, {match or 'exact'} match")
+        return sorted(set(lines))
 
 
 class Step(TokenBuckets):
@@ -169,6 +195,11 @@ class Step(TokenBuckets):
     model = models.CharField(max_length=200, blank=True)
     call_id = models.CharField(max_length=200, blank=True)
     cost_usd = models.DecimalField(max_digits=18, decimal_places=10, null=True, blank=True)
+    # The price row (one version of a model's price) the cost was computed with, and how the
+    # step's model matched it; empty for an unpriced model request (cost 0, meta.unpriced).
+    price = models.ForeignKey("ModelPrice", on_delete=models.RESTRICT, null=True, blank=True,
+                              related_name="+")
+    price_match = models.CharField(max_length=8, blank=True)
     # Small facts for the skeleton: tools available/called, first-token latency, previews, etc.
     meta = models.JSONField(default=dict, blank=True)
     event_seq = models.PositiveBigIntegerField(default=0)
@@ -231,3 +262,201 @@ class TrajectoryState(models.Model):
 
     def __str__(self) -> str:
         return f"state after iteration {self.iteration}"
+
+
+# -- prices, roll-ups and budgets -----------------------------------------------------------------
+class ModelPrice(models.Model):
+    """One version of a model's price, in USD per million tokens for each usage bucket.
+
+    A row is global (``team`` empty: the shipped table, kept by site admins) or a team's own
+    (negotiated prices, local models). Rates are never edited in place: a change is a new row
+    with the next ``version`` and its own ``effective_from``, so every recorded cost keeps
+    pointing at the price it was computed with. How a model name finds its row is
+    ``traces.pricing`` (exact name, then aliases, then a version-suffix prefix)."""
+
+    class Match(models.TextChoices):
+        EXACT = "exact", "Exact name"
+        ALIAS = "alias", "Alias"
+        PREFIX = "prefix", "Prefix"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True,
+                             related_name="model_prices",
+                             help_text="Empty: the global table every team uses.")
+    provider_kind = models.CharField(
+        max_length=16, blank=True,
+        help_text="Only for providers of this kind; empty for any kind but the offline demo.")
+    vendor = models.CharField(
+        max_length=32, blank=True,
+        help_text="Who sells the model (openai, anthropic, google). A name qualified with it, "
+                  "like “openai/gpt-4o”, matches as an alias.")
+    model = models.CharField(max_length=200, help_text="The model name, as the API reports it.")
+    aliases = models.JSONField(default=list, blank=True,
+                               help_text="Other exact names of the same model and price.")
+    prefix = models.BooleanField(
+        default=False,
+        help_text="Also price every name that starts with this one (flagged as a prefix match). "
+                  "Without it, only dated versions like “-2024-08-06”, “-20250514”, “-latest” "
+                  "or “@…” after the name match.")
+    input_per_mtok = models.DecimalField("input", max_digits=14, decimal_places=6)
+    output_per_mtok = models.DecimalField("output", max_digits=14, decimal_places=6)
+    cache_write_per_mtok = models.DecimalField("cache write", max_digits=14, decimal_places=6,
+                                               null=True, blank=True,
+                                               help_text="Empty: the input rate.")
+    cache_read_per_mtok = models.DecimalField("cache read", max_digits=14, decimal_places=6,
+                                              null=True, blank=True,
+                                              help_text="Empty: the input rate.")
+    effective_from = models.DateTimeField(help_text="Requests from this moment use this price.")
+    version = models.PositiveIntegerField(default=1, editable=False)
+    label = models.CharField(max_length=100, blank=True,
+                             help_text="Shown beside the cost, e.g. “free (offline demo)”.")
+    source_url = models.URLField(blank=True)
+    source_note = models.CharField(max_length=200, blank=True,
+                                   help_text="Where and when the price was read.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                   blank=True, related_name="+", editable=False)
+
+    # Fields whose change makes a new version rather than an edit.
+    VERSIONED_FIELDS = ("provider_kind", "vendor", "model", "aliases", "prefix", "input_per_mtok",
+                        "output_per_mtok", "cache_write_per_mtok", "cache_read_per_mtok",
+                        "effective_from")
+
+    class Meta:
+        ordering = ["vendor", "model", "-effective_from", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider_kind", "model", "version"],
+                                    condition=models.Q(team__isnull=True),
+                                    name="modelprice_global_version"),
+            models.UniqueConstraint(fields=["team", "provider_kind", "model", "version"],
+                                    condition=models.Q(team__isnull=False),
+                                    name="modelprice_team_version"),
+        ]
+        indexes = [models.Index(fields=["team", "model"], name="modelprice_team_model")]
+
+    def __str__(self) -> str:
+        scope = "global" if self.team_id is None else "team"
+        return f"{self.model} v{self.version} ({scope})"
+
+    @property
+    def is_free(self) -> bool:
+        return not (self.input_per_mtok or self.output_per_mtok or self.cache_write_per_mtok
+                    or self.cache_read_per_mtok)
+
+
+class CostAmounts(models.Model):
+    """What model requests used and cost. ``cost_units`` is the cost in units of 1e-10 USD (the
+    precision every step cost is kept at): integer sums are exact on every database."""
+
+    calls = models.PositiveBigIntegerField(default=0)
+    unpriced_calls = models.PositiveBigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class CostRollup(CostAmounts):
+    """A day of a team's model requests per agent, user, provider and model: the ledger the
+    costs page and the budgets read. Kept exact by ``traces.rollups`` in the same transaction
+    as every step cost written or corrected. Ids are plain numbers (0 = none): a deleted agent,
+    user or conversation does not take its spend out of the ledger."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    agent_id = models.BigIntegerField(default=0)
+    user_id = models.BigIntegerField(default=0)
+    provider = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["team", "day", "agent_id", "user_id", "provider", "model"],
+            name="costrollup_unique_key")]
+        indexes = [models.Index(fields=["team", "user_id", "day"], name="costrollup_team_user_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.provider} {self.model}"
+
+
+class ConversationCostRollup(CostAmounts):
+    """A day of one conversation's model requests, per provider and model (the costs page's
+    per-conversation view; kept apart so the main ledger stays small)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    conversation_id = models.BigIntegerField(default=0)
+    agent_id = models.BigIntegerField(default=0)
+    user_id = models.BigIntegerField(default=0)
+    provider = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["team", "day", "conversation_id", "agent_id", "user_id", "provider", "model"],
+            name="convcostrollup_unique_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} conversation {self.conversation_id}"
+
+
+class Budget(models.Model):
+    """A spending limit for a team or one of its people, per day or per month, checked before
+    every model request of their turns (``traces.budgets``). From ``warn_at_percent`` a banner
+    shows; past the limit, ``block`` refuses the request and ``route_down`` sends the rest of
+    the turn to a cheaper route; ``warn`` only warns."""
+
+    class Period(models.TextChoices):
+        DAY = "day", "Day"
+        MONTH = "month", "Month"
+
+    class Mode(models.TextChoices):
+        WARN = "warn", "Warn only"
+        BLOCK = "block", "Block turns"
+        ROUTE_DOWN = "route_down", "Route down to a cheaper model"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True,
+                             blank=True, related_name="+",
+                             help_text="Empty: the whole team's spend.")
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
+    limit_usd = models.DecimalField("limit (USD)", max_digits=12, decimal_places=4)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.WARN)
+    warn_at_percent = models.PositiveSmallIntegerField(default=80)
+    route_down_hint = models.CharField(
+        max_length=100, blank=True,
+        help_text="Route down to the team's model route with this hint…")
+    route_down_provider = models.ForeignKey("agents.Provider", on_delete=models.SET_NULL,
+                                            null=True, blank=True, related_name="+",
+                                            help_text="…or to this provider and model.")
+    route_down_model = models.CharField(max_length=200, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team_id", "user_id", "period"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "period"], condition=models.Q(user__isnull=True),
+                                    name="budget_unique_team_period"),
+            models.UniqueConstraint(fields=["team", "user", "period"],
+                                    condition=models.Q(user__isnull=False),
+                                    name="budget_unique_user_period"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope_label} {self.period_adjective} budget ${self.limit_usd}"
+
+    @property
+    def scope_label(self) -> str:
+        return f"{self.user}'s" if self.user_id else "Team"
+
+    @property
+    def period_adjective(self) -> str:
+        return "daily" if self.period == self.Period.DAY else "monthly"

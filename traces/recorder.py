@@ -42,16 +42,20 @@ from agents.runtime.events import (
     TrajectoryStateRecorded,
     TurnError,
 )
-from agents.runtime.pricing import DEFAULT_MODEL_PRICES, Price, Usage, cost_usd, lookup_price
+from agents.runtime.pricing import Price, Usage
+from agents.runtime.providers.registry import PROVIDER_CLASSES
 from agents.runtime.scrub import scrub_credentials
 
 from . import live, services
 from .models import Step, Trace
+from .pricing import PriceTable, StepCost, price_table_for
 
 logger = logging.getLogger(__name__)
 
 DbCall = Callable[..., Awaitable[Any]]
-DELTA_FRAME_S = 0.05
+# About 50 ms; a little over, so that a turn streams at most 20 frames a second even counting
+# the first frame (sent at once) and the last (sent when the model request ends).
+DELTA_FRAME_S = 0.055
 # Payloads above this many characters are stored as a JSON note with their beginning.
 PAYLOAD_MAX_CHARS = 2_000_000
 JSON = "application/json"
@@ -64,23 +68,38 @@ APPROVAL_ERRORS = {
 Kind, StepStatus = Step.Kind, Step.Status
 
 
-def step_price(*, provider_kind: str, model: str) -> tuple[Price | None, str]:
-    """The price of one model request and where it comes from (for people: "built-in price
-    table, row 'openai/gpt-4o'"), or (None, "") when no price is known. Configured price
-    tables replace this lookup later; keep it the one place that finds a price."""
-    price = lookup_price(DEFAULT_MODEL_PRICES, provider=provider_kind, model=model)
-    if price is None:
+def step_price(*, provider_kind: str, model: str, team_id: int | None = None,
+               at: datetime | None = None, table: PriceTable | None = None) -> tuple[Price | None, str]:
+    """The price of one model request and where it comes from (for people: "price table:
+    gpt-4o (global v1, exact match)"), or (None, "") when the model has no price. Every cost
+    figure is priced here (``traces.pricing`` has the matching rule); without ``table`` the
+    team's table is loaded (one query)."""
+    table = table if table is not None else price_table_for(team_id)
+    match = table.match(provider_kind=provider_kind, model=model, team_id=team_id, at=at)
+    if match is None:
         return None, ""
-    row = next((key for key, value in DEFAULT_MODEL_PRICES.items() if value is price), model)
-    return price, f"built-in price table, row “{row}”"
+    return match.price, match.describe()
 
 
-def step_cost(*, provider_kind: str, model: str, usage: Usage) -> tuple[Decimal, bool]:
-    """The cost of one model request and whether it is unpriced (no known price: 0)."""
-    price, _ = step_price(provider_kind=provider_kind, model=model)
-    if price is None:
-        return Decimal(0), True
-    return cost_usd(usage, price), False
+def step_cost(*, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
+              at: datetime | None = None, table: PriceTable | None = None) -> tuple[Decimal, bool]:
+    """The cost of one model request and whether it is unpriced (no price: 0, never a
+    neighbour's price)."""
+    priced = step_cost_detail(provider_kind=provider_kind, model=model, usage=usage,
+                              team_id=team_id, at=at, table=table)
+    return priced.cost, priced.unpriced
+
+
+def step_cost_detail(*, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
+                     at: datetime | None = None, table: PriceTable | None = None) -> StepCost:
+    table = table if table is not None else price_table_for(team_id)
+    return table.cost(provider_kind=provider_kind, model=model, usage=usage, team_id=team_id, at=at)
+
+
+def price_fields(priced: StepCost) -> dict[str, Any]:
+    """The step columns and meta that record a cost and the price behind it."""
+    return {"cost_usd": priced.cost, "price_id": priced.price_id, "price_match": priced.match_kind,
+            "meta": {"unpriced": priced.unpriced}}
 
 
 def payload_json(data: Any) -> tuple[str, str]:
@@ -137,6 +156,11 @@ class TraceRecorder:
         self.llm_count: dict[int, int] = {}     # iteration -> model requests started in it
         self.llm_last: dict[int, int] = {}      # iteration -> seq of its latest model request
         self.tool_last: dict[tuple[int, str], int] = {}  # (iteration, tool) -> latest call's seq
+        # Prices of the trace's team (and its providers' kinds by name), loaded at start, so a
+        # request is priced when it finishes without a query.
+        self.prices: PriceTable | None = None
+        # The provider answering the running request: a failover moves it to a fallback.
+        self.answering = ""
         self.deltas = _Deltas()
         self.handlers: dict[type[Event], Callable[[Any], Awaitable[None]]] = {
             LlmRequestStarted: self._llm_started,
@@ -158,6 +182,7 @@ class TraceRecorder:
     async def start(self) -> None:
         """Load the steps a previous run of this trace stored, so its events land on them."""
         stored = await self.db(services.step_keys, trace_id=self.trace.pk)
+        self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
         self.keys = {key: seq for key, (seq, _) in stored.items()}
         self.values = {seq: values for seq, values in stored.values()}
         self.last_seq = max(self.keys.values(), default=0)
@@ -203,6 +228,10 @@ class TraceRecorder:
             self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
             step.trace = self.trace
             await self.announce(live.step_announcement, step)
+            if step.totals_seq:
+                # The trace's cost so far moved: its header (and the chat's meter) follow live.
+                self.trace.event_seq = max(self.trace.event_seq, step.totals_seq)
+                await self.announce(_fresh_trace_announcement, self.trace.pk)
         return seq
 
     def lose(self) -> None:
@@ -220,6 +249,7 @@ class TraceRecorder:
         if iteration not in self.llm_open:  # not a replay of the request that is running
             self.llm_count[iteration] = self.llm_count.get(iteration, 0) + 1
         key = f"llm:{iteration}:{self.llm_count.get(iteration, 1)}"
+        self.answering = event.provider
         seq = await self._write(key, {
             "kind": Kind.LLM_REQUEST, "name": event.model[:200], "iteration": iteration,
             "status": StepStatus.RUNNING, "success": None, "provider": event.provider[:100],
@@ -235,25 +265,38 @@ class TraceRecorder:
         count = self.llm_count.setdefault(iteration, 1)
         self.llm_open.pop(iteration, None)
         usage = event.usage
-        cost, unpriced = step_cost(provider_kind=self.trace.provider_kind, model=event.model,
-                                   usage=usage)
+        provider = self.answering or event.provider
+        if self.prices is None:
+            self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
+        priced = self._price(provider=provider, model=event.model, usage=usage)
+        recorded = price_fields(priced)
         meta: dict[str, Any] = {
             "first_token_ms": _ms(event.first_token_ms),
             "stop_reason": event.stop_reason,
             "tool_calls": [str(c.get("name", "")) for c in event.tool_calls],
+            **recorded.pop("meta"),
         }
-        if unpriced:
-            meta["unpriced"] = True
         updates: dict[str, Any] = {
             "kind": Kind.LLM_REQUEST, "iteration": iteration, "model": event.model[:200],
-            "provider": event.provider[:100],
+            "provider": provider[:100],
             "status": StepStatus.OK if event.success else StepStatus.ERROR,
             "success": event.success, "duration_ms": _ms(event.latency_ms),
-            "error": scrub_credentials(event.error or ""), "cost_usd": cost, "meta": meta,
+            "error": scrub_credentials(event.error or ""), "meta": meta, **recorded,
             **usage.to_dict(),
         }
         payloads = {"response": payload_json(event.response)} if event.response else None
         self.llm_last[iteration] = await self._write(f"llm:{iteration}:{count}", updates, payloads)
+
+    def _price(self, *, provider: str, model: str, usage: Usage) -> StepCost:
+        """Price a finished request with the team's table, at this moment's prices. The
+        provider's kind comes from its name (a failover may have moved the request to a
+        fallback of another kind), else from the trace."""
+        table = self.prices or PriceTable()
+        team_id = self.trace.team_id
+        kind = (table.kind_of(team_id=team_id, provider_name=provider)
+                or (provider if provider in PROVIDER_CLASSES else "") or self.trace.provider_kind)
+        return table.cost(provider_kind=kind, model=model, usage=usage, team_id=team_id,
+                          at=timezone.now())
 
     async def _parse_issue(self, event: ToolCallParseIssue) -> None:
         seq = self.llm_last.get(event.iteration)
@@ -345,6 +388,8 @@ class TraceRecorder:
         }, {"output": payload_text(event.summary)} if event.summary else None)
 
     async def _retry(self, event: Retry) -> None:
+        if event.failover and event.next_provider:
+            self.answering = event.next_provider
         request = max(self.llm_last.values(), default=0)
         await self._write(f"retry:{request}:{event.provider}:{event.model}:{event.attempt}", {
             "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
@@ -444,6 +489,10 @@ class TraceRecorder:
                 await self.announce(live.message_announcement, message)
         await self.announce(live.trace_announcement, closed.trace)
         return closed
+
+
+def _fresh_trace_announcement(trace_id: int) -> live.Announcement:
+    return live.trace_announcement(services.trace_for_live(trace_id))
 
 
 async def announce_delta(trace: Trace, *, step: int, index: int, text: str) -> None:

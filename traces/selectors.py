@@ -27,7 +27,7 @@ PAYLOAD_PREVIEW_CHARS = 16_000
 
 LIST_COLUMNS = (
     "id", "uuid", "status", "created_at", "started_at", "finished_at", "duration_ms", "iterations", "step_count",
-    "model", "provider_name", "cost_usd", "input_tokens", "output_tokens", "cache_write_tokens",
+    "model", "provider_name", "cost_usd", "unpriced_calls", "prefix_priced_calls", "input_tokens", "output_tokens", "cache_write_tokens",
     "cache_read_tokens", "reasoning_tokens", "error", "answer", "team_id", "agent_id", "user_id", "conversation_id",
     "routing",
 )
@@ -146,8 +146,8 @@ def trace_filter_choices(*, team: Team) -> dict[str, list]:
 # -- the inspector --------------------------------------------------------------------------------
 STEP_COLUMNS = (
     "id", "trace_id", "seq", "kind", "name", "iteration", "status", "success", "started_at", "offset_ms",
-    "duration_ms", "error", "provider", "model", "call_id", "cost_usd", "meta", "event_seq",
-    "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "reasoning_tokens",
+    "duration_ms", "error", "provider", "model", "call_id", "cost_usd", "price_id", "price_match",
+    "meta", "event_seq", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "reasoning_tokens",
 )
 
 

@@ -18,21 +18,19 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.models import Conversation, Message
 from agents.runtime.loop import INTERRUPTED_OUTPUT
 from agents.runtime.messages import ToolResultBlock
 
-from . import live
+from . import live, rollups
 from .models import Step, StepPayload, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
@@ -67,7 +65,7 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_re
 # Step columns a recorder may write (the rest belong to the row's creation).
 STEP_FIELDS = frozenset({
     "kind", "name", "iteration", "status", "success", "duration_ms", "error", "provider",
-    "model", "call_id", "cost_usd", "meta", *USAGE_FIELDS,
+    "model", "call_id", "cost_usd", "price_id", "price_match", "meta", *USAGE_FIELDS,
 })
 LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message")
 
@@ -146,14 +144,7 @@ def announce_sync(prepare: Callable[[Any], live.Announcement], obj: Any) -> None
 
 
 def _step_totals(trace_id: int) -> dict[str, Any]:
-    sums = {name: Coalesce(Sum(name), 0) for name in USAGE_FIELDS}
-    data = Step.objects.filter(trace_id=trace_id).aggregate(
-        **sums, cost=Sum("cost_usd"), count=Count("id"))
-    return {
-        **{name: int(data[name]) for name in USAGE_FIELDS},
-        "cost_usd": data["cost"] or Decimal(0),
-        "step_count": data["count"],
-    }
+    return rollups.trace_totals_from_steps(trace_id)
 
 
 def _duration_ms(started: datetime | None, now: datetime) -> int | None:
@@ -255,6 +246,25 @@ def trace_configure(*, trace_id: int, attempt: int, routing: dict[str, Any], pro
     return trace_for_live(trace_id)
 
 
+def trace_budget_note(*, trace_id: int, attempt: int, note: dict[str, Any],
+                      route: Mapping[str, str] | None = None) -> Trace:
+    """Record what a budget decided during the turn in ``routing["budget"]`` (a warning, a
+    route down, a block). A route down also names the provider and model the rest of the turn
+    uses, so "Why this model" shows the model that answered and why."""
+    with transaction.atomic():
+        _bump(trace_id, attempt)
+        routing = Trace.objects.filter(pk=trace_id).values_list("routing", flat=True).get() or {}
+        budget = dict(routing.get("budget") or {}) if isinstance(routing, dict) else {}
+        budget.update(note)
+        routing = {**(routing if isinstance(routing, dict) else {}), "budget": budget}
+        updates: dict[str, Any] = {"routing": routing}
+        if route:
+            updates.update(provider_name=route["provider_name"][:100],
+                           provider_kind=route["provider_kind"][:16], model=route["model"][:200])
+        Trace.objects.filter(pk=trace_id).update(**updates)
+    return trace_for_live(trace_id)
+
+
 Payloads = Mapping[str, tuple[str, str]]  # kind -> (content, content type)
 
 
@@ -280,7 +290,11 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
     """Create or update step ``seq`` of the trace. Idempotent: writing what the row already
     holds, or moving a finished step back to running, is a no-op and returns None (no event).
     ``started_at``/``offset_ms`` are kept from the row's creation. Raises ``TraceNotOwned`` when
-    the attempt no longer owns the trace."""
+    the attempt no longer owns the trace.
+
+    A finished model request changes what the trace has cost: its totals and the cost
+    roll-ups move in the same transaction (``traces.rollups``), as a second event; the
+    returned step's ``totals_seq`` is that event's number (0 when the totals did not move)."""
     unknown = set(values) - STEP_FIELDS
     if unknown:
         raise ValueError(f"not step fields: {sorted(unknown)}")
@@ -291,6 +305,7 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
             return None
         event_seq = _bump(trace_id, attempt)
         stored: set[str] = set()
+        before = rollups.step_share(step) if step is not None else None
         if step is None:
             step = Step(trace_id=trace_id, seq=seq, started_at=started_at or timezone.now(),
                         offset_ms=max(int(offset_ms), 0))
@@ -300,6 +315,8 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
             setattr(step, name, value)
         step.event_seq = event_seq
         step.save()
+        moved = rollups.share_moved(trace_id=trace_id, before=before, after=rollups.step_share(step))
+        step.totals_seq = moved.event_seq if moved is not None else 0
         new = []
         for kind, (content, content_type) in payloads.items():
             fields = {"content": content, "content_type": content_type, "size": len(content.encode())}
@@ -481,10 +498,14 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
             return False
         for step in Step.objects.filter(trace_id=trace.pk,
                                         status__in=[Step.Status.RUNNING, Step.Status.WAITING]):
+            before = rollups.step_share(step)
             step.status, step.success = Step.Status.ERROR, False
             step.error = step.error or STEP_INTERRUPTED
             step.event_seq = _bump(trace.pk)
             step.save(update_fields=["status", "success", "error", "event_seq"])
+            # An interrupted model request still counts as a call in the ledger (at its cost).
+            rollups.share_moved(trace_id=trace.pk, before=before, after=rollups.step_share(step),
+                                bump=False)
             changed_steps.append(step.pk)
         _close_dangling_tool_uses(trace)
         rows.update(status=status, error=message, error_kind=error_kind, finished_at=now,

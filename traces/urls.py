@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import cost_views, views
 
 urlpatterns = [
     path("", views.trace_list, name="traces"),
@@ -15,4 +15,6 @@ urlpatterns = [
     path("<uuid:trace_uuid>/export.json", views.trace_export, name="trace_export"),
     path("<uuid:trace_uuid>/cancel/", views.trace_cancel, name="trace_cancel"),
     path("<uuid:trace_uuid>/approvals/<str:call_id>/", views.approval_decision, name="approval_decision"),
+    path("<uuid:trace_uuid>/reprice/", cost_views.trace_reprice, name="trace_reprice"),
+    path("<uuid:trace_uuid>/reprice/apply/", cost_views.trace_reprice_correct, name="trace_reprice_apply"),
 ]

@@ -38,22 +38,26 @@ class Builtin:
     parameters: dict[str, Any]
     build: Callable[[ToolRow, ToolContext], Tool]
     needs_agent: bool = False
+    # Whether a team's new row of this tool asks a person first (a destructive tool does);
+    # the team can change it in the admin.
+    approval_by_default: bool = False
 
 
 BUILTINS: dict[str, Builtin] = {}
 
 
 def register(cls: type[Tool], build: Callable[[ToolRow, ToolContext], Tool], *,
-             needs_agent: bool = False) -> None:
+             needs_agent: bool = False, approval_by_default: bool = False) -> None:
     BUILTINS[cls.name] = Builtin(cls.name, cls.description, dict(cls.parameters), build,
-                                 needs_agent)
+                                 needs_agent, approval_by_default)
 
 
 register(CalculatorTool, lambda row, ctx: CalculatorTool())
 register(CurrentTimeTool, lambda row, ctx: CurrentTimeTool(default_timezone=ctx.timezone))
 register(MemoryStoreTool, lambda row, ctx: MemoryStoreTool(ctx), needs_agent=True)
 register(MemoryRecallTool, lambda row, ctx: MemoryRecallTool(ctx), needs_agent=True)
-register(MemoryForgetTool, lambda row, ctx: MemoryForgetTool(ctx), needs_agent=True)
+register(MemoryForgetTool, lambda row, ctx: MemoryForgetTool(ctx), needs_agent=True,
+         approval_by_default=True)
 register(HttpFetchTool, lambda row, ctx: HttpFetchTool(ctx, timeout_s=row.timeout_s,
                                                        max_bytes=row.max_response_bytes))
 

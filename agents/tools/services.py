@@ -55,7 +55,8 @@ def tools_sync_builtins_for_teams(team_ids: Iterable[int]) -> int:
                 missing.append(ToolRow(team_id=team_id, name=builtin.name,
                                        kind=ToolRow.Kind.BUILTIN,
                                        description=builtin.description,
-                                       parameters=builtin.parameters))
+                                       parameters=builtin.parameters,
+                                       requires_approval=builtin.approval_by_default))
             elif row.kind == ToolRow.Kind.BUILTIN and (
                     row.description != builtin.description or row.parameters != builtin.parameters):
                 row.description, row.parameters = builtin.description, builtin.parameters

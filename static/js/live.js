@@ -5,7 +5,10 @@
 // puts each fragment in place (replace by id, or append), keeps the highest `seq` it has
 // applied, and re-syncs from the database when it sees a gap, after a reconnect, or when the
 // page was rendered while the trace was already running. Token deltas are appended to the
-// answer being written; they are never the only copy (the final message replaces them).
+// answer being written, as text; they are never the only copy (the final answer replaces them
+// with the rendered markdown). The chat part also keeps an outbox: a message is sent over HTTP
+// with an id of its own, kept in localStorage until the server took it, and sent again when the
+// socket comes back, so nothing typed is lost and nothing is sent twice.
 (function () {
   "use strict";
 
@@ -86,20 +89,7 @@
 
   var live = { step: null, el: null };
   function showDelta(payload) {
-    var box = mode === "trace" ? document.getElementById("live-text") : null;
-    if (mode === "conversation") {
-      var bubble = document.getElementById("pending-" + payload.trace);
-      if (!bubble) { return; }
-      var text = bubble.querySelector(".pending-text");
-      if (live.step !== payload.trace + ":" + payload.step) {
-        live.step = payload.trace + ":" + payload.step;
-        text.textContent = "";
-      }
-      text.textContent += payload.text;
-      bubble.classList.add("streaming");
-      keepScrolled();
-      return;
-    }
+    var box = document.getElementById("live-text");
     if (!box) { return; }
     if (live.step !== payload.step) {
       live.step = payload.step;
@@ -144,114 +134,522 @@
   }
 
   // -- chat ---------------------------------------------------------------------------------
-  var messages = document.getElementById("messages");
-  function keepScrolled() {
-    var nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
-    if (nearBottom) { window.scrollTo(0, document.body.scrollHeight); }
+  var chat = {
+    messages: document.getElementById("messages"),
+    composer: document.getElementById("composer"),
+    socketOpen: false,
+    opened: false,
+    usage: {},          // "trace:step" -> {tokens, cost} of model requests since the meter was drawn
+    statuses: {},       // trace -> status, for answers whose fragment has not arrived yet
+    finished: {},       // trace -> its final event, likewise
+    early: [],          // deltas that came before any pending answer was on screen
+    sending: false,
+    retryTimer: null,
+    conversation: root.getAttribute("data-conversation") || "",
+    maxChars: parseInt(root.getAttribute("data-max-chars") || "32000", 10)
+  };
+
+  function csrfHeaders() {
+    var headers = { "HX-Request": "true" };
+    try {
+      var extra = JSON.parse(document.body.getAttribute("hx-headers") || "{}");
+      Object.keys(extra).forEach(function (k) { headers[k] = extra[k]; });
+    } catch (e) { /* no token: the server answers 403 and says so */ }
+    return headers;
   }
 
-  function onConversationMessage(payload) {
-    if (payload.event === "delta") { return showDelta(payload); }
-    if (payload.event === "message") {
-      if (!document.getElementById(payload.id)) {
-        var pending = payload.trace ? document.getElementById("pending-" + payload.trace) : null;
-        var node = parse(payload.html);
-        if (node) {
-          messages.insertBefore(node, pending || null);
-          if (window.htmx) { window.htmx.process(node); }
-        }
-      }
-      keepScrolled();
-      return;
+  function nearBottom() {
+    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
+  }
+  function toBottom() { window.scrollTo(0, document.body.scrollHeight); }
+  function keepScrolled(wasNear) {
+    if (wasNear === undefined ? nearBottom() : wasNear) { toBottom(); } else { showJump(true); }
+  }
+  var jump = null;
+  function showJump(on) {
+    if (!jump) {
+      jump = document.createElement("button");
+      jump.type = "button";
+      jump.className = "btn btn-small jump-latest";
+      jump.textContent = "↓ Latest";
+      jump.addEventListener("click", function () { toBottom(); showJump(false); });
+      root.appendChild(jump);
     }
-    if (payload.event === "trace") {
-      var bubble = document.getElementById("pending-" + payload.trace);
-      if (!bubble) {
-        // A turn started elsewhere (another tab, a teammate): show it as the server renders it.
-        if (payload.status === "running") { resyncConversation(); }
+    jump.hidden = !on;
+  }
+  window.addEventListener("scroll", function () { if (jump && nearBottom()) { showJump(false); } }, { passive: true });
+
+  function leaf() { return chat.messages ? chat.messages.getAttribute("data-leaf") || "" : ""; }
+  function setLeaf(hex) { if (chat.messages && hex) { chat.messages.setAttribute("data-leaf", hex); } }
+
+  function enhance(node) {
+    if (!node || !node.querySelectorAll) { return; }
+    if (window.htmx) { window.htmx.process(node); }
+    node.querySelectorAll(".md pre").forEach(function (pre) {
+      if (pre.querySelector(".copy-code")) { return; }
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "copy-code";
+      button.textContent = "Copy";
+      button.addEventListener("click", function () {
+        var code = pre.querySelector("code");
+        var text = code ? code.textContent : pre.textContent;
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(text).then(function () {
+            button.textContent = "Copied";
+            setTimeout(function () { button.textContent = "Copy"; }, 1500);
+          });
+        }
+      });
+      pre.appendChild(button);
+    });
+    startCountdowns(node);
+  }
+
+  // Put fragments from a response or an event in place: elements marked hx-swap-oob replace
+  // the element with their id; the rest go at the end of the messages unless already there.
+  function insertFragments(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html.trim();
+    var near = nearBottom();
+    var placed = [];
+    Array.prototype.slice.call(template.content.children).forEach(function (node) {
+      if (node.hasAttribute("hx-swap-oob")) {
+        node.removeAttribute("hx-swap-oob");
+        var old = node.id && document.getElementById(node.id);
+        if (old) { old.replaceWith(node); enhance(node); }
         return;
       }
-      var status = bubble.querySelector(".pending-status");
-      if (payload.status === "running") { status.textContent = "Working…"; }
-      if (["queued", "running"].indexOf(payload.status) === -1) {
-        bubble.remove();
-        if (payload.status !== "completed") { resyncConversation(); }
+      if (node.id && document.getElementById(node.id)) { return; }
+      var empty = chat.messages.querySelector(".empty-chat");
+      if (empty) { empty.remove(); }
+      chat.messages.appendChild(node);
+      enhance(node);
+      placed.push(node);
+    });
+    placed.forEach(function (node) {
+      if (node.classList.contains("answer") && node.getAttribute("data-trace")) {
+        var trace = node.getAttribute("data-trace");
+        setLeaf(trace);
+        if (chat.statuses[trace] && node.classList.contains("pending")) { node.setAttribute("data-status", chat.statuses[trace]); }
+        if (chat.finished[trace] && node.classList.contains("pending")) {
+          var done = chat.finished[trace];
+          delete chat.finished[trace];
+          onTrace(done);
+        }
+      }
+    });
+    if (chat.early.length && runningAnswer()) {
+      var early = chat.early;
+      chat.early = [];
+      early.forEach(function (d) { onDelta(d[0], d[1]); });
+    }
+    keepScrolled(near);
+    return placed;
+  }
+
+  function replaceById(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html.trim();
+    var node = template.content.firstElementChild;
+    var old = node && node.id && document.getElementById(node.id);
+    if (old) { old.replaceWith(node); enhance(node); }
+  }
+
+  // -- the answer being written --
+  // Turns of a conversation run one at a time, in order: the running one is the first pending
+  // answer on screen (its "running" event may have come before its fragment did).
+  function runningAnswer() {
+    if (!chat.messages) { return null; }
+    return chat.messages.querySelector("li.answer.pending[data-status='running']")
+      || chat.messages.querySelector("li.answer.pending");
+  }
+
+  function placeBySeq(body, node) {
+    var seq = parseInt(node.getAttribute("data-seq") || "0", 10);
+    var after = null;
+    Array.prototype.forEach.call(body.children, function (child) {
+      var s = parseInt(child.getAttribute("data-seq") || "0", 10);
+      if (s <= seq) { after = child; }
+    });
+    if (after) { after.after(node); } else { body.insertBefore(node, body.firstChild); }
+  }
+
+  function onDelta(step, text) {
+    var answer = runningAnswer();
+    if (!answer) {
+      // The first words can beat the fragment of the message they answer: hold them briefly.
+      if (chat.early.length < 200) { chat.early.push([step, text]); }
+      return;
+    }
+    var body = answer.querySelector(".answer-body");
+    var segment = body.querySelector(".stream-text[data-step='" + step + "']");
+    var near = nearBottom();
+    if (!segment) {
+      segment = document.createElement("div");
+      segment.className = "stream-text";
+      segment.setAttribute("data-step", step);
+      segment.setAttribute("data-seq", step);
+      placeBySeq(body, segment);
+    }
+    segment.appendChild(document.createTextNode(text));
+    answer.classList.add("streaming");
+    setStatus(answer, "Writing…");
+    keepScrolled(near);
+  }
+
+  function setStatus(answer, text) {
+    var line = answer && answer.querySelector(".pending-status");
+    if (line && line.textContent !== text) { line.textContent = text; }
+  }
+
+  function onStep(payload) {
+    if (payload.kind === "llm") {
+      chat.usage[payload.trace + ":" + payload.step] = { tokens: payload.tokens || 0, cost: parseFloat(payload.cost || "0") || 0 };
+      drawMeter();
+    }
+    var answer = document.getElementById("answer-" + payload.trace);
+    if (!answer) { return; }
+    if (payload.kind === "llm" && payload.status === "running") { setStatus(answer, "Thinking…"); }
+    if (!payload.card) { return; }
+    var template = document.createElement("template");
+    template.innerHTML = payload.card.trim();
+    var card = template.content.firstElementChild;
+    if (!card) { return; }
+    var near = nearBottom();
+    var old = document.getElementById(payload.card_id);
+    if (old) {
+      if (old.open && card.classList.contains("state-running")) { card.open = true; }
+      old.replaceWith(card);
+    } else {
+      placeBySeq(answer.querySelector(".answer-body"), card);
+    }
+    enhance(card);
+    var name = card.querySelector(".tool-name");
+    if (card.classList.contains("state-waiting")) { setStatus(answer, "Waiting for approval…"); }
+    else if (card.classList.contains("state-running") && name) { setStatus(answer, "Running " + name.textContent + "…"); }
+    keepScrolled(near);
+  }
+
+  function onTrace(payload) {
+    var answer = document.getElementById("answer-" + payload.trace);
+    if (payload.answer) {
+      if (answer) {
+        var template = document.createElement("template");
+        template.innerHTML = payload.answer.trim();
+        var done = template.content.firstElementChild;
+        var near = nearBottom();
+        answer.replaceWith(done);
+        enhance(done);
+        keepScrolled(near);
+        if (payload.meter) {
+          Object.keys(chat.usage).forEach(function (key) {
+            if (key.indexOf(payload.trace + ":") === 0) { delete chat.usage[key]; }
+          });
+          replaceById(payload.meter);
+          drawMeter();
+        }
+      } else {
+        chat.finished[payload.trace] = payload;
       }
       return;
     }
-    if (payload.event === "step") {
-      var b = document.getElementById("pending-" + payload.trace);
-      if (!b) { return; }
-      var line = b.querySelector(".pending-status");
-      var row = parse(payload.html);
-      var name = row && row.querySelector(".step-name");
-      var kind = row && row.querySelector(".step-kind");
-      if (line && name && kind) {
-        line.textContent = (payload.status === "running" || payload.status === "waiting" ? "" : "Done: ") + kind.textContent + " " + name.textContent + (payload.status === "running" ? "…" : "");
+    if (!answer) { chat.statuses[payload.trace] = payload.status; return; }
+    answer.setAttribute("data-status", payload.status);
+    answer.classList.remove("answer-queued");
+    answer.classList.add("answer-" + payload.status);
+    if (payload.status === "running") { setStatus(answer, "Working…"); }
+  }
+
+  function onMessage(payload) {
+    if (payload.role !== "user" || !payload.html) { return; }
+    if (document.getElementById(payload.id)) { return; }
+    if ((payload.parent || "") !== leaf()) { return; } // another branch: not on screen
+    insertFragments(payload.html);
+  }
+
+  // -- the meter: what the page was drawn with, plus the model requests finished since --
+  function formatTokens(n) {
+    if (n < 1000) { return String(n); }
+    if (n < 1000000) { return (n / 1000).toFixed(1).replace(/\.0$/, "") + "k"; }
+    return (n / 1000000).toFixed(1).replace(/\.0$/, "") + "M";
+  }
+  function formatUsd(amount) {
+    if (!amount) { return "$0"; }
+    if (Math.abs(amount) < 0.01) { return "$" + amount.toFixed(6).replace(/0+$/, ""); }
+    return "$" + amount.toFixed(4).replace(/0+$/, "").replace(/\.$/, "");
+  }
+  function drawMeter() {
+    var meter = document.getElementById("meter");
+    if (!meter) { return; }
+    var tokens = parseInt(meter.getAttribute("data-tokens") || "0", 10);
+    var cost = parseFloat(meter.getAttribute("data-cost") || "0") || 0;
+    Object.keys(chat.usage).forEach(function (key) { tokens += chat.usage[key].tokens; cost += chat.usage[key].cost; });
+    var t = meter.querySelector("[data-meter='tokens']");
+    var c = meter.querySelector("[data-meter='cost']");
+    if (t) { t.textContent = formatTokens(tokens); }
+    if (c) { c.textContent = formatUsd(cost); }
+  }
+
+  // -- approvals: a countdown to the agent's timeout --
+  function startCountdowns(node) {
+    node.querySelectorAll(".countdown").forEach(function (el) {
+      if (!el.hasAttribute("data-until")) {
+        var left = parseInt((el.textContent.match(/\d+/) || ["0"])[0], 10);
+        el.setAttribute("data-until", String(Date.now() + left * 1000));
       }
+    });
+  }
+  setInterval(function () {
+    document.querySelectorAll(".countdown[data-until]").forEach(function (el) {
+      var left = Math.ceil((parseInt(el.getAttribute("data-until"), 10) - Date.now()) / 1000);
+      el.textContent = left > 0 ? left + " s left" : "time is up";
+    });
+  }, 1000);
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.closest && form.closest(".approval-actions")) {
+      form.closest(".approval-actions").querySelectorAll("button").forEach(function (b) { b.disabled = true; });
     }
-  }
-
-  function resyncConversation() {
-    var url = root.getAttribute("data-messages-url");
-    if (!url || !window.htmx) { return; }
-    window.htmx.ajax("GET", url, { target: "#messages", swap: "outerHTML" }).then(function () {
-      messages = document.getElementById("messages");
-      keepScrolled();
-    });
-  }
-
-  // A sent message can arrive twice: in the response to the send and as a live event.
-  document.addEventListener("htmx:afterSwap", function (event) {
-    if (!event.target || event.target.id !== "messages") { return; }
-    messages = event.target;
-    var seen = {};
-    messages.querySelectorAll(":scope > li[id]").forEach(function (li) {
-      if (seen[li.id]) { li.remove(); } else { seen[li.id] = true; }
-    });
+  });
+  document.addEventListener("htmx:responseError", function (event) {
+    var card = event.target && event.target.closest && event.target.closest(".tool-card");
+    if (!card) { return; }
+    var note = document.createElement("p");
+    note.className = "error small";
+    note.textContent = (event.detail.xhr && event.detail.xhr.responseText) || "The decision was not accepted.";
+    card.querySelector(".tool-body").appendChild(note);
+    card.querySelectorAll(".approval-actions button").forEach(function (b) { b.disabled = false; });
   });
 
+  // -- re-sync the branch on screen after a reconnect --
+  function resyncConversation() {
+    var url = root.getAttribute("data-messages-url");
+    if (!url) { return; }
+    var at = leaf();
+    fetch(url + (at ? "&at=" + at : ""), { credentials: "same-origin", headers: csrfHeaders() })
+      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
+      .then(function (html) {
+        var template = document.createElement("template");
+        template.innerHTML = html.trim();
+        Array.prototype.slice.call(template.content.children).forEach(function (node) {
+          var old = node.id && document.getElementById(node.id);
+          if (!old) { return; }
+          node.removeAttribute("hx-swap-oob");
+          old.replaceWith(node);
+          if (node.id === "messages") { chat.messages = node; }
+          enhance(node);
+        });
+        chat.usage = {};
+        drawMeter();
+        keepScrolled();
+      })
+      .catch(function () { /* the next reconnect tries again */ });
+  }
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.target && event.target.id === "messages") {
+      chat.messages = event.target;
+      enhance(event.target);
+    }
+  });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var swapped = document.getElementById("messages");
+    if (swapped && swapped !== chat.messages) { chat.messages = swapped; enhance(swapped); }
+  });
+
+  // -- the composer and its outbox --
+  var outbox = {
+    key: "agentsite:outbox:" + chat.conversation,
+    items: [],
+    list: document.getElementById("outbox")
+  };
+  function outboxLoad() {
+    try { outbox.items = JSON.parse(window.localStorage.getItem(outbox.key) || "[]") || []; } catch (e) { outbox.items = []; }
+  }
+  function outboxSave() {
+    try {
+      if (outbox.items.length) { window.localStorage.setItem(outbox.key, JSON.stringify(outbox.items)); }
+      else { window.localStorage.removeItem(outbox.key); }
+    } catch (e) { /* private mode: the outbox lives as long as the page */ }
+  }
+  function newId() {
+    if (window.crypto && window.crypto.randomUUID) { return window.crypto.randomUUID(); }
+    var bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+  }
+  function outboxDraw() {
+    if (!outbox.list) { return; }
+    outbox.list.textContent = "";
+    outbox.items.forEach(function (item, index) {
+      var li = document.createElement("li");
+      li.className = "message role-user queued";
+      var bubble = document.createElement("div");
+      bubble.className = "bubble";
+      bubble.textContent = item.text;
+      var note = document.createElement("div");
+      note.className = "small muted outbox-note";
+      note.textContent = (chat.socketOpen && !item.failed) ? (index === 0 && chat.sending ? "Sending…" : "Waiting to send…")
+        : "Not sent yet: will send when back online.";
+      li.appendChild(bubble);
+      li.appendChild(note);
+      outbox.list.appendChild(li);
+    });
+  }
+  function composerError(text) {
+    var error = document.getElementById("composer-error");
+    if (error) { error.textContent = text || ""; }
+  }
+  function statusLine(text) {
+    var line = document.getElementById("composer-status");
+    if (line) { line.textContent = text || ""; }
+  }
+
+  function flushOutbox() {
+    if (chat.sending || !outbox.items.length || !chat.composer) { outboxDraw(); return; }
+    if (!chat.socketOpen) { outboxDraw(); return; }
+    var item = outbox.items[0];
+    chat.sending = true;
+    outboxDraw();
+    var body = new FormData();
+    body.append("text", item.text);
+    body.append("client_id", item.id);
+    body.append("parent", leaf());
+    fetch(chat.composer.getAttribute("action"), { method: "POST", body: body, credentials: "same-origin", headers: csrfHeaders() })
+      .then(function (response) {
+        return response.text().then(function (text) { return { response: response, text: text }; });
+      })
+      .then(function (result) {
+        var response = result.response;
+        chat.sending = false;
+        if (response.ok) {
+          outbox.items.shift();
+          outboxSave();
+          var redirect = response.headers.get("HX-Redirect");
+          if (redirect) { window.location.href = redirect; return; }
+          if (result.text) { insertFragments(result.text); }
+          composerError("");
+          toBottom();
+        } else if (response.status >= 500 || response.status === 429) {
+          item.failed = true;
+          scheduleRetry();
+        } else {
+          // Refused (422: empty or too long; 403: not allowed): say why, give the text back.
+          outbox.items.shift();
+          outboxSave();
+          var message = result.text.replace(/<[^>]*>/g, "").trim() || "The message was refused (" + response.status + ").";
+          composerError(message);
+          var area = chat.composer.querySelector("textarea");
+          if (area && !area.value) { area.value = item.text; autosize(area); }
+        }
+        outboxDraw();
+        flushOutbox();
+      })
+      .catch(function () {
+        chat.sending = false;
+        item.failed = true;
+        outboxDraw();
+        scheduleRetry();
+      });
+  }
+  function scheduleRetry() {
+    if (chat.retryTimer) { return; }
+    chat.retryTimer = setTimeout(function () {
+      chat.retryTimer = null;
+      if (outbox.items.length) { outbox.items[0].failed = false; }
+      flushOutbox();
+    }, 3000);
+  }
+
+  function autosize(area) {
+    area.style.height = "auto";
+    area.style.height = Math.min(area.scrollHeight + 2, window.innerHeight * 0.4) + "px";
+  }
+
+  if (mode === "conversation" && chat.composer) {
+    var area = chat.composer.querySelector("textarea");
+    area.addEventListener("keydown", function (event) {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing && event.keyCode !== 229) {
+        event.preventDefault();
+        chat.composer.requestSubmit();
+      }
+    });
+    area.addEventListener("input", function () {
+      autosize(area);
+      var over = area.value.length - chat.maxChars;
+      statusLine(over > 0 ? area.value.length.toLocaleString() + " / " + chat.maxChars.toLocaleString() + " characters: " + over.toLocaleString() + " too many." : "");
+    });
+    chat.composer.addEventListener("submit", function (event) {
+      event.preventDefault();
+      var text = area.value;
+      if (!text.trim()) { composerError("Write a message before sending it."); area.focus(); return; }
+      if (text.length > chat.maxChars) {
+        composerError("Your message is " + text.length.toLocaleString() + " characters long; the limit is " + chat.maxChars.toLocaleString() + ". Shorten it or send it in parts.");
+        area.focus();
+        return;
+      }
+      composerError("");
+      statusLine("");
+      outbox.items.push({ id: newId(), text: text });
+      outboxSave();
+      area.value = "";
+      autosize(area);
+      area.focus();
+      flushOutbox();
+      toBottom();
+    });
+    outboxLoad();
+    outboxDraw();
+  }
+  window.addEventListener("online", function () { flushOutbox(); });
+
   // -- wiring ---------------------------------------------------------------------------------
-  var opened = false;
   document.addEventListener("htmx:wsOpen", function () {
+    chat.socketOpen = true;
     // First open: the page may have been rendered while the trace was running; later opens are
     // reconnects after a drop. Either way, ask the database what we missed.
-    if (mode === "trace") { resyncTrace(); } else if (opened) { resyncConversation(); }
-    opened = true;
+    if (mode === "trace") { resyncTrace(); }
+    else {
+      if (chat.opened) { resyncConversation(); }
+      statusLine("");
+      flushOutbox();
+    }
+    chat.opened = true;
+    root.classList.remove("offline");
+  });
+  document.addEventListener("htmx:wsClose", function () {
+    chat.socketOpen = false;
+    root.classList.add("offline");
+    if (mode === "conversation") {
+      statusLine("Connection lost, reconnecting… What you send now goes out when it is back.");
+      outboxDraw();
+    }
   });
 
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
     var message = event.detail && event.detail.message;
-    if (typeof message !== "string" || message.charAt(0) !== "{") { return; }
+    if (typeof message !== "string") { return; }
+    if (message.charAt(0) === "~" && mode === "conversation") {
+      event.preventDefault();
+      var bar = message.indexOf("|");
+      if (bar > 0) { onDelta(message.slice(1, bar), message.slice(bar + 1)); }
+      return;
+    }
+    if (message.charAt(0) !== "{") { return; }
     var payload;
     try { payload = JSON.parse(message); } catch (e) { return; }
     if (!payload || typeof payload.event !== "string") { return; }
     event.preventDefault();
-    if (mode === "trace") { onTraceMessage(payload); } else { onConversationMessage(payload); }
+    if (mode === "trace") { onTraceMessage(payload); return; }
+    if (payload.event === "step") { onStep(payload); }
+    else if (payload.event === "trace") { onTrace(payload); }
+    else if (payload.event === "message") { onMessage(payload); }
   });
 
-  // The composer: Enter sends, Shift+Enter is a new line; cleared after a successful send.
-  var composer = document.querySelector("form.composer");
-  if (composer) {
-    var area = composer.querySelector("textarea");
-    area.addEventListener("keydown", function (event) {
-      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-        event.preventDefault();
-        if (area.value.trim()) { composer.requestSubmit(); }
-      }
-    });
-    composer.addEventListener("htmx:afterRequest", function (event) {
-      if (event.detail.successful) {
-        area.value = "";
-        var error = document.getElementById("composer-error");
-        if (error) { error.textContent = ""; }
-        keepScrolled();
-        window.scrollTo(0, document.body.scrollHeight);
-      }
-    });
-    composer.addEventListener("htmx:responseError", function () { /* 422: the error partial is shown */ });
+  if (mode === "conversation") {
+    enhance(root);
+    drawMeter();
   }
-
   if (mode === "trace") { rescaleBars(); }
   window.scrollTo(0, mode === "conversation" ? document.body.scrollHeight : 0);
 })();

@@ -51,8 +51,8 @@ def test_routes_changelist_loads_with_bounded_queries(client_for, alice, coder, 
         response = c.get(ROUTES)
     body = response.content.decode()
     assert response.status_code == 200 and "h9" in body
-    assert "built-in price table, row “openai/gpt-4o-mini”" in body
-    assert "no price known for this model" in body
+    assert "price table: gpt-4o-mini (global v1, exact match)" in body
+    assert "no price known for this model" in body  # llama3
 
 
 def test_keywords_are_edited_one_per_line_and_creates_are_audited(client_for, alice, team_a):

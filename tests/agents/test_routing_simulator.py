@@ -146,9 +146,10 @@ def test_disabled_rules_and_rules_without_a_route_are_pointed_out(helper, routed
 def test_the_cost_estimate_uses_the_recorders_price_and_says_where_it_came_from(helper, routed):
     sim = simulate(helper, "python " * 40)  # 280 bytes -> 70 + 4 framing tokens
     assert sim.message_tokens == 74 and sim.system_tokens == 0
-    assert sim.estimate.source == "built-in price table, row “openai/gpt-4o”"
-    assert sim.estimate.cost == Decimal(74) * Decimal(5) / Decimal(1_000_000)
-    assert sim.own_estimate is not None and not sim.own_estimate.priced  # the demo model
+    assert sim.estimate.source == "price table: gpt-4o (global v1, exact match)"
+    assert sim.estimate.cost == Decimal(74) * Decimal("2.5") / Decimal(1_000_000)
+    assert sim.own_estimate is not None and sim.own_estimate.priced  # the demo model: free
+    assert sim.own_estimate.cost == 0 and "free (offline demo)" in sim.own_estimate.source
     with_prompt = simulate(helper, "python " * 40, system=True)
     assert with_prompt.system_tokens > 0
     assert with_prompt.estimate.tokens == 74 + with_prompt.system_tokens
@@ -171,8 +172,8 @@ def test_the_simulator_page_shows_the_decision_why_and_the_cost(client_for, alic
     assert response.status_code == 200
     assert "Rule <strong>“code”</strong> fires" in body and "<mark>Python</mark>" in body
     assert "Fix my <mark>Python</mark> &lt;b&gt;now&lt;/b&gt;" in body and "<b>now</b>" not in body
-    assert "Cloud · gpt-4o" in body and "built-in price table, row “openai/gpt-4o”" in body
-    assert "No price known" not in body and "no price known for this model" in body  # own model
+    assert "Cloud · gpt-4o" in body and "price table: gpt-4o (global v1, exact match)" in body
+    assert "No price known" not in body and "free (offline demo)" in body  # own model
     assert "An estimate:" in body
 
 

@@ -67,7 +67,8 @@ def test_a_turn_records_every_step_state_total_and_message(conversation, alice, 
     assert [s.iteration for s in steps] == [1, 1, 2, 2, 3]
     first = steps[0]
     assert first.meta["tools_available"] == ["calculator", "current_time"]
-    assert first.meta["tool_calls"] == ["current_time"] and first.meta["unpriced"] is True
+    assert first.meta["tool_calls"] == ["current_time"] and first.meta["unpriced"] is False
+    assert first.price.label == "free (offline demo)" and first.price_match == "exact"
     assert first.input_tokens > 0 and first.output_tokens > 0 and first.cost_usd == 0
     assert steps[1].name == "current_time" and steps[1].call_id and steps[1].success is True
     kinds = dict(StepPayload.objects.filter(step=steps[1]).values_list("kind", "size"))

@@ -27,7 +27,7 @@ def test_sending_stores_the_message_and_queues_a_turn(client_for, alice, convers
     trace = Trace.objects.get()
     assert sent_turns == [trace.pk] and trace.status == "queued"
     body = response.content.decode()
-    assert f'id="message-{trace.user_message.uuid.hex}"' in body and f'id="pending-{trace.uuid.hex}"' in body
+    assert f'id="message-{trace.user_message.uuid.hex}"' in body and f'id="answer-{trace.uuid.hex}"' in body
     assert "what is 2+2?" in body
 
 
@@ -96,3 +96,191 @@ def test_conversation_page_queries_are_bounded(client_for, alice, conversation, 
     c = client_for(alice)
     with django_assert_max_num_queries(10):
         assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
+
+
+# -- the conversation list: search, rename, archive, delete -------------------------------------------
+def listed(response) -> str:
+    body = response.content.decode()
+    return body[body.index('id="conversation-list"'):]
+
+
+def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_turns):
+    from agents import services
+
+    weather = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Weather talk")
+    recipes = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Cooking")
+    services.turn_start(conversation=recipes, user=alice, text="How long do I boil an egg?")
+    c = client_for(alice)
+    by_title = c.get(reverse("chat"), {"q": "weather"}).content.decode()
+    assert "Weather talk" in by_title and "Cooking" not in by_title
+    by_message = c.get(reverse("chat"), {"q": "BOIL an"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="conversation-list")
+    body = by_message.content.decode()
+    assert "Cooking" in body and "Weather talk" not in body and "<html" not in body
+    assert "No conversation matches" in c.get(reverse("chat"), {"q": "zebra"}).content.decode()
+    assert weather.title in c.get(reverse("chat")).content.decode()
+
+
+def test_mine_and_team_lists(client_for, alice, bob, agent, sent_turns):
+    from agents import services
+
+    services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's plan")
+    mine = client_for(bob).get(reverse("chat")).content.decode()
+    team = client_for(bob).get(reverse("chat"), {"scope": "team"}).content.decode()
+    assert "Alice&#x27;s plan" not in mine and "Alice&#x27;s plan" in team
+
+
+def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sent_turns):
+    from agents import services
+
+    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    c = client_for(alice)
+    assert c.post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "  Trip   plans "}).status_code == 302
+    conversation.refresh_from_db()
+    assert conversation.title == "Trip plans"
+
+    c.post(reverse("conversation_archive", args=[conversation.uuid]), {"archived": "1"})
+    conversation.refresh_from_db()
+    assert conversation.archived
+    assert "Trip plans" not in listed(c.get(reverse("chat")))
+    assert "Trip plans" in listed(c.get(reverse("chat"), {"archived": "1"}))
+    refused = c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 422 and b"archived" in refused.content
+    page = c.get(reverse("conversation", args=[conversation.uuid])).content.decode()
+    assert 'id="composer"' not in page and "read-only" in page
+    c.post(reverse("conversation_archive", args=[conversation.uuid]), {"archived": "0"})
+    conversation.refresh_from_db()
+    assert not conversation.archived
+
+    response = c.post(reverse("conversation_delete", args=[conversation.uuid]))
+    assert response.status_code == 302 and response.url == reverse("chat")
+    conversation.refresh_from_db()
+    assert conversation.deleted_at is not None
+    assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 404
+    assert "Trip plans" not in listed(c.get(reverse("chat"), {"scope": "team"}))
+    trace.refresh_from_db()
+    assert trace.status == "cancelled"  # its turn stopped; the trace stays for the records
+    assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}).status_code == 404
+
+
+def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, bob, conversation, team_a, make_member):
+    assert client_for(bob).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "mine now"}).status_code == 403
+    assert client_for(bob).post(reverse("conversation_delete", args=[conversation.uuid])).status_code == 403
+    vera = make_member(team_a, "vera", "viewer")
+    assert client_for(vera).post(reverse("conversation_archive", args=[conversation.uuid])).status_code == 403
+    conversation.refresh_from_db()
+    assert conversation.title == "" and conversation.deleted_at is None and not conversation.archived
+    admin = make_member(team_a, "adam", "admin")
+    client_for(admin).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "Renamed by an admin"})
+    conversation.refresh_from_db()
+    assert conversation.title == "Renamed by an admin"
+
+
+def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conversation, sent_turns):
+    from agents import services
+
+    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    c = client_for(charlie)
+    for name, args, data in [
+        ("conversation_rename", [conversation.uuid], {"title": "x"}),
+        ("conversation_archive", [conversation.uuid], {}),
+        ("conversation_delete", [conversation.uuid], {}),
+        ("turn_regenerate", [conversation.uuid, trace.uuid], {}),
+        ("message_edit", [conversation.uuid, trace.user_message.uuid], {"text": "x"}),
+        ("message_send", [conversation.uuid], {"text": "/help"}),
+    ]:
+        assert c.post(reverse(name, args=args), data).status_code == 404, name
+    assert c.get(reverse("conversation", args=[conversation.uuid]), {"at": trace.uuid.hex}).status_code == 404
+    assert str(conversation.uuid) not in c.get(reverse("chat"), {"q": "hello", "scope": "team"}).content.decode()
+
+
+def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, team_a, make_member, sent_turns):
+    from agents import services
+
+    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    Trace.objects.filter(pk=trace.pk).update(status="completed")
+    vera = make_member(team_a, "vera", "viewer")
+    c = client_for(vera)
+    page = c.get(reverse("conversation", args=[conversation.uuid]), {"at": trace.uuid.hex})
+    assert page.status_code == 200 and "hello" in page.content.decode()
+    assert c.post(reverse("turn_regenerate", args=[conversation.uuid, trace.uuid])).status_code == 403
+    assert c.post(reverse("message_edit", args=[conversation.uuid, trace.user_message.uuid]), {"text": "x"}).status_code == 403
+    assert Trace.objects.count() == 1
+
+
+def test_regenerate_and_edit_answer_with_the_new_branch(client_for, alice, conversation, sent_turns):
+    from agents import services
+
+    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    Trace.objects.filter(pk=trace.pk).update(status="completed")
+    c = client_for(alice)
+    response = c.post(reverse("turn_regenerate", args=[conversation.uuid, trace.uuid]), HTTP_HX_REQUEST="true")
+    again = Trace.objects.latest("id")
+    body = response.content.decode()
+    assert response.status_code == 200 and again.user_message_id == trace.user_message_id
+    assert f'data-leaf="{again.uuid.hex}"' in body and 'hx-swap-oob="true"' in body
+    assert response["HX-Push-Url"].endswith(f"?at={again.uuid.hex}")
+    Trace.objects.filter(pk=again.pk).update(status="completed")
+
+    edit = c.post(reverse("message_edit", args=[conversation.uuid, trace.user_message.uuid]), {"text": "hello again"})
+    edited = Trace.objects.latest("id")
+    assert edit.status_code == 302 and edit.url.endswith(f"?at={edited.uuid.hex}")
+    page = c.get(edit.url).content.decode()
+    assert "hello again" in page and "2/2" in page
+    empty = c.post(reverse("message_edit", args=[conversation.uuid, trace.user_message.uuid]), {"text": " "},
+                   HTTP_HX_REQUEST="true")
+    assert empty.status_code == 422 and b"Write a message" in empty.content
+
+
+def test_the_composer_continues_the_branch_on_screen(client_for, alice, conversation, sent_turns):
+    from agents import services
+
+    first = services.turn_start(conversation=conversation, user=alice, text="one")
+    Trace.objects.filter(pk=first.pk).update(status="completed")
+    other = services.turn_start(conversation=conversation, user=alice, text="elsewhere", parent=None)
+    Trace.objects.filter(pk=other.pk).update(status="completed")
+    c = client_for(alice)
+    c.post(reverse("message_send", args=[conversation.uuid]), {"text": "two", "parent": first.uuid.hex})
+    assert Message.objects.get(text="two").parent_turn_id == first.pk
+    assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "x", "parent": "not-a-uuid"}).status_code == 404
+
+
+def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
+        client_for, alice, conversation, sent_turns, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from agents import services
+    from traces.models import Step, StepPayload
+
+    def grow(count):
+        for i in range(count):
+            first = services.turn_start(conversation=conversation, user=alice, text=f"question {i}")
+            Trace.objects.filter(pk=first.pk).update(status="completed")
+            first.refresh_from_db()
+            trace = services.turn_regenerate(conversation=conversation, trace=first, user=alice)
+            Trace.objects.filter(pk=trace.pk).update(status="completed")
+            Message.objects.create(conversation=conversation, role="assistant", trace=trace, text="",
+                                   blocks=[{"type": "tool_use", "id": f"c{i}", "name": "calculator", "input": {"expression": "1+1"}}])
+            Message.objects.create(conversation=conversation, role="tool", trace=trace,
+                                   blocks=[{"type": "tool_result", "tool_use_id": f"c{i}", "output": "2", "is_error": False}])
+            Message.objects.create(conversation=conversation, role="assistant", trace=trace, text=f"**answer** {i}",
+                                   blocks=[{"type": "text", "text": f"answer {i}"}])
+            step = Step.objects.create(trace=trace, seq=2, kind="tool_call", status="ok", name="calculator",
+                                       call_id=f"c{i}", started_at=timezone.now(), duration_ms=3, meta={"output_preview": "2"})
+            StepPayload.objects.create(step=step, kind="arguments", content='{"expression": "1+1"}')
+
+    c = client_for(alice)
+    url = reverse("conversation", args=[conversation.uuid])
+    grow(3)
+    with CaptureQueriesContext(connection) as few:
+        small = c.get(url)
+    assert small.status_code == 200 and "calculator" in small.content.decode()
+    grow(27)
+    # the chat's own reads are five (turns, branch messages, loose messages, steps, arguments)
+    with django_assert_max_num_queries(len(few)):
+        big = c.get(url)
+    body = big.content.decode()
+    assert len(few) <= 14 and big.status_code == 200 and body.count('class="message role-user"') == 30
+    assert body.count('class="tool-card state-ok"') == 30 and body.count("<strong>answer</strong>") == 30
+    assert body.count("<span>2/2</span>") == 30

@@ -65,3 +65,14 @@ async def test_foreign_origin_is_refused(alice, sample_trace, kind):
     cookie = await sync_to_async(session_cookie)(alice)
     connected, _ = await communicator(f"/ws/{kind}/{target}/", cookie=cookie, origin="https://evil.example").connect()
     assert not connected
+
+
+async def test_the_chat_receives_deltas_as_bare_text_and_everything_else_as_json(alice, sample_trace):
+    cookie = await sync_to_async(session_cookie)(alice)
+    ws = communicator(f"/ws/conversations/{sample_trace.conversation.uuid}/", cookie=cookie)
+    assert (await ws.connect())[0]
+    await live.text_delta(sample_trace, step=3, index=0, text='Hel "lo"\n')
+    assert await ws.receive_from(timeout=2) == '~3|Hel "lo"\n'
+    await live.publish([live.conversation_group(sample_trace.conversation.uuid)], {"event": "trace", "status": "running"})
+    assert await ws.receive_json_from(timeout=2) == {"event": "trace", "status": "running"}
+    await ws.disconnect()

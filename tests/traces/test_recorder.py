@@ -157,7 +157,8 @@ def test_an_attempt_that_lost_its_trace_writes_nothing_more(claimed, turn_db):
     assert not Step.objects.filter(trace=claimed).exists()
 
 
-def test_a_known_model_is_priced_and_the_demo_model_is_not():
+def test_a_known_model_is_priced_the_demo_model_is_free_and_an_unknown_one_unpriced():
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
     assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)
-    assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), True)
+    assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), False)
+    assert step_cost(provider_kind="demo", model="demo-huge", usage=usage) == (Decimal(0), True)

@@ -13,6 +13,10 @@ It reads the conversation and decides like a small tool-using model would:
   which tool failed and why;
 * "call the X tool N times" makes it call X with ``{}`` once per request until the turn holds N
   results for X, then answer "Called X N times." (for tests and benchmarks);
+* "xss corpus please" (anywhere, any case) makes it answer with ``XSS_CORPUS``, hostile markup
+  of every kind the chat must render inert; with current_time (or else the calculator) offered
+  it first calls it with the corpus as the time zone (the expression), so the tool's arguments
+  and error carry the corpus too (for the browser tests of the chat's sanitising);
 * otherwise it answers conversationally and says that it is the offline demo model.
 
 Usage is estimated as ceil(characters / 4) of the input and of the output. Streaming sends the
@@ -48,6 +52,19 @@ INTRO = "I'm the offline demo model"
 ABILITIES = ("I can do arithmetic, tell the time, remember and recall things, and fetch web "
              "pages when those tools are enabled.")
 FALLBACK_ANSWER = f"Sorry, I could not follow this conversation. ({INTRO}.)"
+XSS_TRIGGER = "xss corpus please"
+# Each line tries to run script or load something from another host; shown safely it is text.
+XSS_CORPUS = (
+    "<script>window.__pwned = 'script tag'</script>\n\n"
+    "<img src=x onerror=\"window.__pwned = 'img onerror'\">\n\n"
+    "[a javascript: link](javascript:window.__pwned='javascript link')\n\n"
+    "<a href=\"javascript:window.__pwned='raw link'\">a raw javascript: link</a>\n\n"
+    "<svg onload=\"window.__pwned='svg onload'\"><script>window.__pwned='svg script'</script></svg>\n\n"
+    "![remote pixel](http://remote.invalid/pixel.png)\n\n"
+    "<iframe src=\"http://remote.invalid/frame\"></iframe>\n\n"
+    "<style>body { display: none }</style>\n\n"
+    "[data link](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)"
+)
 
 _REPEAT = re.compile(r"(?i)\bcall (?:the )?([\w-]+) tool (\d+) times?\b")
 _URL = re.compile(r"https?://[^\s<>\"'`\])}]+")
@@ -305,6 +322,8 @@ def _prompt_guided_tools(system: str) -> frozenset[str]:
 # -- deciding -----------------------------------------------------------------------------------
 def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
     text = turn.user_text
+    if XSS_TRIGGER in text.lower():
+        return _decide_corpus(turn, offered)
     repeat = _REPEAT.search(text)
     if repeat:
         return _decide_repeat(repeat.group(1), int(repeat.group(2)), turn, offered)
@@ -322,6 +341,17 @@ def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
     tool_word = "tool" if len(missing) == 1 else "tools"
     return _Decision(f"I'd use the {names} {tool_word} for that, but {they} available to me "
                      f"here. ({INTRO}.)")
+
+
+def _decide_corpus(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
+    if turn.results:
+        return _Decision(f"{XSS_CORPUS}\n\n{_answer_from_results(turn.results)}")
+    # Both tools echo a bad argument in their error; the calculator refuses long ones unread.
+    if "current_time" in offered:
+        return _Decision(calls=[_Call("current_time", {"timezone": XSS_CORPUS})])
+    if "calculator" in offered:
+        return _Decision(calls=[_Call("calculator", {"expression": XSS_CORPUS})])
+    return _Decision(XSS_CORPUS)
 
 
 def _decide_repeat(tool: str, times: int, turn: _Turn,

@@ -1,0 +1,210 @@
+"""A throwaway copy of the whole product for browser tests and benchmarks.
+
+``Stack`` starts, on free loopback ports and in a temporary directory: the embedded Redis
+(``devrunner.EmbeddedRedis``), a migrated file SQLite database that every process shares,
+daphne (HTTP and websockets) and a Celery worker; ``stop`` ends them all. Django's own
+``live_server`` cannot serve websockets, hence real processes.
+
+``Stack.seed(spec)`` fills it through ``python -m agentsite.stack seed`` (in the stack's
+environment): a team with alice (owner), bob (member) and vera (viewer), and demo agents as the
+spec says. The test process itself never opens the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .devrunner import Child, EmbeddedRedis, Printer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "stack-pass-123"  # noqa: S105 - throwaway accounts of a throwaway database
+
+
+class Stack:
+    def __init__(self, *, workdir: Path | None = None, worker_threads: int = 8,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="agentsite-stack-"))
+        self.owns_workdir = workdir is None
+        self.worker_threads = worker_threads
+        self.extra_env = extra_env or {}
+        self.children: list[Child] = []
+        self.port = 0
+        self.env: dict[str, str] = {}
+        self.log_path = self.workdir / "stack.log"
+        self._log = None
+        self.printer = Printer(sys.stderr, color=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> Stack:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        printer = Printer(self._log, color=False)
+        redis = EmbeddedRedis(port=free_port(), data_dir=self.workdir / "redis")
+        self._start(redis, printer)
+        redis.wait_ready()
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+            "AGENTSITE_VAR_DIR": str(self.workdir / "var"),
+            "REDIS_URL": redis.url,
+            "DEBUG": "1",
+            "CHANNEL_LAYER_IN_MEMORY": "0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+        }
+        self.env.pop("DATABASE_URL", None)
+        self.env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],  # noqa: S603
+                       cwd=ROOT, env=self.env, check=True, stdout=self._log, stderr=subprocess.STDOUT)
+        python = sys.executable
+        self.printer = printer
+        self._start(self._web(), printer)
+        self._start(Child("worker", [python, "-m", "celery", "-A", "agentsite", "worker",
+                                     "-Q", "turns,maintenance", "-P", "threads",
+                                     "-c", str(self.worker_threads), "-n", f"stack-{uuid.uuid4().hex[:8]}@%h",
+                                     "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+                          env=self.env, cwd=ROOT), printer)
+        self._wait_healthy(timeout)
+        return self
+
+    def _web(self) -> Child:
+        return Child("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                             "agentsite.asgi:application"], env=self.env, cwd=ROOT)
+
+    def stop_web(self) -> None:
+        """Stop the web process (sockets drop; the worker and Redis stay up)."""
+        web = next(c for c in self.children if c.name == "web")
+        web.stop(timeout=10)
+        self.children.remove(web)
+
+    def start_web(self, timeout: float = 30.0) -> None:
+        self._start(self._web(), self.printer)
+        self._wait_healthy(timeout)
+
+    def _start(self, child: Child, printer: Printer) -> None:
+        child.start(printer)
+        self.children.append(child)
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            dead = next((c for c in self.children if not c.alive()), None)
+            if dead is not None:
+                raise RuntimeError(f"{dead.name} exited during start-up; see {self.log_path}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=3) as response:  # noqa: S310 - loopback
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as exc:
+                last = exc.read().decode(errors="replace")[:300]
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the stack was not healthy within {timeout:.0f} s ({last}); see {self.log_path}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def seed(self, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create the people, team and agents (see ``seed``); returns their public ids."""
+        done = subprocess.run([sys.executable, "-m", "agentsite.stack", "seed", json.dumps(spec or {})],  # noqa: S603
+                              cwd=ROOT, env=self.env, check=True, capture_output=True, text=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop(timeout=10)
+        self.children.clear()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def seed(spec: dict[str, Any]) -> dict[str, Any]:
+    """People and agents for a test run (inside a configured Django).
+
+    ``spec``: ``{"agents": [{"name": ..., "provider_options": {...}, "tools": [...],
+    "fields": {...}}], "approval": [tool names that need approval]}`` (tools belong to the team,
+    so approval is per tool for every agent). The demo provider answers every agent; people:
+    alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
+    with the password ``PASSWORD``."""
+    from django.contrib.auth import get_user_model
+
+    from agents.models import Agent, Provider, Tool
+    from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
+    from agentsite.models import Membership, Team
+
+    user_model = get_user_model()
+    team_a = Team.objects.create(name="Team A")
+    team_b = Team.objects.create(name="Team B")
+    people = {}
+    for name, team, role in (("alice", team_a, "owner"), ("bob", team_a, "member"),
+                             ("vera", team_a, "viewer"), ("charlie", team_b, "owner")):
+        user = user_model.objects.create_user(username=name, password=PASSWORD)
+        Membership.objects.create(team=team, user=user, role=role)
+        people[name] = user.pk
+    specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
+    agents = {}
+    for entry in spec.get("agents") or [{"name": "Helper"}]:
+        name = entry["name"]
+        provider = Provider.objects.create(team=team_a, name=f"Demo for {name}", kind="demo",
+                                           options=entry.get("provider_options") or {})
+        tools = []
+        for tool_name in entry.get("tools", ["calculator", "current_time"]):
+            cls = specs[tool_name]
+            row, _ = Tool.objects.update_or_create(
+                team=team_a, name=tool_name,
+                defaults={"kind": "builtin", "description": cls.description,
+                          "parameters": cls.parameters,
+                          "requires_approval": tool_name in spec.get("approval", [])})
+            tools.append(row)
+        agent = Agent.objects.create(team=team_a, name=name, provider=provider, model="demo",
+                                     **(entry.get("fields") or {}))
+        agent.tools.set(tools)
+        agents[name] = str(agent.uuid)
+    return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people}
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) >= 1 and argv[0] == "seed":
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+        import django
+
+        django.setup()
+        print(json.dumps(seed(json.loads(argv[1]) if len(argv) > 1 else {})))
+        return 0
+    print("usage: python -m agentsite.stack seed '<json spec>'", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

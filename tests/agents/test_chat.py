@@ -1,0 +1,345 @@
+"""The chat's actions and reads: branches (regenerate, edit), history along a branch, chat
+commands, resends, the meter and tool cards. Turns run here, with the offline demo model."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from agents import selectors, services
+from agents.builder import previous_trajectory_state, route_turn, turn_history
+from agents.models import Conversation, Message
+from agents.runtime.commands import HELP_TEXT
+from agents.runtime.history import estimate_tokens
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.tasks import run_turn
+from agents.windows import DEFAULT_CONTEXT_WINDOW, context_window
+from traces import live
+from traces.models import Step, StepPayload, Trace
+
+turns = pytest.mark.django_db(transaction=True)
+
+
+def send(conversation, user, text, **kwargs) -> Trace:
+    return services.turn_start(conversation=conversation, user=user, text=text, **kwargs)
+
+
+def answered(trace: Trace) -> Trace:
+    assert run_turn(trace.pk) == "completed"
+    return Trace.objects.get(pk=trace.pk)
+
+
+def texts(history) -> list[tuple[str, str]]:
+    """What was said, leaving out tool plumbing."""
+    return [(str(m.role), m.text) for m in history if m.text]
+
+
+# -- branches ----------------------------------------------------------------------------------------
+@turns
+def test_regenerate_answers_the_same_message_on_a_new_branch(conversation, alice, sent_turns, use_redis):
+    first = answered(send(conversation, alice, "What is 2 + 3?"))
+    again = services.turn_regenerate(conversation=conversation, trace=first, user=alice)
+    assert again.user_message_id == first.user_message_id and again.pk != first.pk
+    assert sent_turns == [first.pk, again.pk]
+    answered(again)
+
+    view = selectors.chat_view(conversation)
+    assert view.leaf.pk == again.pk and [t.trace.pk for t in view.turns] == [again.pk]
+    versions = view.turns[0].answer_versions
+    assert (versions.index, versions.count, versions.previous, versions.next) == (2, 2, first.uuid, None)
+    assert view.turns[0].message_versions.count == 1  # one message, two answers
+
+    old = selectors.chat_view(conversation, at=first.uuid)
+    assert old.leaf.pk == first.pk and old.turns[0].answer_versions.index == 1
+
+
+@turns
+def test_an_edit_starts_a_branch_and_the_history_follows_the_branch(conversation, alice, sent_turns, use_redis):
+    first = answered(send(conversation, alice, "What is 2 + 3?"))
+    second = answered(send(conversation, alice, "What is 6 * 7?"))
+    edited = services.turn_edit(conversation=conversation, message=second.user_message, user=alice,
+                                text="What is 4 * 5?")
+    assert edited.user_message.parent_turn_id == first.pk
+    history = turn_history(trace=edited, agent=conversation.agent)
+    assert texts(history) == [("user", "What is 2 + 3?"), ("assistant", "2 + 3 = 5.")]
+    edited = answered(edited)
+
+    third = send(conversation, alice, "thanks")  # continues the newest branch by default
+    assert third.user_message.parent_turn_id == edited.pk
+    history = texts(turn_history(trace=third, agent=conversation.agent))
+    assert ("user", "What is 4 * 5?") in history and ("assistant", "4 × 5 = 20.") in history
+    assert ("user", "What is 6 * 7?") not in history and ("assistant", "6 × 7 = 42.") not in history
+
+    # the original branch stays reachable, and continuing it keeps to it
+    old = selectors.chat_view(conversation, at=second.uuid)
+    assert [t.user_message.text for t in old.turns] == ["What is 2 + 3?", "What is 6 * 7?"]
+    assert old.turns[1].message_versions.count == 2 and old.turns[1].message_versions.next is not None
+    fourth = send(conversation, alice, "and again?", parent=second)
+    assert ("assistant", "6 × 7 = 42.") in texts(turn_history(trace=fourth, agent=conversation.agent))
+
+
+@turns
+def test_the_trajectory_state_carried_over_is_the_branchs_own(conversation, alice, sent_turns, use_redis):
+    first = answered(send(conversation, alice, "what is 12*7?"))
+    other = answered(send(conversation, alice, "what is the time?", parent=None))  # a branch from the start
+    assert other.user_message.parent_turn_id is None
+    follow = send(conversation, alice, "thanks", parent=first)
+    state = previous_trajectory_state(trace=follow)
+    assert state is not None and "calculator" in json.dumps(state)
+    assert "current_time" not in json.dumps(state)
+
+
+@turns
+def test_a_running_answer_cannot_be_regenerated(conversation, alice, sent_turns):
+    trace = send(conversation, alice, "hello")
+    with pytest.raises(services.ValidationError, match="still being written"):
+        services.turn_regenerate(conversation=conversation, trace=trace, user=alice)
+
+
+@turns
+def test_a_parent_from_another_conversation_is_refused(conversation, agent, alice, sent_turns):
+    elsewhere = services.conversation_create(team=agent.team, agent=agent, user=alice)
+    foreign = send(elsewhere, alice, "hello")
+    with pytest.raises(services.ValidationError, match="another conversation"):
+        send(conversation, alice, "hi", parent=foreign)
+
+
+# -- resends -----------------------------------------------------------------------------------------
+def test_a_resent_message_with_the_same_client_id_starts_one_turn(conversation, alice, sent_turns):
+    first = send(conversation, alice, "hello", client_id="c-123")
+    again = send(conversation, alice, "hello", client_id="c-123")
+    assert again.pk == first.pk and getattr(again, "resent", False)
+    assert Message.objects.filter(conversation=conversation).count() == 1 and Trace.objects.count() == 1
+    other = send(conversation, alice, "hello", client_id="c-456")
+    assert other.pk != first.pk and Trace.objects.count() == 2
+
+
+def test_the_send_endpoint_dedupes_a_resend(client_for, alice, conversation, sent_turns):
+    c = client_for(alice)
+    url = reverse("message_send", args=[conversation.uuid])
+    one = c.post(url, {"text": "hello", "client_id": "abc"}, HTTP_HX_REQUEST="true")
+    two = c.post(url, {"text": "hello", "client_id": "abc"}, HTTP_HX_REQUEST="true")
+    assert one.status_code == two.status_code == 200
+    trace = Trace.objects.get()
+    assert f'id="answer-{trace.uuid.hex}"' in two.content.decode() and Message.objects.count() == 1
+
+
+# -- commands ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("/help", "/model &lt;name&gt; — switch this conversation"),
+    ("/HELP@agent_bot", "/stop — stop the reply"),
+    ("/frobnicate now", "Unknown command /frobnicate."),
+    ("/models", "has no other models"),
+    ("/model", "This conversation uses demo."),
+    ("/stop", "Nothing is running here."),
+])
+def test_commands_answer_in_the_chat_and_never_reach_the_model(client_for, alice, conversation, sent_turns, text, expected):
+    response = client_for(alice).post(reverse("message_send", args=[conversation.uuid]), {"text": text},
+                                      HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert response.status_code == 200 and expected in body and "never reach the model" in body
+    assert not Trace.objects.exists() and not Message.objects.exists() and sent_turns == []
+
+
+def test_unknown_commands_answer_with_the_help_text(conversation, alice):
+    reply = services.chat_command(conversation=conversation, user=alice, text="/nope")
+    assert reply.command == "unknown" and reply.text.endswith(HELP_TEXT)
+
+
+def test_a_slash_that_is_not_a_command_is_an_ordinary_message(conversation, alice, sent_turns):
+    assert services.chat_command(conversation=conversation, user=alice, text="/usr/bin is a directory") is None
+    assert services.chat_command(conversation=conversation, user=alice, text="/ 2 = 0.5") is None
+
+
+def test_model_switches_only_to_the_agents_allowed_models(conversation, agent, alice):
+    agent.allowed_models = ["demo-large", "demo-mini"]
+    agent.save()
+    refused = services.chat_command(conversation=conversation, user=alice, text="/model gpt-4o")
+    assert "not one of the models" in refused.text and "demo-large" in refused.text
+    conversation.refresh_from_db()
+    assert conversation.model_override == "" and not refused.changed_model
+
+    switched = services.chat_command(conversation=conversation, user=alice, text="/model DEMO-large")
+    conversation.refresh_from_db()
+    assert switched.changed_model and conversation.model_override == "demo-large"
+    assert route_turn(agent=agent, conversation=conversation, text="hi").model == "demo-large"
+    listing = services.chat_command(conversation=conversation, user=alice, text="/models").text
+    assert "• demo-large" in listing and "demo (the agent’s default)" in listing
+
+    back = services.chat_command(conversation=conversation, user=alice, text="/model demo")
+    conversation.refresh_from_db()
+    assert back.changed_model and conversation.model_override == ""
+
+
+def test_model_change_updates_the_header_and_meter(client_for, alice, conversation, agent):
+    agent.allowed_models = ["gpt-4o"]
+    agent.save()
+    body = client_for(alice).post(reverse("message_send", args=[conversation.uuid]), {"text": "/model gpt-4o"},
+                                  HTTP_HX_REQUEST="true").content.decode()
+    assert '<span id="chat-model" hx-swap-oob="true">gpt-4o</span>' in body
+    assert 'id="meter"' in body and "/128k" in body
+
+
+def test_stop_cancels_the_turns_of_the_conversation(conversation, alice, sent_turns):
+    trace = send(conversation, alice, "hello")
+    reply = services.chat_command(conversation=conversation, user=alice, text="/stop")
+    assert reply.text == "Stopped the reply."
+    trace.refresh_from_db()
+    assert trace.status == "cancelled" and trace.cancel_reason == "Cancelled by alice"
+
+
+def test_new_starts_a_conversation_with_the_same_agent(client_for, alice, conversation):
+    response = client_for(alice).post(reverse("message_send", args=[conversation.uuid]), {"text": "/new"},
+                                      HTTP_HX_REQUEST="true")
+    fresh = Conversation.objects.exclude(pk=conversation.pk).get()
+    assert fresh.agent_id == conversation.agent_id and fresh.created_by == alice
+    assert response.status_code == 204 and response["HX-Redirect"] == reverse("conversation", args=[fresh.uuid])
+    plain = client_for(alice).post(reverse("message_send", args=[conversation.uuid]), {"text": "/new"})
+    assert plain.status_code == 302 and Conversation.objects.count() == 3
+
+
+def test_viewers_cannot_run_commands(client_for, conversation, team_a, make_member):
+    vera = make_member(team_a, "vera", "viewer")
+    response = client_for(vera).post(reverse("message_send", args=[conversation.uuid]), {"text": "/new"})
+    assert response.status_code == 403 and Conversation.objects.count() == 1
+
+
+# -- the meter and the context window ----------------------------------------------------------------
+@turns
+def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(conversation, agent, alice, sent_turns, use_redis):
+    agent.system_prompt = "x" * 400
+    agent.save()
+    first = answered(send(conversation, alice, "What is 2 + 3?"))
+    again = answered(services.turn_regenerate(conversation=conversation, trace=first, user=alice))
+    Trace.objects.filter(pk=first.pk).update(cost_usd=Decimal("0.25"))
+    Trace.objects.filter(pk=again.pk).update(cost_usd=Decimal("0.5"))
+
+    conversation.refresh_from_db()
+    meter = selectors.chat_view(conversation).meter
+    traces = [Trace.objects.get(pk=first.pk), Trace.objects.get(pk=again.pk)]
+    assert meter.total_tokens == sum(t.total_tokens for t in traces) > 0
+    assert meter.cost_usd == Decimal("0.75")
+    branch = [m for m in Message.objects.filter(conversation=conversation).order_by("id")
+              if m.trace_id == again.pk or m.pk == again.user_message_id]
+    expected = estimate_tokens([RuntimeMessage.from_dict({"role": m.role, "blocks": m.blocks}) for m in branch]) + 100
+    assert meter.context_tokens == expected
+    assert (meter.model, meter.context_window) == ("demo", 8192)
+
+
+def test_context_windows_come_from_the_table_or_the_provider():
+    assert context_window("gpt-4o-mini") == 128_000
+    assert context_window("openai/gpt-4.1-nano") == 1_047_576
+    assert context_window("gpt-4") == 8_192 and context_window("claude-sonnet-4-5") == 200_000
+    assert context_window("my-local-model") == DEFAULT_CONTEXT_WINDOW
+    assert context_window("my-local-model", {"context_window": 4096}) == 4096
+    assert context_window("a", {"context_window": {"a": 2048, "*": 1024}}) == 2048
+    assert context_window("b", {"context_window": {"a": 2048, "*": 1024}}) == 1024
+    assert context_window("gpt-4o", {"context_window": "junk"}) == 128_000
+
+
+# -- tool cards ----------------------------------------------------------------------------------------
+@turns
+def test_tool_cards_show_the_call_its_arguments_result_and_duration(conversation, alice, sent_turns, use_redis):
+    trace = answered(send(conversation, alice, "What is 12 * (7 + 5)?"))
+    view = selectors.chat_view(conversation)
+    parts = view.turns[0].parts
+    kinds = [kind for kind, _ in parts]
+    assert kinds == ["card", "text"]  # the call, then the answer written from its result
+    card = parts[0][1]
+    assert (card.name, card.state, card.output) == ("calculator", "ok", "144")
+    assert json.loads(card.arguments) == {"expression": "12*(7+5)"}
+    assert card.duration_ms is not None and card.trace_uuid == trace.uuid and not card.needs_approval
+
+
+def _step(trace, seq, kind, status, *, call_id="call_1", name="calculator", meta=None, error="", args=None):
+    from django.utils import timezone
+
+    step = Step.objects.create(trace=trace, seq=seq, kind=kind, status=status, name=name, call_id=call_id,
+                               started_at=timezone.now(), meta=meta or {}, error=error, duration_ms=12.5)
+    if args is not None:
+        StepPayload.objects.create(step=step, kind="arguments", content=json.dumps(args))
+    return step
+
+
+def test_an_approval_card_waits_with_a_countdown_then_shows_the_outcome(conversation, alice, sent_turns):
+    trace = send(conversation, alice, "What is 2 + 3?")
+    Trace.objects.filter(pk=trace.pk).update(status="running")
+    _step(trace, 1, "tool_call", "running", args={"expression": "2+3"})
+    approval = _step(trace, 2, "approval", "waiting", meta={"timeout_s": 300}, args={"expression": "2+3"})
+
+    card = selectors.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
+    assert card.state == "waiting" and card.needs_approval and 295 <= card.seconds_left <= 300
+    assert card.decision_url == reverse("approval_decision", args=[trace.uuid, "call_1"])
+
+    Step.objects.filter(pk=approval.pk).update(status="error", meta={"timeout_s": 300, "reason": "timeout"},
+                                               error="Nobody decided in time, so the call was denied.")
+    Step.objects.filter(trace=trace, seq=1).update(status="error", error="Denied by user.")
+    card = selectors.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
+    assert card.state == "timeout" and card.label == "Denied: no decision in time"
+    assert card.error == "Nobody decided in time, so the call was denied."
+
+
+def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, conversation, team_a, make_member, sent_turns):
+    trace = send(conversation, alice, "What is 2 + 3?")
+    Trace.objects.filter(pk=trace.pk).update(status="running")
+    _step(trace, 1, "approval", "waiting", meta={"timeout_s": 60}, args={"expression": "2+3"})
+    url = reverse("conversation", args=[conversation.uuid])
+
+    member_page = client_for(alice).get(url).content.decode()
+    assert 'class="approval-actions chat-only"' in member_page and 'class="can-chat"' in member_page
+    assert ">Approve</button>" in member_page and ">Deny</button>" in member_page
+
+    vera = make_member(team_a, "vera", "viewer")
+    viewer_page = client_for(vera).get(url).content.decode()
+    assert 'class="can-chat"' not in viewer_page  # .chat-only hides the buttons
+    assert "A team member who can chat decides." in viewer_page
+    decision = reverse("approval_decision", args=[trace.uuid, "call_1"])
+    assert client_for(vera).post(decision, {"approved": "1"}).status_code == 403
+
+
+# -- live fragments ------------------------------------------------------------------------------------
+@turns
+def test_a_finished_turn_is_announced_with_its_rendered_answer_and_the_meter(conversation, alice, sent_turns, use_redis):
+    trace = answered(send(conversation, alice, "What is 2 + 3?"))
+    Message.objects.filter(trace=trace, role="assistant").exclude(text="").update(text="**5** <script>x</script>")
+    groups, payload = live.trace_announcement(live_trace(trace))
+    assert payload["status"] == "completed"
+    assert f'id="answer-{trace.uuid.hex}"' in payload["answer"] and "<strong>5</strong>" in payload["answer"]
+    assert "&lt;script&gt;" in payload["answer"] and "<script>" not in payload["answer"]
+    assert 'id="meter"' in payload["meter"] and f"conversation_{conversation.uuid.hex}" in groups
+
+
+@turns
+def test_a_tool_step_is_announced_with_its_card(conversation, alice, sent_turns, use_redis):
+    trace = answered(send(conversation, alice, "What is 2 + 3?"))
+    step = Step.objects.get(trace=trace, kind="tool_call")
+    step.trace = live_trace(trace)
+    _, payload = live.step_announcement(step)
+    assert payload["kind"] == "tool_call" and payload["card_id"].startswith(f"call-{trace.uuid.hex}-")
+    assert 'class="tool-card state-ok"' in payload["card"] and "2+3" in payload["card"]
+    llm = Step.objects.filter(trace=trace, kind="llm_request").first()
+    llm.trace = step.trace
+    _, payload = live.step_announcement(llm)
+    assert payload["kind"] == "llm" and payload["tokens"] == llm.total_tokens > 0
+
+
+def test_a_new_message_is_announced_with_where_it_sits(conversation, alice, sent_turns, django_capture_on_commit_callbacks):
+    first = send(conversation, alice, "one")
+    second = send(conversation, alice, "two")
+    message = Message.objects.select_related("trace", "conversation").get(pk=second.user_message_id)
+    _, payload = live.message_announcement(message)
+    assert payload["turn"] == second.uuid.hex and payload["parent"] == first.uuid.hex
+    assert f'id="answer-{second.uuid.hex}"' in payload["html"] and "two" in payload["html"]
+
+
+def test_deltas_reach_the_chat_as_bare_text():
+    assert live.delta_frame({"event": "delta", "step": 3, "text": "Hel|lo", "seq": 9, "trace": "ab"}) == "~3|Hel|lo"
+
+
+def live_trace(trace: Trace) -> Trace:
+    from traces.services import trace_for_live
+
+    return trace_for_live(trace.pk)

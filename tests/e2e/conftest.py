@@ -1,0 +1,141 @@
+"""Browser tests: the system Chromium, driven by Playwright, against a real stack.
+
+They run on their own (``make test-e2e``): the main suite leaves this folder out
+(``collect_ignore`` in ``tests/conftest.py``), and this run starts with
+``--confcutdir=tests/e2e`` so none of the unit tests' fixtures load. Django's ``live_server``
+cannot serve websockets, so the session starts real processes (``agentsite.stack.Stack``:
+embedded Redis, daphne, a Celery worker, a file SQLite database); the test process never
+touches the database itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+AGENTS = {
+    # streams slowly enough to watch, with a tool that needs no approval
+    "Helper": {"tools": ["current_time"], "provider_options": {"first_token_latency_s": 0.2, "token_delay_s": 0.05}},
+    # streams very slowly: Stop lands mid-reply
+    "Slow": {"tools": [], "provider_options": {"first_token_latency_s": 0.1, "token_delay_s": 0.25}},
+    # its calculator needs approval
+    "Careful": {"tools": ["calculator"], "provider_options": {"token_delay_s": 0.01}},
+    # answers "xss corpus please" with hostile markup, through its tool too
+    "Corpus": {"tools": ["current_time"], "provider_options": {"token_delay_s": 0.005}},
+}
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
+    from agentsite.stack import Stack
+
+    running = Stack(worker_threads=8).start()
+    try:
+        spec = {"agents": [{"name": name, **conf} for name, conf in AGENTS.items()], "approval": ["calculator"]}
+        running.ids = running.seed(spec)
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(stack) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Watch:
+    """What a page did that it must not: dialogs, errors, requests to other hosts."""
+
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def foreign_requests(self, base: str) -> list[str]:
+        return [url for url in self.requests if not url.startswith(base) and not url.startswith("data:")]
+
+
+@dataclass
+class Session:
+    page: Any
+    watch: Watch
+    stack: Any
+
+    def open_chat_with(self, agent: str) -> str:
+        self.page.goto(self.stack.url + "/chat/")
+        self.page.select_option("#agent", self.stack.ids["agents"][agent])
+        self.page.click("form[action$='/chat/new/'] button[type=submit]")
+        self.page.wait_for_selector("#composer-text")
+        self.wait_for_socket()
+        return self.page.url
+
+    def wait_for_socket(self, timeout: float = 10.0) -> None:
+        wait_until(lambda: self.page.evaluate("() => !!window.__socketOpen"), timeout=timeout,
+                   what="the chat socket to open")
+
+    def send(self, text: str) -> None:
+        self.page.fill("#composer-text", text)
+        self.page.press("#composer-text", "Enter")
+
+    def answers(self, status: str) -> Any:
+        return self.page.locator(f"li.answer[data-status='{status}']")
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "a condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# Marks the page's socket state for the tests (an init script runs before the page's own, and
+# through the browser's debugging protocol, so the page's CSP does not apply to it).
+SOCKET_PROBE = """
+document.addEventListener("htmx:wsOpen", () => { window.__socketOpen = true; });
+document.addEventListener("htmx:wsClose", () => { window.__socketOpen = false; });
+"""
+
+
+@pytest.fixture
+def login(stack, browser) -> Iterator[Callable[..., Session]]:
+    contexts = []
+
+    def make(username: str = "alice", *, bypass_csp: bool = False, viewport: dict | None = None) -> Session:
+        context = browser.new_context(bypass_csp=bypass_csp, viewport=viewport or {"width": 1200, "height": 900})
+        contexts.append(context)
+        context.add_init_script(SOCKET_PROBE)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        watch = Watch()
+        page.on("dialog", lambda dialog: (watch.dialogs.append(dialog.message), dialog.dismiss()))
+        page.on("pageerror", lambda error: watch.errors.append(str(error)))
+        page.on("request", lambda request: watch.requests.append(request.url))
+        page.goto(stack.url + "/accounts/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", stack.ids["password"])
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login" not in url)
+        return Session(page, watch, stack)
+
+    yield make
+    for context in contexts:
+        context.close()

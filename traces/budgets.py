@@ -1,0 +1,177 @@
+"""Budgets: how much a team, or one of its people, has spent in the current day or month, and
+what that means for the next model request (ZeroClaw's cost ledger, §13 of the runtime spec).
+
+Spend comes from the cost roll-ups, which already hold every finished request of the running
+turn (the recorder writes each one before the loop goes on), so "spent" is the period's spend
+including this turn's; the check adds an estimate of the next request. As in ZeroClaw:
+
+* ``spent + estimate > limit`` is *exceeded* (the day is checked before the month);
+* ``spent + estimate >= warn_at_percent`` of the limit is a *warning* (a banner in the site,
+  a note on the trace).
+
+What an exceeded budget does depends on its mode: ``warn`` lets the request go, ``block``
+refuses it with ZeroClaw's message (and what to do), ``route_down`` sends it and the rest of the
+turn to the budget's cheaper route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.runtime.pricing import BudgetPeriod, budget_exceeded_message
+
+from .models import Budget, CostRollup
+from .pricing import units_usd
+
+Mode = Budget.Mode
+Period = Budget.Period
+
+
+@dataclass
+class BudgetState:
+    """A budget and what has been spent against it in its current period."""
+
+    budget: Budget
+    spent: Decimal
+
+    @property
+    def limit(self) -> Decimal:
+        return Decimal(self.budget.limit_usd)
+
+    @property
+    def percent(self) -> int:
+        return int(self.spent * 100 / self.limit) if self.limit > 0 else 0
+
+    def level(self, estimate: Decimal = Decimal(0)) -> str:
+        """"exceeded", "warning" or "ok" for a request estimated at ``estimate``."""
+        projected = self.spent + max(estimate, Decimal(0))
+        if projected > self.limit:
+            return "exceeded"
+        warn = Decimal(min(max(self.budget.warn_at_percent, 0), 100)) / 100
+        return "warning" if projected >= self.limit * warn else "ok"
+
+    @property
+    def is_user(self) -> bool:
+        return self.budget.user_id is not None
+
+    @property
+    def whose(self) -> str:
+        return "Your" if self.is_user else "The team's"
+
+    @property
+    def period_word(self) -> str:
+        return self.budget.period_adjective
+
+    @property
+    def resets(self) -> str:
+        zone = timezone.get_current_timezone_name()
+        if self.budget.period == Period.DAY:
+            return f"after midnight ({zone})"
+        return f"on the 1st of next month ({zone})"
+
+    def exceeded_message(self) -> str:
+        """ZeroClaw's sentence, then what the person can do."""
+        period = BudgetPeriod.DAY if self.budget.period == Period.DAY else BudgetPeriod.MONTH
+        return (f"{budget_exceeded_message(self.spent, self.limit, period)} "
+                f"{self.whose} {self.period_word} budget of {money(self.limit)} is used up: ask a "
+                f"team admin to raise it, or try again {self.resets}.")
+
+    def banner(self) -> str:
+        """The site's banner line from the warning threshold on."""
+        amounts = f"{money(self.spent)} of {money(self.limit)}"
+        what = {Mode.BLOCK: "then new requests are refused until it resets",
+                Mode.ROUTE_DOWN: "then turns switch to a cheaper model",
+                Mode.WARN: "this is a warning only"}[Mode(self.budget.mode)]
+        used = "used up" if self.spent >= self.limit else f"{self.percent}% used"
+        return f"{self.whose} {self.period_word} budget is {used} ({amounts}); {what}."
+
+    def note(self, *, status: str, estimate: Decimal) -> dict[str, Any]:
+        """What the trace records about this budget (``routing["budget"]``)."""
+        return {"status": status, "budget": str(self.budget.uuid),
+                "scope": "user" if self.is_user else "team", "period": self.budget.period,
+                "mode": self.budget.mode, "spent_usd": str(self.spent),
+                "limit_usd": str(self.limit), "estimate_usd": str(estimate)}
+
+
+def money(amount: Decimal) -> str:
+    """Dollars as people read them: $12.50, and small amounts with their digits ($0.0004)."""
+    if amount >= 1 or amount == amount.quantize(Decimal("0.01")):
+        return f"${amount:,.2f}"
+    whole, _, digits = f"{amount:.6f}".rstrip("0").partition(".")
+    return f"${whole}.{digits.ljust(2, '0')}"
+
+
+def _spent(since: date, until: date, *, by_user: bool) -> Coalesce:
+    rows = CostRollup.objects.filter(team_id=OuterRef("team_id"), day__gte=since, day__lte=until)
+    if by_user:
+        rows = rows.filter(user_id=OuterRef("user_id"))
+    total = rows.order_by().values("team_id").annotate(s=Sum("cost_units")).values("s")[:1]
+    return Coalesce(Subquery(total, output_field=BigIntegerField()), 0)
+
+
+def with_spend(budgets: QuerySet[Budget], *, today: date | None = None) -> QuerySet[Budget]:
+    """``budgets`` with what their team and user spent today and this month (from the
+    roll-ups, as subqueries: one query for any number of budgets)."""
+    today = today or timezone.localdate()
+    month = today.replace(day=1)
+    return budgets.annotate(team_day=_spent(today, today, by_user=False),
+                            team_month=_spent(month, today, by_user=False),
+                            user_day=_spent(today, today, by_user=True),
+                            user_month=_spent(month, today, by_user=True))
+
+
+def spent_of(budget: Budget) -> Decimal:
+    """The spend of a budget annotated by ``with_spend``, in its scope and period."""
+    prefix = "user" if budget.user_id else "team"
+    return units_usd(getattr(budget, f"{prefix}_{budget.period}", 0))
+
+
+def budget_states(*, team_id: int, user_id: int | None, today: date | None = None) -> list[BudgetState]:
+    """The enabled budgets that apply to ``user_id`` in the team (the team's own and theirs),
+    with the spend of their current period, in one query."""
+    scope = Q(user__isnull=True) | Q(user_id=user_id) if user_id else Q(user__isnull=True)
+    rows = with_spend(Budget.objects.filter(team_id=team_id, enabled=True).filter(scope)
+                      .select_related("user", "route_down_provider"), today=today)
+    return [BudgetState(row, spent_of(row)) for row in rows.order_by("period", "-user_id")]
+
+
+@dataclass
+class Verdict:
+    """What the budgets say about the next request."""
+
+    action: str  # "allow", "warn", "block" or "route_down"
+    state: BudgetState | None = None
+    warnings: tuple[BudgetState, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return self.state.exceeded_message() if self.state is not None else ""
+
+
+def budget_decide(states: list[BudgetState], *, estimate: Decimal) -> Verdict:
+    """Day budgets before month budgets, a person's before the team's: the first exceeded
+    ``block`` budget blocks; otherwise the first exceeded ``route_down`` one routes down;
+    warnings are every budget at or past its threshold."""
+    ordered = sorted(states, key=lambda s: (s.budget.period != Period.DAY, not s.is_user))
+    levels = [(s, s.level(estimate)) for s in ordered]
+    warnings = tuple(s for s, level in levels if level != "ok")
+    for mode in (Mode.BLOCK, Mode.ROUTE_DOWN):
+        for state, level in levels:
+            if level == "exceeded" and state.budget.mode == mode:
+                return Verdict("block" if mode == Mode.BLOCK else "route_down", state, warnings)
+    return Verdict("warn" if warnings else "allow", warnings[0] if warnings else None, warnings)
+
+
+def budget_banner(*, team_id: int | None, user_id: int | None) -> list[str]:
+    """Lines for the site's banner: the applicable budgets from their warning threshold on."""
+    if not team_id:
+        return []
+    return [s.banner() for s in budget_states(team_id=team_id, user_id=user_id)
+            if s.level() != "ok"]

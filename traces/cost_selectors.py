@@ -1,0 +1,285 @@
+"""Read queries of the costs page: totals, per-day series and break-downs from the cost
+roll-ups, and the most expensive traces from the trace table. Every figure for a filter is a sum
+of the same roll-up rows, so the page's total, its charts' bars and its tables add up to each
+other and to the steps behind them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
+
+from agents.models import Agent, Conversation
+from agentsite.models import Membership, Team
+
+from .models import ConversationCostRollup, CostRollup, Trace
+from .pricing import units_usd
+from .rollups import AMOUNT_FIELDS
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 366
+SPLITS = {"agent": "Agent", "model": "Model", "user": "Person", "conversation": "Conversation"}
+TOP_TRACES = 10
+TOP_CONVERSATIONS = 10
+
+
+@dataclass(frozen=True)
+class CostFilters:
+    date_from: date
+    date_to: date
+    agent: str = ""
+    user: str = ""
+    model: str = ""
+    split: str = "agent"
+
+    @classmethod
+    def from_query(cls, params: Any, *, today: date | None = None) -> tuple[CostFilters, dict[str, str]]:
+        """Parse GET parameters; a bad value is reported and replaced, never a 500."""
+        today = today or timezone.localdate()
+        errors: dict[str, str] = {}
+
+        def day(name: str, default: date) -> date:
+            raw = (params.get(name) or "").strip()
+            if not raw:
+                return default
+            try:
+                return date.fromisoformat(raw)
+            except ValueError:
+                errors[name] = "Use a date like 2026-11-21."
+                return default
+
+        date_to = day("date_to", today)
+        date_from = day("date_from", date_to - timedelta(days=DEFAULT_DAYS - 1))
+        if date_from > date_to:
+            errors["date_from"] = "The start is after the end; showing the end's week."
+            date_from = date_to - timedelta(days=DEFAULT_DAYS - 1)
+        if (date_to - date_from).days >= MAX_DAYS:
+            errors["date_from"] = f"At most {MAX_DAYS} days at once."
+            date_from = date_to - timedelta(days=MAX_DAYS - 1)
+        split = (params.get("split") or "agent").strip()
+        if split not in SPLITS:
+            errors["split"] = "Unknown split."
+            split = "agent"
+        agent = (params.get("agent") or "").strip()
+        if agent and not _is_uuid(agent):
+            errors["agent"] = "Unknown agent."
+            agent = ""
+        return cls(date_from=date_from, date_to=date_to, agent=agent,
+                   user=(params.get("user") or "").strip()[:150],
+                   model=(params.get("model") or "").strip()[:200], split=split), errors
+
+    @property
+    def days(self) -> list[date]:
+        return [self.date_from + timedelta(days=n) for n in range((self.date_to - self.date_from).days + 1)]
+
+    def query(self, **changes: Any) -> str:
+        from urllib.parse import urlencode
+
+        values = {"date_from": self.date_from.isoformat(), "date_to": self.date_to.isoformat(),
+                  "agent": self.agent, "user": self.user, "model": self.model, "split": self.split}
+        values.update(changes)
+        return urlencode({k: v for k, v in values.items() if v})
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class Resolved:
+    """Filter values as the ids roll-ups store; ``impossible`` when one names nothing."""
+
+    agent_id: int | None = None
+    user_id: int | None = None
+    impossible: bool = False
+
+
+def resolve_filters(*, team: Team, filters: CostFilters) -> Resolved:
+    resolved = Resolved()
+    if filters.agent:
+        resolved.agent_id = Agent.objects.filter(team=team, uuid=filters.agent).values_list("pk", flat=True).first()
+        resolved.impossible |= resolved.agent_id is None
+    if filters.user:
+        resolved.user_id = (get_user_model().objects.filter(username=filters.user)
+                            .values_list("pk", flat=True).first())
+        resolved.impossible |= resolved.user_id is None
+    return resolved
+
+
+def _rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet:
+    rows = model.objects.filter(team=team, day__gte=filters.date_from, day__lte=filters.date_to)
+    if resolved.impossible:
+        return rows.none()
+    if resolved.agent_id is not None:
+        rows = rows.filter(agent_id=resolved.agent_id)
+    if resolved.user_id is not None:
+        rows = rows.filter(user_id=resolved.user_id)
+    if filters.model:
+        rows = rows.filter(model=filters.model)
+    return rows.order_by()
+
+
+def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet[CostRollup]:
+    return _rows(CostRollup, team=team, filters=filters, resolved=resolved)
+
+
+def _sums() -> dict[str, Sum]:
+    return {name: Sum(name) for name in AMOUNT_FIELDS}
+
+
+@dataclass
+class Amounts:
+    """Summed roll-up amounts with what the page shows of them."""
+
+    calls: int = 0
+    unpriced_calls: int = 0
+    cost_units: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Amounts:
+        return cls(**{name: int(row.get(name) or 0) for name in AMOUNT_FIELDS})
+
+    @property
+    def cost(self) -> Decimal:
+        return units_usd(self.cost_units)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def cache_read_share(self) -> float | None:
+        """The part of the prompt tokens served from the provider's cache."""
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+
+def cost_totals(rows: QuerySet[CostRollup]) -> Amounts:
+    return Amounts.of(rows.aggregate(**_sums()))
+
+
+@dataclass
+class Group:
+    key: Any
+    label: str
+    amounts: Amounts
+    url: str = ""
+    detail: str = ""
+
+
+def _names(kind: str, ids: Iterable[int], team: Team) -> dict[Any, tuple[str, str]]:
+    """Display names (and a link) for roll-up ids."""
+    ids = [i for i in ids if i]
+    if kind == "agent":
+        return {pk: (name, "") for pk, name in Agent.objects.filter(team=team, pk__in=ids).values_list("pk", "name")}
+    if kind == "user":
+        return {pk: (name, "") for pk, name in
+                get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")}
+    if kind == "conversation":
+        from django.urls import reverse
+
+        found = {}
+        for pk, title, code in Conversation.objects.filter(team=team, pk__in=ids).values_list("pk", "title", "uuid"):
+            found[pk] = (title or f"Conversation {code.hex[:8]}", reverse("conversation", args=[code]))
+        return found
+    return {}
+
+
+def _missing(kind: str) -> str:
+    return {"agent": "(deleted agent)", "user": "(deleted or no user)",
+            "conversation": "(deleted conversation)"}.get(kind, "—")
+
+
+KEYS = {"agent": ("agent_id",), "user": ("user_id",), "model": ("provider", "model"),
+        "conversation": ("conversation_id",)}
+
+
+def _key(row: dict[str, Any], by: str) -> Any:
+    keys = KEYS[by]
+    return tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]
+
+
+def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
+              limit: int | None = None) -> list[Group]:
+    """Amounts grouped by agent, model, user or conversation, largest cost first."""
+    model = ConversationCostRollup if by == "conversation" else CostRollup
+    rows = _rows(model, team=team, filters=filters, resolved=resolved)
+    keys = KEYS[by]
+    grouped = rows.values(*keys).annotate(**_sums()).order_by("-cost_units", *keys)
+    grouped = list(grouped[:limit] if limit is not None else grouped)
+    names = _names(by, [g[keys[0]] for g in grouped], team) if by != "model" else {}
+    groups = []
+    for g in grouped:
+        key = _key(g, by)
+        if by == "model":
+            label, url, detail = g["model"] or "—", "", g["provider"]
+        else:
+            (label, url), detail = names.get(key, (_missing(by), "")), ""
+        groups.append(Group(key, label, Amounts.of(g), url, detail))
+    return groups
+
+
+def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
+                 keys: list[Any]) -> dict[Any, dict[date, Decimal]]:
+    """Cost per day of each of ``keys`` (of grouping ``by``); the rest summed as "other"."""
+    model = ConversationCostRollup if by == "conversation" else CostRollup
+    rows = _rows(model, team=team, filters=filters, resolved=resolved)
+    wanted = set(keys)
+    series: dict[Any, dict[date, Decimal]] = {}
+    for row in rows.values("day", *KEYS[by]).annotate(cost=Sum("cost_units")).order_by():
+        key = _key(row, by)
+        bucket = series.setdefault(key if key in wanted else "other", {})
+        bucket[row["day"]] = bucket.get(row["day"], Decimal(0)) + units_usd(row["cost"])
+    return series
+
+
+def top_traces(*, team: Team, filters: CostFilters, resolved: Resolved, limit: int = TOP_TRACES) -> list[Trace]:
+    """The most expensive traces started in the range (the ``trace_team_cost`` index)."""
+    if resolved.impossible:
+        return []
+    zone = timezone.get_current_timezone()
+    start = timezone.make_aware(datetime.combine(filters.date_from, time.min), zone)
+    end = timezone.make_aware(datetime.combine(filters.date_to + timedelta(days=1), time.min), zone)
+    traces = Trace.objects.filter(team=team, created_at__gte=start, created_at__lt=end, cost_usd__gt=0)
+    if resolved.agent_id is not None:
+        traces = traces.filter(agent_id=resolved.agent_id)
+    if resolved.user_id is not None:
+        traces = traces.filter(user_id=resolved.user_id)
+    if filters.model:
+        traces = traces.filter(model=filters.model)
+    return list(traces.select_related("agent", "user", "user_message")
+                .only("uuid", "created_at", "cost_usd", "model", "status", "unpriced_calls",
+                      "prefix_priced_calls", "input_tokens", "output_tokens", "cache_write_tokens",
+                      "cache_read_tokens", "agent__name", "user__username", "user_message__text",
+                      "team_id")
+                .order_by("-cost_usd", "-id")[:limit])
+
+
+def cost_filter_choices(*, team: Team) -> dict[str, list]:
+    return {
+        "agents": list(Agent.objects.filter(team=team).order_by("name").values_list("uuid", "name")),
+        "users": list(Membership.objects.filter(team=team).order_by("user__username")
+                      .values_list("user__username", flat=True)),
+        "models": list(CostRollup.objects.filter(team=team).exclude(model="").order_by("model")
+                       .values_list("model", flat=True).distinct()[:200]),
+        "splits": list(SPLITS.items()),
+    }

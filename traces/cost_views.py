@@ -1,0 +1,167 @@
+"""The costs page, and re-pricing of a trace or of a date range.
+
+Everyone in the team reads costs and previews re-pricing (viewers too); only admins and owners
+apply a correction. Another team's trace is a 404, as everywhere."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+from django.contrib import messages as flash
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agentsite.access import get_for_team_or_404, team_required
+from agentsite.models import Membership
+
+from . import cost_selectors as selectors
+from .budgets import budget_states
+from .charts import shares, stacked_by_day
+from .models import Trace
+from .pricing import price_table_for
+from .repricing import (
+    Target,
+    range_reprice_apply,
+    range_reprice_preview,
+    target_choices,
+    trace_reprice_apply,
+    trace_reprice_preview,
+)
+
+Role = Membership.Role
+SERIES_SHOWN = 7  # bars are stacked by the largest few; the rest is "other"
+CORRECT_ACTION = "correct recorded costs"
+
+
+@team_required()
+@require_GET
+def costs(request: HttpRequest) -> HttpResponse:
+    team = request.team
+    filters, errors = selectors.CostFilters.from_query(request.GET)
+    resolved = selectors.resolve_filters(team=team, filters=filters)
+    rows = selectors.rollup_rows(team=team, filters=filters, resolved=resolved)
+    totals = selectors.cost_totals(rows)
+    tables = {by: selectors.breakdown(team=team, filters=filters, resolved=resolved, by=by)
+              for by in ("agent", "model", "user")}
+    tables["conversation"] = selectors.breakdown(team=team, filters=filters, resolved=resolved,
+                                                 by="conversation",
+                                                 limit=selectors.TOP_CONVERSATIONS)
+    shown = tables[filters.split][:SERIES_SHOWN]
+    series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
+                                    keys=[g.key for g in shown])
+    labels = [(g.key, g.label) for g in shown]
+    if "other" in series:
+        labels.append(("other", "Other"))
+    chart = stacked_by_day(days=filters.days, series=labels, values=series)
+    context: dict[str, Any] = {
+        "filters": filters, "errors": errors, "totals": totals, "chart": chart, "tables": tables,
+        "split_label": selectors.SPLITS[filters.split],
+        "buckets": shares([("Input", totals.input_tokens, "bucket-input"),
+                           ("Cache write", totals.cache_write_tokens, "bucket-cache-write"),
+                           ("Cache read", totals.cache_read_tokens, "bucket-cache-read"),
+                           ("Output", totals.output_tokens, "bucket-output")]),
+        "top_traces": selectors.top_traces(team=team, filters=filters, resolved=resolved),
+        "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
+        "choices": selectors.cost_filter_choices(team=team),
+        "can_correct": request.membership.can_configure,
+        "today": timezone.localdate(),
+    }
+    partial = request.htmx and request.htmx.target == "cost-body"
+    return render(request, "costs/costs.html#cost-body" if partial else "costs/costs.html", context)
+
+
+def _trace(request: HttpRequest, trace_uuid: Any) -> Trace:
+    return get_for_team_or_404(Trace.objects.select_related("agent", "user", "user_message"),
+                               request.team, uuid=trace_uuid)
+
+
+@team_required()
+@require_GET
+def trace_reprice(request: HttpRequest, trace_uuid: Any) -> HttpResponse:
+    """Recorded cost of each model request beside its cost under another model's price or the
+    current price table."""
+    trace = _trace(request, trace_uuid)
+    table = price_table_for(request.team.pk, with_providers=True)
+    target = Target.parse(request.GET.get("target", "table"), table=table, team_id=request.team.pk)
+    error = ""
+    if target is None:
+        error = "That price is not in the table any more; showing the current table instead."
+        target = Target()
+    preview = trace_reprice_preview(trace=trace, target=target, table=table)
+    return render(request, "costs/reprice_trace.html", {
+        "trace": trace, "preview": preview, "target": target, "error": error,
+        "choices": target_choices(table, team_id=request.team.pk),
+        "can_correct": request.membership.can_configure,
+    })
+
+
+@team_required(Role.ADMIN, action=CORRECT_ACTION)
+@require_POST
+def trace_reprice_correct(request: HttpRequest, trace_uuid: Any) -> HttpResponse:
+    trace = _trace(request, trace_uuid)
+    table = price_table_for(request.team.pk, with_providers=True)
+    try:
+        correction = trace_reprice_apply(trace=trace, table=table, actor=request.user)
+    except ValueError as exc:
+        flash.error(request, str(exc))
+        return redirect("trace_reprice", trace_uuid=trace.uuid)
+    if correction.steps:
+        flash.success(request, f"Corrected {correction.steps} model request"
+                               f"{'s' if correction.steps != 1 else ''}: the trace now costs "
+                               f"${correction.after:.6f} (was ${correction.before:.6f}).")
+    else:
+        flash.info(request, "Nothing to correct: the recorded costs match the current price table.")
+    return redirect("trace_detail", trace_uuid=trace.uuid)
+
+
+def _range(request: HttpRequest, params: Any) -> tuple[date, date, dict[str, str]]:
+    today = timezone.localdate()
+    filters, errors = selectors.CostFilters.from_query(
+        {"date_from": params.get("date_from", ""), "date_to": params.get("date_to", "")}, today=today)
+    return filters.date_from, filters.date_to, errors
+
+
+@team_required()
+@require_http_methods(["GET"])
+def range_reprice(request: HttpRequest) -> HttpResponse:
+    """Re-price every trace started in a date range: recorded and recomputed cost per model."""
+    date_from, date_to, errors = _range(request, request.GET)
+    table = price_table_for(request.team.pk, with_providers=True)
+    target = Target.parse(request.GET.get("target", "table"), table=table, team_id=request.team.pk)
+    if target is None:
+        errors["target"] = "That price is not in the table any more; showing the current table."
+        target = Target()
+    preview = None
+    if request.GET.get("run"):
+        preview = range_reprice_preview(team=request.team, date_from=date_from, date_to=date_to,
+                                        target=target, table=table)
+    return render(request, "costs/reprice_range.html", {
+        "date_from": date_from, "date_to": date_to, "errors": errors, "target": target,
+        "preview": preview, "choices": target_choices(table, team_id=request.team.pk),
+        "can_correct": request.membership.can_configure,
+        "default_from": timezone.localdate() - timedelta(days=6),
+    })
+
+
+@team_required(Role.ADMIN, action=CORRECT_ACTION)
+@require_POST
+def range_reprice_correct(request: HttpRequest) -> HttpResponse:
+    date_from, date_to, errors = _range(request, request.POST)
+    if errors:
+        flash.error(request, " ".join(errors.values()))
+        return redirect("cost_reprice")
+    table = price_table_for(request.team.pk, with_providers=True)
+    correction = range_reprice_apply(team=request.team, date_from=date_from, date_to=date_to,
+                                     table=table, actor=request.user)
+    if correction.steps:
+        flash.success(request, f"Corrected {correction.steps} model requests in "
+                               f"{correction.traces} traces: ${correction.before:.6f} → "
+                               f"${correction.after:.6f}.")
+    else:
+        flash.info(request, "Nothing to correct: the recorded costs match the current price table.")
+    return redirect(f"{reverse('cost_reprice')}?date_from={date_from}&date_to={date_to}"
+                    "&target=table&run=1")

@@ -1,0 +1,442 @@
+"""Which price a model request is charged at, and the services that keep the price table.
+
+The rule (never a fuzzy or sibling match: a model without a price is *unpriced*, never priced
+like its neighbour):
+
+1. Names are compared trimmed and case-insensitively.
+2. **Exact**: the request's model is the row's ``model``.
+3. **Alias**: it is one of the row's ``aliases``, or the row's model qualified with its vendor
+   (``openai/gpt-4o``, as OpenRouter names it).
+4. **Prefix** (flagged on the step): the row's model followed only by a *version suffix*, the
+   longest such row winning: a date (``-2024-08-06``, ``-20250514``), a three or four digit
+   revision (``-0613``, ``-002``), ``-latest``, ``:latest`` or ``@<anything>`` (Vertex). So
+   ``gpt-4o-2024-08-06`` is priced as ``gpt-4o``, while ``gpt-4o-mini`` never is, nor is
+   ``o1-preview`` priced as ``o1``. A row that declares ``prefix`` matches every name that
+   starts with its model (for a team's family of local models), still flagged.
+5. Between rows of the same strength, a team's own rows win over global ones, then rows for the
+   request's provider kind over rows for any kind.
+6. Each (scope, provider kind, model) has versions; the one in force at the request's time (the
+   latest ``effective_from`` not after it, then the highest version) is used. A price that was
+   not yet in force does not apply.
+7. Rows for "any provider kind" never price the offline demo model: it costs nothing, and only
+   a row of kind ``demo`` gives it a price (the shipped table has one at $0, "free (offline
+   demo)").
+
+``PriceTable`` holds the rows of the global table and of some teams, in memory, so a turn
+prices every request without a query.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from agents.runtime.pricing import COST_QUANTUM, Price, Usage, cost_breakdown
+
+from .models import ModelPrice
+
+MatchKind = ModelPrice.Match
+DEMO_KIND = "demo"
+EXPORT_FORMAT = "agentsite.prices/1"
+VERSION_SUFFIX = re.compile(r"(?:-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{3,4}|-latest|:latest|@[\w.\-]+)")
+_LEVEL = {MatchKind.EXACT: 0, MatchKind.ALIAS: 1, MatchKind.PREFIX: 2}
+
+
+def normalize_model(name: str) -> str:
+    return (name or "").strip().lower()
+
+
+def is_version_suffix(rest: str) -> bool:
+    """Whether ``rest`` (what follows a priced name) only names a version of that model."""
+    return bool(rest) and VERSION_SUFFIX.fullmatch(rest) is not None
+
+
+# -- rows in memory ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PriceRow:
+    """A ``ModelPrice`` row as the matcher needs it."""
+
+    id: int
+    team_id: int | None
+    provider_kind: str
+    vendor: str
+    model: str
+    aliases: tuple[str, ...]
+    prefix: bool
+    price: Price
+    effective_from: datetime
+    version: int
+    label: str = ""
+    source_url: str = ""
+
+    @classmethod
+    def from_model(cls, row: ModelPrice) -> PriceRow:
+        aliases = tuple(normalize_model(a) for a in (row.aliases or []) if isinstance(a, str) and a.strip())
+        return cls(
+            id=row.pk, team_id=row.team_id, provider_kind=row.provider_kind,
+            vendor=normalize_model(row.vendor), model=normalize_model(row.model), aliases=aliases,
+            prefix=row.prefix,
+            price=Price(row.input_per_mtok, row.output_per_mtok, row.cache_write_per_mtok,
+                        row.cache_read_per_mtok),
+            effective_from=row.effective_from, version=row.version, label=row.label,
+            source_url=row.source_url)
+
+    @property
+    def key(self) -> tuple[int | None, str, str]:
+        return (self.team_id, self.provider_kind, self.model)
+
+    @property
+    def scope(self) -> str:
+        return "team" if self.team_id else "global"
+
+    def applies_to_kind(self, provider_kind: str) -> bool:
+        if self.provider_kind:
+            return self.provider_kind == provider_kind
+        return provider_kind != DEMO_KIND
+
+    def match_kind(self, name: str) -> tuple[MatchKind, int] | None:
+        """How ``name`` (normalised) matches this row, with the matched prefix's length."""
+        if name == self.model:
+            return MatchKind.EXACT, len(self.model)
+        if name in self.aliases:
+            return MatchKind.ALIAS, len(name)
+        bare = name
+        if self.vendor and name.startswith(self.vendor + "/"):
+            bare = name[len(self.vendor) + 1:]
+            if bare == self.model or bare in self.aliases:
+                return MatchKind.ALIAS, len(bare)
+        if bare.startswith(self.model) and len(bare) > len(self.model):
+            rest = bare[len(self.model):]
+            if self.prefix or is_version_suffix(rest):
+                return MatchKind.PREFIX, len(self.model)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PriceMatch:
+    row: PriceRow
+    kind: MatchKind
+
+    @property
+    def price(self) -> Price:
+        return self.row.price
+
+    @property
+    def flags(self) -> list[str]:
+        return ["prefix"] if self.kind == MatchKind.PREFIX else []
+
+    def describe(self) -> str:
+        """For people: "price table: gpt-4o (global v1, exact match)"."""
+        label = f" — {self.row.label}" if self.row.label else ""
+        return (f"price table: {self.row.model}{label} ({self.row.scope} v{self.row.version}, "
+                f"{self.kind.value} match)")
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """A model request's cost and the price behind it; ``match`` is None when unpriced."""
+
+    cost: Decimal
+    match: PriceMatch | None
+
+    @property
+    def unpriced(self) -> bool:
+        return self.match is None
+
+    @property
+    def price_id(self) -> int | None:
+        return self.match.row.id if self.match else None
+
+    @property
+    def match_kind(self) -> str:
+        return self.match.kind.value if self.match else ""
+
+
+@dataclass
+class PriceTable:
+    """Price rows (the global table and some teams' own) and, optionally, the provider kinds of
+    those teams' providers by name, for requests that report only a provider's name."""
+
+    rows: list[PriceRow] = field(default_factory=list)
+    provider_kinds: Mapping[tuple[int, str], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        versions: dict[tuple[int | None, str, str], list[PriceRow]] = {}
+        for row in self.rows:
+            versions.setdefault(row.key, []).append(row)
+        for group in versions.values():
+            group.sort(key=lambda r: (r.effective_from, r.version))
+        self._versions = versions
+        # What is in force only changes at these moments; lookups are memoised between them
+        # (re-pricing a month of steps asks the same few questions a million times).
+        self._moments = sorted({r.effective_from for r in self.rows})
+        self._in_force: dict[int, list[PriceRow]] = {}
+        self._matches: dict[tuple[int, int | None, str, str], PriceMatch | None] = {}
+
+    def kind_of(self, *, team_id: int | None, provider_name: str) -> str | None:
+        return self.provider_kinds.get((team_id or 0, provider_name))
+
+    def _period(self, at: datetime) -> int:
+        return bisect.bisect_right(self._moments, at)
+
+    def in_force(self, at: datetime) -> list[PriceRow]:
+        """Per (scope, kind, model), the version in force at ``at``."""
+        period = self._period(at)
+        chosen = self._in_force.get(period)
+        if chosen is None:
+            chosen = []
+            for group in self._versions.values():
+                current = None
+                for row in group:
+                    if row.effective_from <= at:
+                        current = row
+                if current is not None:
+                    chosen.append(current)
+            self._in_force[period] = chosen
+        return chosen
+
+    def match(self, *, provider_kind: str, model: str, team_id: int | None = None,
+              at: datetime | None = None) -> PriceMatch | None:
+        name = normalize_model(model)
+        if not name:
+            return None
+        at = at or timezone.now()
+        memo = (self._period(at), team_id, provider_kind, name)
+        if memo in self._matches:
+            return self._matches[memo]
+        best: tuple[tuple[int, int, int, int, int], PriceRow, MatchKind] | None = None
+        for row in self.in_force(at):
+            if row.team_id is not None and row.team_id != team_id:
+                continue
+            if not row.applies_to_kind(provider_kind):
+                continue
+            found = row.match_kind(name)
+            if found is None:
+                continue
+            kind, length = found
+            rank = (_LEVEL[kind], -length, 0 if row.team_id else 1, 0 if row.provider_kind else 1,
+                    row.id)
+            if best is None or rank < best[0]:
+                best = (rank, row, kind)
+        result = PriceMatch(best[1], best[2]) if best else None
+        self._matches[memo] = result
+        return result
+
+    def cost(self, *, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
+             at: datetime | None = None) -> StepCost:
+        match = self.match(provider_kind=provider_kind, model=model, team_id=team_id, at=at)
+        if match is None:
+            return StepCost(Decimal(0), None)
+        return StepCost(cost_breakdown(usage, match.price).total, match)
+
+    def current_rows(self, *, team_id: int | None, at: datetime | None = None) -> list[PriceRow]:
+        """The rows in force now that a team may use, for choosing "price under model X"."""
+        at = at or timezone.now()
+        return sorted((r for r in self.in_force(at) if r.team_id in (None, team_id)),
+                      key=lambda r: (r.vendor, r.model, r.team_id or 0))
+
+    def row(self, row_id: int) -> PriceRow | None:
+        return next((r for r in self.rows if r.id == row_id), None)
+
+
+def price_table_load(*, team_ids: Iterable[int | None] = (), with_providers: bool = False) -> PriceTable:
+    """The global table and the given teams' rows (one query; two ``with_providers``)."""
+    ids = sorted({t for t in team_ids if t})
+    rows = [PriceRow.from_model(r) for r in
+            ModelPrice.objects.filter(Q(team__isnull=True) | Q(team_id__in=ids))]
+    kinds: dict[tuple[int, str], str] = {}
+    if with_providers and ids:
+        from agents.models import Provider
+
+        for team_id, name, kind in Provider.objects.filter(team_id__in=ids).values_list(
+                "team_id", "name", "kind"):
+            kinds[(team_id, name)] = kind
+    return PriceTable(rows, kinds)
+
+
+def price_table_for(team_id: int | None, *, with_providers: bool = False) -> PriceTable:
+    return price_table_load(team_ids=[team_id], with_providers=with_providers)
+
+
+def cost_units(amount: Decimal | None) -> int:
+    """A cost as an integer number of 1e-10 USD (how roll-ups keep it exactly)."""
+    if not amount:
+        return 0
+    return int((Decimal(amount) / COST_QUANTUM).to_integral_value())
+
+
+def units_usd(units: int | None) -> Decimal:
+    return (Decimal(units or 0) * COST_QUANTUM).quantize(COST_QUANTUM)
+
+
+# -- services: revise, import, export ----------------------------------------------------------------
+def _next_version(*, team_id: int | None, provider_kind: str, model: str) -> int:
+    current = (ModelPrice.objects.filter(team_id=team_id, provider_kind=provider_kind, model=model)
+               .aggregate(v=Max("version"))["v"])
+    return (current or 0) + 1
+
+
+def price_create(*, values: Mapping[str, Any], team_id: int | None, actor: Any = None) -> ModelPrice:
+    """A new price row (the next version of its model in its scope)."""
+    row = ModelPrice(team_id=team_id, **values)
+    row.model = row.model.strip()
+    row.version = _next_version(team_id=team_id, provider_kind=row.provider_kind, model=row.model)
+    if actor is not None and getattr(actor, "is_authenticated", False):
+        row.created_by = actor
+    if row.effective_from is None:
+        row.effective_from = timezone.now()
+    row.full_clean(exclude=["created_by"])
+    row.save()
+    return row
+
+
+def price_export(*, rows: Iterable[ModelPrice]) -> dict[str, Any]:
+    """Rows as the JSON document ``price_import`` reads back."""
+    def num(value: Decimal | None) -> str | None:
+        return None if value is None else format(value.normalize(), "f")
+
+    return {
+        "format": EXPORT_FORMAT,
+        "exported_at": timezone.now().isoformat(),
+        "prices": [{
+            "scope": "global" if r.team_id is None else "team",
+            "provider_kind": r.provider_kind, "vendor": r.vendor, "model": r.model,
+            "aliases": list(r.aliases or []), "prefix": r.prefix,
+            "input": num(r.input_per_mtok), "output": num(r.output_per_mtok),
+            "cache_write": num(r.cache_write_per_mtok), "cache_read": num(r.cache_read_per_mtok),
+            "effective_from": r.effective_from.isoformat(), "version": r.version,
+            "label": r.label, "source_url": r.source_url, "source_note": r.source_note,
+        } for r in rows],
+    }
+
+
+@dataclass
+class ImportReport:
+    created: list[ModelPrice] = field(default_factory=list)
+    unchanged: int = 0
+    skipped_global: int = 0
+
+    def summary(self) -> str:
+        parts = [f"{len(self.created)} price row{'s' if len(self.created) != 1 else ''} added"]
+        if self.unchanged:
+            parts.append(f"{self.unchanged} already present")
+        if self.skipped_global:
+            parts.append(f"{self.skipped_global} global row{'s' if self.skipped_global != 1 else ''} "
+                         "skipped (only site admins change the global table)")
+        return ", ".join(parts) + "."
+
+
+def _decimal(item: Mapping[str, Any], name: str, *, required: bool) -> Decimal | None:
+    value = item.get(name)
+    if value is None or value == "":
+        if required:
+            raise ValueError(f"“{name}” is required")
+        return None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise ValueError(f"“{name}” must be a number of dollars per million tokens") from None
+    if not number.is_finite() or number < 0:
+        raise ValueError(f"“{name}” must be a number of dollars per million tokens")
+    return number
+
+
+def _moment(value: Any) -> datetime:
+    text = str(value or "").strip()
+    moment = parse_datetime(text) if text else None
+    if moment is None and text:
+        day = parse_date(text)
+        if day is not None:
+            moment = datetime(day.year, day.month, day.day)
+    if moment is None:
+        raise ValueError("“effective_from” must be a date or a date and time")
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_current_timezone())
+    return moment
+
+
+def _import_values(item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise ValueError("each price must be an object")
+    model = str(item.get("model") or "").strip()
+    if not model:
+        raise ValueError("“model” is required")
+    aliases = item.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise ValueError("“aliases” must be a list of names")
+    return {
+        "provider_kind": str(item.get("provider_kind") or "").strip()[:16],
+        "vendor": str(item.get("vendor") or "").strip()[:32],
+        "model": model[:200], "aliases": [a.strip() for a in aliases if a.strip()],
+        "prefix": bool(item.get("prefix")),
+        "input_per_mtok": _decimal(item, "input", required=True),
+        "output_per_mtok": _decimal(item, "output", required=True),
+        "cache_write_per_mtok": _decimal(item, "cache_write", required=False),
+        "cache_read_per_mtok": _decimal(item, "cache_read", required=False),
+        "effective_from": _moment(item.get("effective_from")),
+        "label": str(item.get("label") or "")[:100],
+        "source_url": str(item.get("source_url") or "")[:200],
+        "source_note": str(item.get("source_note") or "")[:200],
+    }
+
+
+def _same_row(team_id: int | None, values: Mapping[str, Any]) -> bool:
+    rows = ModelPrice.objects.filter(team_id=team_id, provider_kind=values["provider_kind"],
+                                     model=values["model"], effective_from=values["effective_from"])
+    keys = ("vendor", "aliases", "prefix", "input_per_mtok", "output_per_mtok",
+            "cache_write_per_mtok", "cache_read_per_mtok")
+    return any(all(getattr(r, k) == values[k] for k in keys) for r in rows)
+
+
+def price_import(*, data: Any, team_id: int | None, allow_global: bool, actor: Any = None) -> ImportReport:
+    """Add the prices of an export document (or a bare list of them) as new rows: a team's own
+    rows with ``team_id``, and the rows marked global only when ``allow_global``. A row that is
+    already present (same scope, model, date and rates) is not added again; nothing is written
+    when any row is invalid (``ValidationError`` lists them)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError as exc:
+            raise ValidationError(f"The file is not JSON: {exc}") from exc
+    items = data.get("prices") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValidationError("Expected a JSON list of prices, or an export with a “prices” list.")
+    parsed: list[tuple[int | None, dict[str, Any]]] = []
+    errors = []
+    report = ImportReport()
+    for index, item in enumerate(items, start=1):
+        try:
+            values = _import_values(item)
+        except ValueError as exc:
+            errors.append(f"Price {index}: {exc}.")
+            continue
+        is_global = isinstance(item, dict) and item.get("scope") == "global"
+        if is_global and not allow_global:
+            report.skipped_global += 1
+            continue
+        target = None if is_global or team_id is None else team_id
+        if target is None and not allow_global:
+            errors.append(f"Price {index}: choose a team to import into.")
+            continue
+        parsed.append((target, values))
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        for target, values in parsed:
+            if _same_row(target, values):
+                report.unchanged += 1
+                continue
+            report.created.append(price_create(values=values, team_id=target, actor=actor))
+    return report

@@ -1,0 +1,231 @@
+"""The cost ledger: daily roll-ups of model requests, kept exact.
+
+A finished model request (an ``llm_request`` step that is ``ok`` or ``error``) has a *share*:
+its day (in ``TIME_ZONE``), provider, model, one call, whether it was unpriced, its cost and its
+tokens. Whenever a step is written or corrected, the difference between its share before and
+after is added, in the same transaction, to its trace's totals and to the two roll-up tables
+(``CostRollup`` per agent/user/provider/model, ``ConversationCostRollup`` per conversation). So
+at every commit: sum of step costs = trace cost = roll-up total, to the 1e-10 USD.
+
+Roll-ups are a ledger of spend: deleting a conversation (whose traces go with it) leaves its
+spend in them, so budgets do not reset when someone deletes a chat. ``rollups_rebuild``
+recomputes them from the steps that exist (a maintenance task, and the migration that created
+them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import BigIntegerField, Count, F, Q, Sum
+from django.db.models.functions import Cast, Coalesce, Round, TruncDate
+from django.utils import timezone
+
+from .models import ConversationCostRollup, CostRollup, Step, Trace
+from .pricing import cost_units
+
+FINISHED = ("ok", "error")
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
+                "reasoning_tokens")
+AMOUNT_FIELDS = ("calls", "unpriced_calls", "cost_units", *TOKEN_FIELDS)
+
+
+@dataclass(frozen=True)
+class Share:
+    """One finished model request's part of the ledger."""
+
+    day: date
+    provider: str
+    model: str
+    calls: int = 1
+    unpriced_calls: int = 0
+    prefix_calls: int = 0
+    cost_units: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def key(self) -> tuple[date, str, str]:
+        return (self.day, self.provider, self.model)
+
+    def amounts(self, sign: int = 1) -> dict[str, int]:
+        return {name: sign * getattr(self, name) for name in (*AMOUNT_FIELDS, "prefix_calls")}
+
+
+def step_share(step: Step) -> Share | None:
+    if step.kind != Step.Kind.LLM_REQUEST or step.status not in FINISHED:
+        return None
+    meta = step.meta if isinstance(step.meta, dict) else {}
+    return Share(
+        day=timezone.localdate(step.started_at), provider=step.provider or "",
+        model=step.model or "", unpriced_calls=1 if meta.get("unpriced") else 0,
+        prefix_calls=1 if step.price_match == "prefix" else 0, cost_units=cost_units(step.cost_usd),
+        **{name: int(getattr(step, name) or 0) for name in TOKEN_FIELDS})
+
+
+def _differences(before: Share | None, after: Share | None) -> dict[tuple[date, str, str], dict[str, int]]:
+    moves: dict[tuple[date, str, str], dict[str, int]] = {}
+    for share, sign in ((before, -1), (after, 1)):
+        if share is None:
+            continue
+        bucket = moves.setdefault(share.key, dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0))
+        for name, value in share.amounts(sign).items():
+            bucket[name] += value
+    return {key: amounts for key, amounts in moves.items() if any(amounts.values())}
+
+
+@dataclass(frozen=True)
+class TraceDims:
+    team_id: int
+    agent_id: int
+    user_id: int
+    conversation_id: int
+    event_seq: int = 0
+
+
+def _totals_changes(total: dict[str, int]) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if total["cost_units"]:
+        changes["cost_usd"] = F("cost_usd") + Decimal(total["cost_units"]) * Decimal("1e-10")
+    for name in TOKEN_FIELDS:
+        if total[name]:
+            changes[name] = F(name) + total[name]
+    if total["unpriced_calls"]:
+        changes["unpriced_calls"] = F("unpriced_calls") + total["unpriced_calls"]
+    if total["prefix_calls"]:
+        changes["prefix_priced_calls"] = F("prefix_priced_calls") + total["prefix_calls"]
+    return changes
+
+
+def share_moved(*, trace_id: int, before: Share | None, after: Share | None,
+                bump: bool = True) -> TraceDims | None:
+    """Apply a step's change of share to its trace's totals and to the roll-ups. Call inside
+    the transaction that wrote the step. When the trace's totals change and ``bump`` is set,
+    the trace's event number is bumped (the totals are a change live clients see) and returned
+    as ``event_seq``; otherwise ``event_seq`` is 0. None when nothing moved."""
+    moves = _differences(before, after)
+    if not moves:
+        return None
+    total = dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0)
+    for amounts in moves.values():
+        for name, value in amounts.items():
+            total[name] += value
+    changes = _totals_changes(total)
+    bumped = bool(changes) and bump
+    if bumped:
+        changes["event_seq"] = F("event_seq") + 1
+    if changes:
+        Trace.objects.filter(pk=trace_id).update(**changes)
+    row = Trace.objects.filter(pk=trace_id).values(
+        "team_id", "agent_id", "user_id", "conversation_id", "event_seq").get()
+    dims = TraceDims(row["team_id"], row["agent_id"] or 0, row["user_id"] or 0,
+                     row["conversation_id"] or 0, row["event_seq"] if bumped else 0)
+    ledger_apply(dims, moves)
+    return dims
+
+
+def ledger_apply(dims: TraceDims, moves: dict[tuple[date, str, str], dict[str, int]]) -> None:
+    """Add amounts per (day, provider, model) of one trace to both roll-up tables."""
+    for (day, provider, model), amounts in moves.items():
+        ledger = {name: amounts[name] for name in AMOUNT_FIELDS}
+        _add(CostRollup, {"team_id": dims.team_id, "day": day, "agent_id": dims.agent_id,
+                          "user_id": dims.user_id, "provider": provider[:100],
+                          "model": model[:200]}, ledger)
+        _add(ConversationCostRollup, {"team_id": dims.team_id, "day": day,
+                                      "conversation_id": dims.conversation_id,
+                                      "agent_id": dims.agent_id, "user_id": dims.user_id,
+                                      "provider": provider[:100], "model": model[:200]}, ledger)
+
+
+def moves_of(changes: list[tuple[Share | None, Share | None]]) -> dict[tuple[date, str, str], dict[str, int]]:
+    """The summed ledger moves of several steps' (before, after) shares."""
+    total: dict[tuple[date, str, str], dict[str, int]] = {}
+    for before, after in changes:
+        for key, amounts in _differences(before, after).items():
+            bucket = total.setdefault(key, dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0))
+            for name, value in amounts.items():
+                bucket[name] += value
+    return {k: v for k, v in total.items() if any(v.values())}
+
+
+def _add(model: Any, key: dict[str, Any], amounts: dict[str, int]) -> None:
+    changes = {name: F(name) + value for name, value in amounts.items() if value}
+    if not changes:
+        return
+    if model.objects.filter(**key).update(**changes):
+        return
+    try:
+        with transaction.atomic():
+            model.objects.create(**key, **amounts)
+    except IntegrityError:  # created by a concurrent writer since the update above
+        model.objects.filter(**key).update(**changes)
+
+
+# -- rebuild ----------------------------------------------------------------------------------------
+def _ledger_rows(steps: Any, dims: tuple[str, ...]) -> Any:
+    units = Cast(Round(F("cost_usd") * Decimal(10) ** 10), BigIntegerField())
+    return (steps.annotate(day=TruncDate("started_at", tzinfo=timezone.get_current_timezone()))
+            .values(*dims, "day").order_by()
+            .annotate(n_calls=Count("id"),
+                      n_unpriced=Count("id", filter=Q(meta__unpriced=True)),
+                      n_units=Coalesce(Sum(units), 0),
+                      **{f"n_{name}": Coalesce(Sum(name), 0) for name in TOKEN_FIELDS}))
+
+
+def _amounts(row: dict[str, Any]) -> dict[str, int]:
+    return {"calls": row["n_calls"], "unpriced_calls": row["n_unpriced"],
+            "cost_units": int(row["n_units"]),
+            **{name: int(row[f"n_{name}"]) for name in TOKEN_FIELDS}}
+
+
+@transaction.atomic
+def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] | None = None) -> int:
+    """Recompute the roll-ups (of one team, or all) from the steps; returns the rows written.
+    (A deleted agent or user groups as 0, as the live ledger records it.) ``models`` are the
+    Step, CostRollup and ConversationCostRollup classes (a migration passes its own)."""
+    step_model, rollup_model, conversation_model = models or (Step, CostRollup, ConversationCostRollup)
+    steps = step_model.objects.filter(kind="llm_request", status__in=FINISHED)
+    rollups, conversations = rollup_model.objects.all(), conversation_model.objects.all()
+    if team_id is not None:
+        steps = steps.filter(trace__team_id=team_id)
+        rollups, conversations = rollups.filter(team_id=team_id), conversations.filter(team_id=team_id)
+    rollups.delete()
+    conversations.delete()
+    rows = [rollup_model(team_id=r["trace__team_id"], day=r["day"], agent_id=r["trace__agent_id"] or 0,
+                       user_id=r["trace__user_id"] or 0, provider=r["provider"][:100],
+                       model=r["model"][:200], **_amounts(r))
+            for r in _ledger_rows(steps, ("trace__team_id", "trace__agent_id", "trace__user_id",
+                                          "provider", "model"))]
+    rollup_model.objects.bulk_create(rows, batch_size=2000)
+    conv_rows = [conversation_model(
+        team_id=r["trace__team_id"], day=r["day"], conversation_id=r["trace__conversation_id"] or 0,
+        agent_id=r["trace__agent_id"] or 0, user_id=r["trace__user_id"] or 0,
+        provider=r["provider"][:100], model=r["model"][:200], **_amounts(r))
+        for r in _ledger_rows(steps, ("trace__team_id", "trace__conversation_id", "trace__agent_id",
+                                      "trace__user_id", "provider", "model"))]
+    conversation_model.objects.bulk_create(conv_rows, batch_size=2000)
+    return len(rows) + len(conv_rows)
+
+
+def trace_totals_from_steps(trace_id: int) -> dict[str, Any]:
+    """The totals a trace must show: the sums of its steps (used when a trace ends or is
+    corrected)."""
+    data = Step.objects.filter(trace_id=trace_id).aggregate(
+        **{name: Coalesce(Sum(name), 0) for name in TOKEN_FIELDS},
+        cost=Sum("cost_usd"), count=Count("id"),
+        unpriced=Count("id", filter=Q(kind=Step.Kind.LLM_REQUEST, status__in=FINISHED,
+                                      meta__unpriced=True)),
+        prefix=Count("id", filter=Q(kind=Step.Kind.LLM_REQUEST, status__in=FINISHED,
+                                    price_match="prefix")))
+    return {
+        **{name: int(data[name]) for name in TOKEN_FIELDS},
+        "cost_usd": data["cost"] or Decimal(0), "step_count": data["count"],
+        "unpriced_calls": data["unpriced"], "prefix_priced_calls": data["prefix"],
+    }
