@@ -31,8 +31,9 @@ DEMO_SYSTEM_PROMPT = (
 )
 DEMO_DESCRIPTION = (
     "Runs on the offline demo model: no API key needed. Try “What is 12 * (7 + 5)?”, "
-    "“What time is it in Tokyo?” or “Remember that my favourite colour is blue”, and open the "
-    "trace to see every step."
+    "“What time is it in Tokyo?” or “Remember that my favourite colour is blue” (then “Forget my "
+    "favourite colour”: that tool asks you first), or “Tell me a story” and press Stop; open "
+    "the trace to see every step."
 )
 DEMO_TOOLS = ("calculator", "current_time", "memory_store", "memory_recall", "memory_forget", "http_fetch")
 

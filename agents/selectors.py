@@ -442,7 +442,19 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
         except (KeyError, TypeError, ValueError):
             continue
     system = math.ceil(len(agent.system_prompt or "") / 4)
-    meter.context_tokens = estimate_tokens(messages) + system
+    estimate = estimate_tokens(messages) + system
+    # What the model itself counted on the branch's last request (system prompt, tool specs and
+    # recalled memory included) plus its answer is the better figure; the estimate covers
+    # a branch with no request yet and messages added since.
+    last_turn = next((row.trace_id for row in reversed(history) if row.trace_id), None)
+    measured = 0
+    if last_turn is not None:
+        step = (Step.objects.filter(trace_id=last_turn, kind=Step.Kind.LLM_REQUEST, success=True)
+                .order_by("-seq").only("input_tokens", "output_tokens", "cache_write_tokens",
+                                        "cache_read_tokens").first())
+        if step is not None:
+            measured = step.total_tokens
+    meter.context_tokens = max(estimate, measured)
     return meter
 
 

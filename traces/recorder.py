@@ -276,6 +276,8 @@ class TraceRecorder:
             "tool_calls": [str(c.get("name", "")) for c in event.tool_calls],
             **recorded.pop("meta"),
         }
+        if event.usage_estimated:
+            meta["usage_estimated"] = True
         updates: dict[str, Any] = {
             "kind": Kind.LLM_REQUEST, "iteration": iteration, "model": event.model[:200],
             "provider": provider[:100],

@@ -42,6 +42,9 @@ class LlmRequestFinished(Event):
     model: str
     success: bool
     usage: Usage = field(default_factory=Usage)
+    # True when the provider never reported usage (a stream cut off by a cancel or a timeout)
+    # and ``usage`` is the runtime's estimate of what the provider still bills.
+    usage_estimated: bool = False
     latency_ms: float = 0.0
     first_token_ms: float | None = None
     error: str | None = None

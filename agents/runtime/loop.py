@@ -174,6 +174,15 @@ class LlmCallDecision:
         return cls(model=model, provider=provider)
 
 
+def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
+    """Tokens a request and a partial answer come to, by the runtime's estimate (the history's
+    per-block estimate, ceil(characters / 4) for the system prompt, tool specs and output)."""
+    specs = json.dumps([t.to_dict() for t in request.tools]) if request.tools else ""
+    prompt = history_ops.estimate_tokens(request.messages)
+    fixed = -(-len(request.system_text) // 4) + -(-len(specs) // 4)
+    return Usage(input_tokens=prompt + fixed, output_tokens=-(-len(output) // 4))
+
+
 @dataclass(frozen=True, slots=True)
 class LlmCall:
     iteration: int
@@ -677,11 +686,16 @@ class _Turn:
     async def model_failed(self, iteration: int, request: ChatRequest, provider_name: str,
                            started: float, stream: _Stream, error: str) -> None:
         latency_ms = (time.perf_counter() - started) * 1000
-        call = LlmCall(iteration, provider_name, request.model, Usage(), latency_ms, False,
+        # A stream that already produced text was read and partly answered: the provider bills
+        # it though it never reports usage. Count an estimate rather than nothing.
+        usage = estimate_request_usage(request, stream.text) if stream.parts else Usage()
+        self.usage = self.usage + usage
+        call = LlmCall(iteration, provider_name, request.model, usage, latency_ms, False,
                        scrub_credentials(error))
         self.llm_calls.append(call)
         await self.emit(LlmRequestFinished(
             iteration=iteration, provider=provider_name, model=request.model, success=False,
+            usage=usage, usage_estimated=bool(stream.parts),
             latency_ms=latency_ms, error=call.error,
             response={"partial_text": stream.text} if stream.parts else {}))
         if self.hooks is not None:

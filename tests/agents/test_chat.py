@@ -224,9 +224,16 @@ def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(convers
     assert meter.cost_usd == Decimal("0.75")
     branch = [m for m in Message.objects.filter(conversation=conversation).order_by("id")
               if m.trace_id == again.pk or m.pk == again.user_message_id]
-    expected = estimate_tokens([RuntimeMessage.from_dict({"role": m.role, "blocks": m.blocks}) for m in branch]) + 100
-    assert meter.context_tokens == expected
+    estimate = estimate_tokens([RuntimeMessage.from_dict({"role": m.role, "blocks": m.blocks}) for m in branch]) + 100
+    # the model's own count of the branch's last request and its answer (tool specs included)
+    last = Step.objects.filter(trace=again, kind="llm_request").order_by("-seq").first()
+    assert last.total_tokens > estimate
+    assert meter.context_tokens == last.total_tokens
     assert (meter.model, meter.context_window) == ("demo", 8192)
+
+    # with no request measured on the branch, the estimate of its messages stands
+    Step.objects.filter(trace=again).delete()
+    assert selectors.chat_view(conversation).meter.context_tokens == estimate
 
 
 def test_context_windows_come_from_the_table_or_the_provider():

@@ -17,6 +17,8 @@ It reads the conversation and decides like a small tool-using model would:
   of every kind the chat must render inert; with current_time (or else the calculator) offered
   it first calls it with the corpus as the time zone (the expression), so the tool's arguments
   and error carry the corpus too (for the browser tests of the chat's sanitising);
+* "tell me a story" or "write something long" gets ``LONG_ANSWER``: a few hundred words of
+  markdown (a heading, a list, a code block), long enough to watch stream and to stop;
 * otherwise it answers conversationally and says that it is the offline demo model.
 
 Usage is estimated as ceil(characters / 4) of the input and of the output. Streaming sends the
@@ -53,6 +55,36 @@ ABILITIES = ("I can do arithmetic, tell the time, remember and recall things, an
              "pages when those tools are enabled.")
 FALLBACK_ANSWER = f"Sorry, I could not follow this conversation. ({INTRO}.)"
 XSS_TRIGGER = "xss corpus please"
+LONG_ANSWER = (
+    "## The lighthouse keeper's log\n\n"
+    "Every evening the keeper climbed the hundred and twelve steps, counted them aloud, and wrote "
+    "the count in the log, because a log that says nothing happened is still a log. The sea was "
+    "grey, then green, then the colour of old pewter, and the lamp turned the way it had turned "
+    "for forty years. Ships passed far out, and the keeper noted each one: its lights, its "
+    "heading, the hour. Nobody ever read the log, but the keeper wrote it carefully all the "
+    "same.\n\n"
+    "One winter the lamp's clockwork began to slow. The keeper took it apart on the kitchen "
+    "table, laid every gear on a cloth in the order it came out, and found a single worn tooth. "
+    "There was no spare, so the keeper filed a new one from a brass hinge, by candlelight, over "
+    "three nights. These were the steps, as the log records them:\n\n"
+    "1. Stop the lamp and light the storm lantern in the window.\n"
+    "2. Take the clockwork out, gear by gear, and lay it down in order.\n"
+    "3. Find the worn tooth, cut a blank from the hinge, file it to the pattern.\n"
+    "4. Put everything back in reverse order and wind the spring.\n\n"
+    "On the fourth night the lamp turned again, a little faster than before, and the keeper "
+    "wrote down the new period to the second:\n\n"
+    "```python\n"
+    "def period(turns: int, seconds: float) -> float:\n"
+    "    \"\"\"Seconds per turn of the lamp.\"\"\"\n"
+    "    return seconds / turns\n"
+    "\n"
+    "print(period(turns=12, seconds=118.8))  # 9.9\n"
+    "```\n\n"
+    "In spring a fishing boat came in close, and its skipper shouted up that the light had "
+    "looked different all winter, steadier somehow. The keeper said nothing about the hinge, "
+    "went back up the hundred and twelve steps, and wrote in the log: *boat, close in, "
+    "fine weather, nothing to report.*"
+)
 # Each line tries to run script or load something from another host; shown safely it is text.
 XSS_CORPUS = (
     "<script>window.__pwned = 'script tag'</script>\n\n"
@@ -118,6 +150,7 @@ _RECALL_TRIM = re.compile(
 _TIME_STAMP = re.compile(r"^\s*\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?[^\]]{0,40}\]\s*")
 _GREETING = re.compile(r"(?i)^\s*(?:hi|hello|hey|howdy|good (?:morning|afternoon|evening))\b")
 _THANKS = re.compile(r"(?i)\b(?:thanks|thank you|cheers)\b")
+_LONG = re.compile(r"(?i)\b(?:tell me a (?:long )?story|write (?:me )?(?:something|a lot|an essay|a long\b))")
 _HELP = re.compile(r"(?i)\b(?:help|what can you do|who are you|what are you)\b")
 _PRONOUNS = re.compile(r"(?i)\b(?:my|i'm|i am|i)\b")
 _PRONOUN_SWAP = {"my": "your", "i'm": "you're", "i am": "you are", "i": "you"}
@@ -518,6 +551,8 @@ def _conversational(text: str) -> str:
         return f"Hello! {INTRO}. {ABILITIES}"
     if _THANKS.search(snippet):
         return "You're welcome!"
+    if _LONG.search(snippet):
+        return LONG_ANSWER
     if _HELP.search(snippet):
         return f"{INTRO}: a deterministic model that runs without a network. {ABILITIES}"
     if len(snippet) > 200:

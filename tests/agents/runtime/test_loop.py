@@ -311,7 +311,21 @@ async def test_cancelling_mid_stream_closes_the_stream_and_keeps_partial_text():
     assert result.new_messages[-1].role is Role.ASSISTANT
     assert result.new_messages[-1].text == "Partial answer"
     assert result.text == "Partial answer"
-    assert observer.of(LlmRequestFinished)[0].error == "cancelled"
+    finished = observer.of(LlmRequestFinished)[0]
+    assert finished.error == "cancelled"
+    # the provider read the prompt and wrote two pieces: billed, so estimated rather than zero
+    assert finished.usage_estimated
+    assert finished.usage.output_tokens == 4  # ceil(len("Partial answer") / 4)
+    assert finished.usage.input_tokens > 0
+    assert result.usage.output_tokens == 4
+
+
+async def test_a_request_that_fails_before_any_text_counts_no_tokens():
+    provider = FakeScriptedProvider([ProviderError("503: overloaded", retryable=False)])
+    result, observer = await turn(provider)
+    finished = observer.of(LlmRequestFinished)[0]
+    assert not finished.success and not finished.usage_estimated
+    assert finished.usage.total_tokens == 0
 
 
 async def test_cancelling_the_demo_provider_mid_stream_keeps_what_it_said():

@@ -231,7 +231,9 @@ async def test_the_repeat_trigger_needs_the_tool_to_be_offered():
 @pytest.mark.parametrize(("text", "fragment"), [
     ("hello!", "offline demo model"),
     ("thanks", "You're welcome"),
-    ("Tell me a story about a dragon", 'You said: "Tell me a story about a dragon"'),
+    ("Tell me about a dragon", 'You said: "Tell me about a dragon"'),
+    ("Tell me a story about a dragon", "## The lighthouse keeper's log"),
+    ("please write something long", "```python"),
 ])
 async def test_it_answers_conversationally_and_deterministically(text, fragment):
     first = await ask([Message.user(text)])
