@@ -44,7 +44,7 @@ from agents.tools.context import DbRunner, run_sync
 from agentsite.crypto import SecretUnreadable, decrypt
 from memory.services import MemoryOwner, memory_turn_start
 from traces import live
-from traces.budgets import budget_decide, budget_states
+from traces.budgets import budget_decide, budget_states, money
 from traces.models import Budget, Trace, TrajectoryState
 from traces.pricing import PriceTable, price_table_for
 from traces.services import TraceNotOwned, trace_budget_note
@@ -367,7 +367,7 @@ class BudgetHooks(TurnHooks):
             note = verdict.state.note(status="routed_down", estimate=estimate) | {
                 "from": f"{self.model}", "to": f"{target.provider_name} / {target.model}",
                 "message": (f"{verdict.state.whose} {verdict.state.period_word} budget was "
-                            f"exceeded (${verdict.state.spent:.4f} of ${verdict.state.limit:.2f}), "
+                            f"exceeded ({money(verdict.state.spent)} of {money(verdict.state.limit)}), "
                             f"so the rest of this turn uses {target.model} on "
                             f"{target.provider_name} instead of {self.model}.")}
             await self._note(note, route={"provider_name": target.provider_name,

@@ -117,6 +117,7 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     ``parent``: the turn the message continues (the branch on screen); ``client_id``: the
     browser's id for it, so a resend never starts a second turn."""
     convo = _conversation(request, conversation_uuid)
+    untitled = not convo.title
     text = request.POST.get("text", "")
     try:
         reply = services.chat_command(conversation=convo, user=request.user, text=text)
@@ -136,7 +137,9 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         turn, _ = selectors.turn_view(trace)
     else:
         turn = selectors.TurnView(trace, trace.user_message)
-    return render(request, "chat/conversation.html#sent", {"turn": turn, "conversation": convo})
+    # The first message names the conversation: the page's heading follows.
+    return render(request, "chat/conversation.html#sent",
+                  {"turn": turn, "conversation": convo, "titled": untitled and bool(convo.title)})
 
 
 def _command_response(request: HttpRequest, convo: Conversation, reply: services.CommandReply,

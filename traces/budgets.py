@@ -10,7 +10,7 @@ including this turn's; the check adds an estimate of the next request. As in Zer
   a note on the trace).
 
 What an exceeded budget does depends on its mode: ``warn`` lets the request go, ``block``
-refuses it with ZeroClaw's message (and what to do), ``route_down`` sends it and the rest of the
+refuses it with a message saying what was spent of which budget (and what to do), ``route_down`` sends it and the rest of the
 turn to the budget's cheaper route.
 """
 
@@ -24,8 +24,6 @@ from typing import Any
 from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
-
-from agents.runtime.pricing import BudgetPeriod, budget_exceeded_message
 
 from .models import Budget, CostRollup
 from .pricing import units_usd
@@ -77,11 +75,12 @@ class BudgetState:
         return f"on the 1st of next month ({zone})"
 
     def exceeded_message(self) -> str:
-        """ZeroClaw's sentence, then what the person can do."""
-        period = BudgetPeriod.DAY if self.budget.period == Period.DAY else BudgetPeriod.MONTH
-        return (f"{budget_exceeded_message(self.spent, self.limit, period)} "
-                f"{self.whose} {self.period_word} budget of {money(self.limit)} is used up: ask a "
-                f"team admin to raise it, or try again {self.resets}.")
+        """What was spent against which limit, and what the person can do. ZeroClaw's sentence
+        (``budget_exceeded_message``) rounds the limit to cents, so a $0.001 budget reads
+        "$0.00"; the amounts here keep their digits."""
+        return (f"Budget exceeded: {money(self.spent)} spent of {self.whose.lower()} "
+                f"{self.period_word} budget of {money(self.limit)}, so no further model requests "
+                f"are made. Ask a team admin to raise it, or try again {self.resets}.")
 
     def banner(self) -> str:
         """The site's banner line from the warning threshold on."""

@@ -29,6 +29,10 @@ def test_sending_stores_the_message_and_queues_a_turn(client_for, alice, convers
     body = response.content.decode()
     assert f'id="message-{trace.user_message.uuid.hex}"' in body and f'id="answer-{trace.uuid.hex}"' in body
     assert "what is 2+2?" in body
+    # the first message names the conversation, and the heading follows at once
+    assert '<h1 id="chat-title" hx-swap-oob="true">what is 2+2?</h1>' in body
+    later = c.post(reverse("message_send", args=[conversation.uuid]), {"text": "and 3+3?"}, HTTP_HX_REQUEST="true")
+    assert 'id="chat-title"' not in later.content.decode()
 
 
 def test_bad_messages_are_refused_with_a_clear_message(client_for, alice, conversation, sent_turns):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.models import Conversation, ModelRoute, Provider
 from agentsite.models import AuditEvent
-from traces.budgets import BudgetState, budget_decide, budget_states
+from traces.budgets import BudgetState, budget_decide, budget_states, money
 from traces.models import Budget, CostRollup
 
 from .cost_helpers import priced_demo, run
@@ -78,17 +78,16 @@ def test_blocking_budgets_win_over_routing_and_a_persons_day_comes_first(team_a,
     assert budget_decide([warn], estimate=Decimal(2)).action == "warn"  # warn mode never blocks
 
 
-def test_the_block_message_is_zeroclaws_then_what_to_do(team_a, alice, settings):
+def test_the_block_message_says_what_was_spent_of_which_budget_and_what_to_do(team_a, alice, settings):
     day = BudgetState(budget(team_a, "10"), Decimal("10.25"))
     assert day.exceeded_message() == (
-        "Budget exceeded: $10.2500 of $10.00 Day limit. Cannot make further API calls until the budget "
-        "resets. The team's daily budget of $10.00 is used up: ask a team admin to raise it, or try again "
-        "after midnight (UTC).")
+        "Budget exceeded: $10.25 spent of the team's daily budget of $10.00, so no further model "
+        "requests are made. Ask a team admin to raise it, or try again after midnight (UTC).")
+    # ZeroClaw's sentence would read "$0.0001 of $0.00 Month limit": the limit keeps its digits
     month = BudgetState(budget(team_a, "0.0001", period="month", user=alice), Decimal("0.00012"))
     assert month.exceeded_message() == (
-        "Budget exceeded: $0.0001 of $0.00 Month limit. Cannot make further API calls until the budget "
-        "resets. Your monthly budget of $0.0001 is used up: ask a team admin to raise it, or try again on "
-        "the 1st of next month (UTC).")
+        "Budget exceeded: $0.00012 spent of your monthly budget of $0.0001, so no further model "
+        "requests are made. Ask a team admin to raise it, or try again on the 1st of next month (UTC).")
 
 
 # -- in turns -------------------------------------------------------------------------------------------
@@ -97,8 +96,8 @@ def test_a_blocked_turn_is_refused_before_any_model_request(agent, chat, team_a,
     budget(team_a, "0.01")
     trace = run(chat, alice)
     assert trace.status == "failed" and trace.error_kind == "budget"
-    assert trace.error.startswith("Budget exceeded: $0.0200 of $0.01 Day limit. Cannot make further API "
-                                  "calls until the budget resets. The team's daily budget of $0.01 is used up")
+    assert trace.error.startswith("Budget exceeded: $0.02 spent of the team's daily budget of $0.01, so "
+                                  "no further model requests are made.")
     assert not trace.steps.filter(kind="llm_request").exists()
     assert trace.routing["budget"]["status"] == "blocked" and trace.routing["budget"]["message"] == trace.error
 
@@ -110,7 +109,8 @@ def test_a_budget_is_checked_before_every_model_request_inside_a_turn(agent, cha
     trace = run(chat, alice)
     assert trace.status == "failed" and trace.error_kind == "budget"
     assert trace.steps.filter(kind="llm_request").count() == 1
-    assert trace.cost_usd > 0 and trace.error.startswith(f"Budget exceeded: ${trace.cost_usd:.4f} of $0.00 Day")
+    assert trace.cost_usd > 0 and trace.error.startswith(f"Budget exceeded: {money(trace.cost_usd)} spent of the team's "
+                                                       "daily budget of $0.0005,")
 
 
 def test_warn_mode_lets_the_turn_run_notes_it_and_shows_a_banner(agent, chat, team_a, alice, bob, sent_turns,
@@ -159,7 +159,8 @@ def test_route_down_sends_the_rest_of_the_turn_to_the_cheaper_route(agent, chat,
     assert (trace.model, trace.provider_name) == ("demo-fast", agent.provider.name)
     note = trace.routing["budget"]
     assert note["status"] == "routed_down" and note["from"] == "demo" and note["to"].endswith("/ demo-fast")
-    assert "so the rest of this turn uses demo-fast" in note["message"]
+    assert note["message"].startswith("The team's daily budget was exceeded ($5.00 of $1.00), so the rest "
+                                      "of this turn uses demo-fast")
     page = client_for(alice).get(reverse("trace_detail", args=[trace.uuid])).content.decode()
     assert "so the rest of this turn uses demo-fast" in page  # Why this model
 
@@ -186,7 +187,7 @@ def test_a_persons_budget_blocks_them_and_not_their_team(agent, chat, team_a, al
     spend(team_a, bob, "3")
     budget(team_a, "2", user=bob)
     bobs = Conversation.objects.create(team=team_a, agent=agent, created_by=bob)
-    assert run(bobs, bob).error.startswith("Budget exceeded: $3.0000 of $2.00 Day limit.")
+    assert run(bobs, bob).error.startswith("Budget exceeded: $3.00 spent of your daily budget of $2.00,")
     assert run(chat, alice).status == "completed"
 
 
