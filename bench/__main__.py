@@ -3,7 +3,8 @@
     python -m bench [--check] [name ...]
 
 Names: loop (loop overhead vs LangGraph), turns (50 concurrent turns in one worker),
-live (step committed -> websocket frame), inspector (big traces).
+live (step committed -> websocket frame), inspector (big traces), chat (send -> first token
+painted in a real browser), costs (the costs page over 1,000,000 steps).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ BENCHES = {
     "turns": "bench.turns_concurrency",
     "live": "bench.live_latency",
     "inspector": "bench.inspector",
+    "chat": "bench.chat_latency",
+    "costs": "bench.costs",
 }
 
 

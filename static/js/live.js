@@ -507,7 +507,9 @@
 
   function flushOutbox() {
     if (chat.sending || !outbox.items.length || !chat.composer) { outboxDraw(); return; }
-    if (!chat.socketOpen) { outboxDraw(); return; }
+    // Sent over HTTP whether or not the socket is up: the server may be back before the socket's
+    // backoff retries, and a reconnect re-reads the branch, answer included. A failed attempt
+    // is retried every few seconds; the client id makes a repeat a no-op on the server.
     var item = outbox.items[0];
     chat.sending = true;
     outboxDraw();
