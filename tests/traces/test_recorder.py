@@ -162,3 +162,18 @@ def test_a_known_model_is_priced_the_demo_model_is_free_and_an_unknown_one_unpri
     assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)
     assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), False)
     assert step_cost(provider_kind="demo", model="demo-huge", usage=usage) == (Decimal(0), True)
+
+
+def test_a_cut_off_stream_is_recorded_with_its_estimated_tokens_and_flagged(claimed, turn_db):
+    estimated = Usage(input_tokens=700, output_tokens=12)
+    record(claimed, turn_db, [
+        LlmRequestStarted(iteration=1, provider="demo", model="demo", messages_count=1),
+        LlmRequestFinished(iteration=1, provider="demo", model="demo", success=False, error="cancelled",
+                           usage=estimated, usage_estimated=True),
+        LlmRequestStarted(iteration=2, provider="demo", model="demo", messages_count=1),
+        LlmRequestFinished(iteration=2, provider="demo", model="demo", success=False, error="503"),
+    ])
+    cut, failed = Step.objects.filter(trace=claimed, kind="llm_request").order_by("seq")
+    assert (cut.input_tokens, cut.output_tokens, cut.success) == (700, 12, False)
+    assert cut.meta["usage_estimated"] is True
+    assert failed.total_tokens == 0 and "usage_estimated" not in failed.meta
