@@ -47,7 +47,7 @@ def demo_seed(*, password: str | None = None) -> SeedResult:
     if team is None:
         team = Team.objects.create(name=DEMO_TEAM)
     Membership.objects.update_or_create(team=team, user=user, defaults={"role": Membership.Role.OWNER})
-    from agents.seed import demo_agent_seed  # agents builds on agentsite, not the other way
+    from agents.config.seed import demo_agent_seed  # agents builds on agentsite, not the other way
 
     demo_agent_seed(team=team, user=user)
     return SeedResult(team=team, username=DEMO_USERNAME, created_user=created_user, password=password)

@@ -154,8 +154,8 @@ async def _run(port: int, args: argparse.Namespace) -> int:
 def _produce(trace, args: argparse.Namespace, commits: dict[int, float]) -> None:
     """A turn's recorder in its own thread and event loop, as in a worker: one tool step per
     tick, recorded and announced exactly as a real turn records it."""
-    from agents.execution import TurnDb
     from agents.runtime.events import ToolStarted
+    from agents.turns.execution import TurnDb
     from traces import services
     from traces.recorder import TraceRecorder
 

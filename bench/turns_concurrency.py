@@ -76,9 +76,9 @@ def _tail(path: Path) -> str:
 def setup_data(latency: float, conversations: int):
     from django.contrib.auth import get_user_model
 
+    from agents.chat.services import conversation_create
     from agents.models import Agent, Provider, Tool
     from agents.runtime.builtin import CalculatorTool
-    from agents.services import conversation_create
     from agentsite.models import Membership, Team
 
     team = Team.objects.create(name="Bench team")
@@ -95,7 +95,7 @@ def setup_data(latency: float, conversations: int):
 
 
 def run_batch(user, conversations, *, timeout: float) -> list:
-    from agents.services import turn_start
+    from agents.turns.services import turn_start
     from traces.models import Trace
 
     started = time.monotonic()

@@ -219,7 +219,7 @@ def _close_turn_db_threads():
     """Turns run in this process keep their database threads (and connections) pooled; close
     them after each test, so no connection outlives the test database."""
     yield
-    execution = sys.modules.get("agents.execution")
+    execution = sys.modules.get("agents.turns.execution")
     if execution is not None:
         execution.TurnDb.close_idle()
 
@@ -233,7 +233,7 @@ def sent_turns(monkeypatch) -> list[int]:
     sent: list[int] = []
 
     def send_task(name, args=None, kwargs=None, **options):
-        assert name == "agents.tasks.run_turn"
+        assert name == "agents.turns.tasks.run_turn"
         assert options.get("queue") == "turns"
         sent.append(args[0])
 
@@ -276,7 +276,7 @@ def run_in_thread():
     threads: list[threading.Thread] = []
 
     def start(trace_id: int) -> threading.Thread:
-        from agents.tasks import run_turn
+        from agents.turns.tasks import run_turn
 
         def target():
             thread.result = run_turn(trace_id)

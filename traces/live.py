@@ -64,7 +64,7 @@ def step_payload(step: Any, *, chat: bool = False) -> dict[str, Any]:
 
 
 def _chat_step(step: Any) -> dict[str, Any]:
-    from agents.selectors import tool_card_for_step
+    from agents.chat.selectors import tool_card_for_step
 
     if step.kind == "llm_request":
         return {"kind": "llm", "tokens": step.total_tokens, "cost": str(step.cost_usd or 0)}
@@ -131,7 +131,7 @@ def message_payload(message: Any) -> dict[str, Any]:
     }
     if message.role != "user" or not message.trace_id:
         return payload
-    from agents.selectors import TurnView
+    from agents.chat.selectors import TurnView
 
     parent = None
     if message.parent_turn_id:
@@ -148,7 +148,7 @@ def message_payload(message: Any) -> dict[str, Any]:
 def chat_answer(trace: Any) -> dict[str, Any]:
     """The chat's fragments for a turn that ended: its answer (replacing the pending one) and
     the conversation's meter."""
-    from agents.selectors import turn_view
+    from agents.chat.selectors import turn_view
 
     turn, meter = turn_view(trace)
     context = {"turn": turn, "conversation": trace.conversation}

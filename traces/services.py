@@ -36,7 +36,7 @@ from .models import Step, StepPayload, Trace, TrajectoryState
 logger = logging.getLogger(__name__)
 Status = Trace.Status
 
-TURN_TASK = "agents.tasks.run_turn"
+TURN_TASK = "agents.turns.tasks.run_turn"
 # A trace whose worker died before it recorded anything is tried this many times in all.
 MAX_ATTEMPTS = 3
 # A queued trace whose task was sent this long ago without being claimed is sent again (the
@@ -433,7 +433,7 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
 def trace_request_cancel(*, trace: Trace, reason: str, now: datetime | None = None) -> bool:
     """Ask the worker running ``trace`` to stop: the database flag (seen on its heartbeat) and,
     after commit, the Redis signal (seen within a fraction of a second)."""
-    from agents.turn_signals import cancel_signal_send
+    from agents.turns.signals import cancel_signal_send
 
     updated = Trace.objects.filter(pk=trace.pk, status=Status.RUNNING).update(
         cancel_requested_at=now or timezone.now(), cancel_reason=reason[:200])

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.services import approval_decide, turn_cancel
+from agents.turns.services import approval_decide, turn_cancel
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
 

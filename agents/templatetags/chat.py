@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import SafeString
 
-from agents.markdown import render_markdown
+from agents.chat.markdown import render_markdown
 
 register = template.Library()
 

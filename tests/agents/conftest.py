@@ -16,7 +16,7 @@ def agent(make_agent):
 
 @pytest.fixture
 def conversation(agent, alice):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     return conversation_create(team=agent.team, agent=agent, user=alice)
 

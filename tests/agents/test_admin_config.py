@@ -10,8 +10,8 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from agents.config.providers import provider_save, provider_test_connection
 from agents.models import Agent, Provider
-from agents.services import provider_save, provider_test_connection
 from agentsite.crypto import decrypt, encrypt
 from agentsite.models import AuditEvent
 
@@ -341,9 +341,10 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
     even when the provider echoes it back in an error."""
     from django.core import serializers
 
+    from agents.chat.services import conversation_create
     from agents.models import Message
-    from agents.services import conversation_create, turn_start
-    from agents.tasks import run_turn
+    from agents.turns.services import turn_start
+    from agents.turns.tasks import run_turn
     from traces.models import Step, Trace
 
     headers: list[str] = []

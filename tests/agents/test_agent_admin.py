@@ -9,14 +9,10 @@ from django.contrib.messages import get_messages
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from agents.chat.services import conversation_create
+from agents.config.versions import agent_revert, agent_save, agent_version_diff
 from agents.models import Agent, AgentVersion, Provider, Tool
-from agents.services import (
-    agent_revert,
-    agent_save,
-    agent_version_diff,
-    conversation_create,
-    turn_start,
-)
+from agents.turns.services import turn_start
 from agentsite.models import AuditEvent, Membership
 
 

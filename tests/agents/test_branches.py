@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.branches import TurnNode, TurnTree, Versions
+from agents.turns.branches import TurnNode, TurnTree, Versions
 
 
 def tree() -> TurnTree:

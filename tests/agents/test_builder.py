@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from agents.builder import (
-    TurnSetupError,
-    provider_api_key,
-    route_turn,
-    runtime_tools,
-    turn_history,
-    turn_setup_build,
-)
 from agents.models import ModelRoute, Provider, RoutingRule, Tool
 from agents.runtime.messages import Role
 from agents.runtime.providers.reliable import ReliableProvider
-from agents.services import turn_start
-from agents.tasks import run_turn
 from agents.tools import ToolContext
+from agents.turns.builder import runtime_tools, turn_history, turn_setup_build
+from agents.turns.providers import TurnSetupError, provider_api_key
+from agents.turns.routing import route_turn
+from agents.turns.services import turn_start
+from agents.turns.tasks import run_turn
 from traces.models import Trace
 
 
@@ -105,7 +100,7 @@ def test_a_stored_api_key_is_decrypted_and_an_unreadable_one_says_what_to_do(tea
 @pytest.mark.django_db(transaction=True)
 def test_setup_wraps_fallbacks_and_records_warnings_on_the_trace(
         make_agent, alice, coder, sent_turns, use_redis):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Resilient", fallbacks=[{"provider": "Coder box", "model": "demo-b"},
                                                    {"provider": "Gone", "model": "x"}])
@@ -127,7 +122,7 @@ def test_setup_wraps_fallbacks_and_records_warnings_on_the_trace(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_provider_that_cannot_run_fails_the_turn_with_its_message(make_agent, alice, sent_turns, use_redis):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Keyed")
     Provider.objects.filter(pk=agent.provider_id).update(api_key_encrypted="gAAAA...")
@@ -174,7 +169,7 @@ def test_the_next_turn_starts_from_the_previous_turns_trajectory_state(conversat
 
 @pytest.mark.django_db(transaction=True)
 def test_a_trace_records_the_agent_version_it_ran_with(conversation, alice, sent_turns, use_redis):
-    from agents.services import agent_save
+    from agents.config.versions import agent_save
 
     trace = turn_start(conversation=conversation, user=alice, text="what is 2+2?")
     agent = conversation.agent

@@ -9,14 +9,16 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agents import selectors, services
-from agents.builder import previous_trajectory_state, route_turn, turn_history
+from agents.chat import selectors, services
+from agents.chat.windows import DEFAULT_CONTEXT_WINDOW, context_window
 from agents.models import Conversation, Message
 from agents.runtime.commands import HELP_TEXT
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
-from agents.tasks import run_turn
-from agents.windows import DEFAULT_CONTEXT_WINDOW, context_window
+from agents.turns import services as turn_services
+from agents.turns.builder import previous_trajectory_state, turn_history
+from agents.turns.routing import route_turn
+from agents.turns.tasks import run_turn
 from traces import live
 from traces.models import Step, StepPayload, Trace
 
@@ -24,7 +26,7 @@ turns = pytest.mark.django_db(transaction=True)
 
 
 def send(conversation, user, text, **kwargs) -> Trace:
-    return services.turn_start(conversation=conversation, user=user, text=text, **kwargs)
+    return turn_services.turn_start(conversation=conversation, user=user, text=text, **kwargs)
 
 
 def answered(trace: Trace) -> Trace:
@@ -41,7 +43,7 @@ def texts(history) -> list[tuple[str, str]]:
 @turns
 def test_regenerate_answers_the_same_message_on_a_new_branch(conversation, alice, sent_turns, use_redis):
     first = answered(send(conversation, alice, "What is 2 + 3?"))
-    again = services.turn_regenerate(conversation=conversation, trace=first, user=alice)
+    again = turn_services.turn_regenerate(conversation=conversation, trace=first, user=alice)
     assert again.user_message_id == first.user_message_id and again.pk != first.pk
     assert sent_turns == [first.pk, again.pk]
     answered(again)
@@ -60,7 +62,7 @@ def test_regenerate_answers_the_same_message_on_a_new_branch(conversation, alice
 def test_an_edit_starts_a_branch_and_the_history_follows_the_branch(conversation, alice, sent_turns, use_redis):
     first = answered(send(conversation, alice, "What is 2 + 3?"))
     second = answered(send(conversation, alice, "What is 6 * 7?"))
-    edited = services.turn_edit(conversation=conversation, message=second.user_message, user=alice,
+    edited = turn_services.turn_edit(conversation=conversation, message=second.user_message, user=alice,
                                 text="What is 4 * 5?")
     assert edited.user_message.parent_turn_id == first.pk
     history = turn_history(trace=edited, agent=conversation.agent)
@@ -95,15 +97,15 @@ def test_the_trajectory_state_carried_over_is_the_branchs_own(conversation, alic
 @turns
 def test_a_running_answer_cannot_be_regenerated(conversation, alice, sent_turns):
     trace = send(conversation, alice, "hello")
-    with pytest.raises(services.ValidationError, match="still being written"):
-        services.turn_regenerate(conversation=conversation, trace=trace, user=alice)
+    with pytest.raises(turn_services.ValidationError, match="still being written"):
+        turn_services.turn_regenerate(conversation=conversation, trace=trace, user=alice)
 
 
 @turns
 def test_a_parent_from_another_conversation_is_refused(conversation, agent, alice, sent_turns):
     elsewhere = services.conversation_create(team=agent.team, agent=agent, user=alice)
     foreign = send(elsewhere, alice, "hello")
-    with pytest.raises(services.ValidationError, match="another conversation"):
+    with pytest.raises(turn_services.ValidationError, match="another conversation"):
         send(conversation, alice, "hi", parent=foreign)
 
 
@@ -213,7 +215,7 @@ def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(convers
     agent.system_prompt = "x" * 400
     agent.save()
     first = answered(send(conversation, alice, "What is 2 + 3?"))
-    again = answered(services.turn_regenerate(conversation=conversation, trace=first, user=alice))
+    again = answered(turn_services.turn_regenerate(conversation=conversation, trace=first, user=alice))
     Trace.objects.filter(pk=first.pk).update(cost_usd=Decimal("0.25"))
     Trace.objects.filter(pk=again.pk).update(cost_usd=Decimal("0.5"))
 

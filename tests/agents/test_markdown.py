@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from agents.markdown import render_markdown, sanitize_html
+from agents.chat.markdown import render_markdown, sanitize_html
 from agents.runtime.providers.demo import XSS_CORPUS
 
 CORPUS = [
@@ -106,7 +106,7 @@ def test_the_sanitiser_drops_what_markdown_would_never_produce():
 
 
 def test_rendering_is_cached_by_content(monkeypatch):
-    from agents import markdown
+    from agents.chat import markdown
 
     calls = []
     real = markdown._render

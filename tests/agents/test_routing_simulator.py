@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 import pytest
 from django.urls import reverse
 
-from agents.builder import route_turn
+from agents.config.simulator import highlight, routing_simulate
 from agents.models import Conversation, Message, ModelRoute, Provider, RoutingRule
-from agents.routing_views import highlight, routing_simulate
+from agents.turns.routing import route_turn
 from agentsite.models import AuditEvent
 
 SIMULATOR = reverse("routing_simulator")
@@ -121,7 +121,7 @@ def test_no_match_means_the_agents_own_model(helper, routed):
     "RUST and SELECT x FROM y", "hi python", "deploy now", "İstanbul python",
 ])
 def test_the_simulator_answers_exactly_as_a_turn_would(helper, make_agent, routed, cloud, alice, text):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     RoutingRule.objects.create(team=helper.team, agent=helper, hint="sql", keywords=["deploy"], priority=1)
     RoutingRule.objects.create(team=helper.team, hint="broken", patterns=["(a+)+", "now$"], priority=1)

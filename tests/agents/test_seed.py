@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from agents.chat.services import conversation_create
+from agents.config.seed import DEMO_AGENT, DEMO_TOOLS
 from agents.models import Agent, AgentVersion, Provider, Tool
-from agents.seed import DEMO_AGENT, DEMO_TOOLS
-from agents.services import conversation_create, turn_start
-from agents.tasks import run_turn
+from agents.turns.services import turn_start
+from agents.turns.tasks import run_turn
 from agentsite.seed import demo_seed
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.builder import route_turn
+from agents.config.seed import DEMO_AGENT, DEMO_PROVIDER, DEMO_TOOLS
 from agents.models import Agent, AgentVersion, Conversation, ModelRoute, Provider, RoutingRule
-from agents.seed import DEMO_AGENT, DEMO_PROVIDER, DEMO_TOOLS
+from agents.turns.routing import route_turn
 from agentsite.crypto import decrypt
 from agentsite.seed import demo_seed
 

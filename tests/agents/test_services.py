@@ -6,15 +6,10 @@ import pytest
 import redis
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from agents.chat.services import conversation_create
 from agents.models import Conversation, Message
-from agents.services import (
-    MAX_MESSAGE_CHARS,
-    approval_decide,
-    conversation_create,
-    turn_cancel,
-    turn_start,
-)
-from agents.turn_signals import cancel_key
+from agents.turns.services import MAX_MESSAGE_CHARS, approval_decide, turn_cancel, turn_start
+from agents.turns.signals import cancel_key
 from traces.models import Step, Trace
 
 

@@ -101,8 +101,9 @@ def test_invalid_memory_arguments_are_a_tool_error(make_agent, alice):
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_assistant_remembers_and_recalls_across_conversations(
         make_agent, alice, sent_turns, use_redis):
-    from agents.services import conversation_create, turn_start
-    from agents.tasks import run_turn
+    from agents.chat.services import conversation_create
+    from agents.turns.services import turn_start
+    from agents.turns.tasks import run_turn
     from traces.models import StepPayload
 
     agent = make_agent(name="Demo memory", tools=("memory_store", "memory_recall", "memory_forget"))
@@ -133,8 +134,9 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
 
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_that_auto_saves_keeps_long_messages(make_agent, alice, sent_turns, use_redis):
-    from agents.services import conversation_create, turn_start
-    from agents.tasks import run_turn
+    from agents.chat.services import conversation_create
+    from agents.turns.services import turn_start
+    from agents.turns.tasks import run_turn
 
     agent = make_agent(name="Autosaver", tools=(), memory_auto_save=True)
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)

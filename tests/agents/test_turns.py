@@ -17,8 +17,8 @@ from agents.models import Message, Tool
 from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.tools import FunctionTool
-from agents.services import approval_decide, turn_cancel, turn_start
-from agents.tasks import run_turn
+from agents.turns.services import approval_decide, turn_cancel, turn_start
+from agents.turns.tasks import run_turn
 from tests.agents.conftest import wait_for
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
@@ -142,7 +142,7 @@ def test_a_message_sent_during_a_turn_waits_and_runs_next(conversation, alice, s
 
 def test_a_new_message_interrupts_the_running_turn_when_the_agent_says_so(
         make_agent, alice, sent_turns, use_redis, run_in_thread):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Eager", interrupt_on_new_message=True,
                        provider_options={"request_latency_s": 5})
@@ -181,7 +181,7 @@ class FakeClosingDemoProvider(DemoProvider):
 
 def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
         monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     FakeClosingDemoProvider.closed.clear()
     FakeClosingDemoProvider.finished.clear()
@@ -212,7 +212,7 @@ def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
 
 def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
         monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
     from agents.tools import registry
 
     tool_started = threading.Event()
@@ -279,7 +279,7 @@ def _wait_for_approval(trace: Trace) -> Step:
 ])
 def test_a_tool_that_needs_approval_waits_for_a_decision(
         make_agent, alice, bob, sent_turns, use_redis, run_in_thread, approved, answer):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Careful", approval=("calculator",))
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
@@ -298,7 +298,7 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
 
 
 def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_turns, use_redis):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Patient", approval=("calculator",), approval_timeout_s=1)
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
@@ -315,7 +315,7 @@ def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_
 # -- time limits -------------------------------------------------------------------------------------
 def test_the_soft_time_limit_ends_the_turn_timed_out_and_keeps_its_steps(
         make_agent, alice, sent_turns, use_redis):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     agent = make_agent(name="Slowpoke", turn_time_limit_s=1, max_tool_iterations=50,
                        provider_options={"request_latency_s": 0.3})

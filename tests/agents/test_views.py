@@ -109,11 +109,12 @@ def listed(response) -> str:
 
 
 def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_turns):
-    from agents import services
+    from agents.chat import services
+    from agents.turns import services as turns
 
     weather = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Weather talk")
     recipes = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Cooking")
-    services.turn_start(conversation=recipes, user=alice, text="How long do I boil an egg?")
+    turns.turn_start(conversation=recipes, user=alice, text="How long do I boil an egg?")
     c = client_for(alice)
     by_title = c.get(reverse("chat"), {"q": "weather"}).content.decode()
     assert "Weather talk" in by_title and "Cooking" not in by_title
@@ -125,7 +126,7 @@ def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_tu
 
 
 def test_mine_and_team_lists(client_for, alice, bob, agent, sent_turns):
-    from agents import services
+    from agents.chat import services
 
     services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's plan")
     mine = client_for(bob).get(reverse("chat")).content.decode()
@@ -134,9 +135,9 @@ def test_mine_and_team_lists(client_for, alice, bob, agent, sent_turns):
 
 
 def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sent_turns):
-    from agents import services
+    from agents.turns import services as turns
 
-    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     c = client_for(alice)
     assert c.post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "  Trip   plans "}).status_code == 302
     conversation.refresh_from_db()
@@ -180,9 +181,9 @@ def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, 
 
 
 def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conversation, sent_turns):
-    from agents import services
+    from agents.turns import services as turns
 
-    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     c = client_for(charlie)
     for name, args, data in [
         ("conversation_rename", [conversation.uuid], {"title": "x"}),
@@ -198,9 +199,9 @@ def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conve
 
 
 def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, team_a, make_member, sent_turns):
-    from agents import services
+    from agents.turns import services as turns
 
-    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
     vera = make_member(team_a, "vera", "viewer")
     c = client_for(vera)
@@ -212,9 +213,9 @@ def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, 
 
 
 def test_regenerate_and_edit_answer_with_the_new_branch(client_for, alice, conversation, sent_turns):
-    from agents import services
+    from agents.turns import services as turns
 
-    trace = services.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
     c = client_for(alice)
     response = c.post(reverse("turn_regenerate", args=[conversation.uuid, trace.uuid]), HTTP_HX_REQUEST="true")
@@ -236,11 +237,11 @@ def test_regenerate_and_edit_answer_with_the_new_branch(client_for, alice, conve
 
 
 def test_the_composer_continues_the_branch_on_screen(client_for, alice, conversation, sent_turns):
-    from agents import services
+    from agents.turns import services as turns
 
-    first = services.turn_start(conversation=conversation, user=alice, text="one")
+    first = turns.turn_start(conversation=conversation, user=alice, text="one")
     Trace.objects.filter(pk=first.pk).update(status="completed")
-    other = services.turn_start(conversation=conversation, user=alice, text="elsewhere", parent=None)
+    other = turns.turn_start(conversation=conversation, user=alice, text="elsewhere", parent=None)
     Trace.objects.filter(pk=other.pk).update(status="completed")
     c = client_for(alice)
     c.post(reverse("message_send", args=[conversation.uuid]), {"text": "two", "parent": first.uuid.hex})
@@ -254,15 +255,15 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from agents import services
+    from agents.turns import services as turns
     from traces.models import Step, StepPayload
 
     def grow(count):
         for i in range(count):
-            first = services.turn_start(conversation=conversation, user=alice, text=f"question {i}")
+            first = turns.turn_start(conversation=conversation, user=alice, text=f"question {i}")
             Trace.objects.filter(pk=first.pk).update(status="completed")
             first.refresh_from_db()
-            trace = services.turn_regenerate(conversation=conversation, trace=first, user=alice)
+            trace = turns.turn_regenerate(conversation=conversation, trace=first, user=alice)
             Trace.objects.filter(pk=trace.pk).update(status="completed")
             Message.objects.create(conversation=conversation, role="assistant", trace=trace, text="",
                                    blocks=[{"type": "tool_use", "id": f"c{i}", "name": "calculator", "input": {"expression": "1+1"}}])

@@ -15,8 +15,9 @@ import pytest
 import redis
 from django.db import connection
 
-from agents.services import conversation_create, turn_start
-from agents.tasks import run_turn
+from agents.chat.services import conversation_create
+from agents.turns.services import turn_start
+from agents.turns.tasks import run_turn
 from tests.agents.conftest import wait_for
 from tests.conftest import ROOT
 from traces.models import Step, Trace

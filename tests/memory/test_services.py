@@ -131,7 +131,7 @@ def test_recall_is_limited_to_the_owner(store, agent, alice_owner, bob, make_age
 
 
 def test_conversation_memory_is_seen_only_in_its_conversation(agent, alice, alice_owner):
-    from agents.services import conversation_create
+    from agents.chat.services import conversation_create
 
     first = conversation_create(team=agent.team, agent=agent, user=alice)
     second = conversation_create(team=agent.team, agent=agent, user=alice)

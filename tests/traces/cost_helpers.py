@@ -24,8 +24,8 @@ def priced_demo(team, *, model: str = "demo", inp: str = "3", out: str = "15", p
 
 
 def run(conversation, user, text: str = "call the current_time tool 2 times") -> Trace:
-    from agents.services import turn_start
-    from agents.tasks import run_turn
+    from agents.turns.services import turn_start
+    from agents.turns.tasks import run_turn
 
     trace = turn_start(conversation=conversation, user=user, text=text)
     run_turn(trace.pk)

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Message
-from agents.services import turn_start
-from agents.tasks import run_turn
+from agents.turns.services import turn_start
+from agents.turns.tasks import run_turn
 from traces.models import Step, Trace
 from traces.services import (
     INTERRUPTED_MESSAGE,

@@ -11,7 +11,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from agents.execution import TurnDb
 from agents.runtime.builtin import builtin_tools
 from agents.runtime.events import (
     LlmRequestFinished,
@@ -24,7 +23,8 @@ from agents.runtime.events import (
 from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.pricing import Usage
 from agents.runtime.providers.demo import DemoProvider
-from agents.services import turn_start
+from agents.turns.execution import TurnDb
+from agents.turns.services import turn_start
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.recorder import TraceRecorder, step_cost
 from traces.services import trace_claim

@@ -16,16 +16,15 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from agents.models import Agent, ModelRoute, Provider, RoutingRule
+from agents.runtime.routing import InvalidRoutingRule, pattern_error, resolve_route
+from agents.runtime.routing import ModelRoute as RuntimeModelRoute
+from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin
 from agentsite.models import Team
 from traces.pricing import price_table_load
 from traces.recorder import step_price
-
-from .models import Agent, ModelRoute, Provider, RoutingRule
-from .runtime.routing import InvalidRoutingRule, pattern_error, resolve_route
-from .runtime.routing import ModelRoute as RuntimeModelRoute
-from .runtime.routing import RoutingRule as RuntimeRoutingRule
 
 UNROUTED_SHOWN = 10
 

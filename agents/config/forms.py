@@ -14,11 +14,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from agents.models import Agent, Provider, Tool
 from agents.runtime.providers import build_provider, get_provider_class
 from agentsite.crypto import SecretUnreadable, decrypt
 from agentsite.models import Team
-
-from .models import Agent, Provider, Tool
 
 # -- providers ------------------------------------------------------------------------------------
 CAPABILITY_LABELS = {

@@ -11,12 +11,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from agents.config.versions import agent_save, agent_snapshot
+from agents.models import Agent, AgentVersion, ModelRoute, Provider, RoutingRule, Tool
+from agents.tools.services import tools_sync_builtins
 from agentsite.crypto import encrypt
 from agentsite.models import Team
-
-from .models import Agent, AgentVersion, ModelRoute, Provider, RoutingRule, Tool
-from .services import agent_save, agent_snapshot
-from .tools.services import tools_sync_builtins
 
 __all__ = ["DEMO_AGENT", "DEMO_PROVIDER", "agent_snapshot", "demo_agent_seed"]
 

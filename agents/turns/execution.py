@@ -38,6 +38,9 @@ from agents.runtime.loop import TurnResult, TurnStatus, run_turn
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role
 from agents.runtime.sanitize import sanitize_response
+from agents.turns.builder import TurnSetup, turn_setup_build
+from agents.turns.providers import TurnSetupError
+from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from traces import live
 from traces.models import Trace
 from traces.recorder import TraceRecorder
@@ -50,9 +53,6 @@ from traces.services import (
     trace_configure,
     trace_heartbeat,
 )
-
-from .builder import TurnSetup, TurnSetupError, turn_setup_build
-from .turn_signals import CancelWatch, RedisApprover, TurnSignals
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

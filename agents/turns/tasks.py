@@ -8,10 +8,10 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_shutdown
 
-from .execution import TurnDb, turn_execute
+from agents.turns.execution import TurnDb, turn_execute
 
 
-@shared_task(name="agents.tasks.run_turn", bind=True, acks_late=True,
+@shared_task(name="agents.turns.tasks.run_turn", bind=True, acks_late=True,
              reject_on_worker_lost=True, ignore_result=True)
 def run_turn(self, trace_id: int) -> str:
     """Run the turn of trace ``trace_id``. A second delivery finds nothing to claim and returns."""

@@ -11,12 +11,12 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.chat import selectors, services
+from agents.models import Agent, Conversation, Message
+from agents.turns import services as turns
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
 from traces.models import Trace
-
-from . import selectors, services
-from .models import Agent, Conversation, Message
 
 Role = Membership.Role
 CONVERSATION_PARTS = {"messages": "messages-swap"}
@@ -80,7 +80,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         "view": view,
         "can_chat": request.membership.can_chat,
         "can_manage": _can_manage(request, convo),
-        "max_chars": services.MAX_MESSAGE_CHARS,
+        "max_chars": turns.MAX_MESSAGE_CHARS,
     }
     template = "chat/conversation.html"
     part = CONVERSATION_PARTS.get(request.GET.get("part", ""))
@@ -125,8 +125,8 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
             return _command_response(request, convo, reply, text)
         parent_uuid = request.POST.get("parent", "")
         parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
-                  if parent_uuid else services.LATEST)
-        trace = services.turn_start(conversation=convo, user=request.user, text=text, parent=parent,
+                  if parent_uuid else turns.LATEST)
+        trace = turns.turn_start(conversation=convo, user=request.user, text=text, parent=parent,
                                     client_id=request.POST.get("client_id", ""))
     except ValidationError as exc:
         return _error(request, convo, exc)
@@ -167,7 +167,7 @@ def turn_regenerate(request: HttpRequest, conversation_uuid: Any, trace_uuid: An
     convo = _conversation(request, conversation_uuid)
     trace = get_for_team_or_404(Trace, request.team, uuid=trace_uuid, conversation=convo)
     try:
-        new = services.turn_regenerate(conversation=convo, trace=trace, user=request.user)
+        new = turns.turn_regenerate(conversation=convo, trace=trace, user=request.user)
     except ValidationError as exc:
         return _error(request, convo, exc)
     return _branch_response(request, convo, new)
@@ -180,7 +180,7 @@ def message_edit(request: HttpRequest, conversation_uuid: Any, message_uuid: Any
     message = get_for_team_or_404(Message, request.team, field="conversation__team", uuid=message_uuid,
                                   conversation=convo)
     try:
-        trace = services.turn_edit(conversation=convo, message=message, user=request.user,
+        trace = turns.turn_edit(conversation=convo, message=message, user=request.user,
                                    text=request.POST.get("text", ""))
     except ValidationError as exc:
         return _error(request, convo, exc)

@@ -18,12 +18,11 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from agents.models import Tool
+from agents.tools.forms import ToolTryForm
+from agents.tools.services import sample_arguments, tool_try
 from agentsite.access import get_for_user_or_404, membership_for, require_role
 from agentsite.models import Membership
-
-from .models import Tool
-from .tools.forms import ToolTryForm
-from .tools.services import sample_arguments, tool_try
 
 Role = Membership.Role
 

@@ -20,14 +20,13 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
+from agents.models import Tool
+from agents.tools.forms import ToolAdminForm
+from agents.tools.registry import BUILTINS
+from agents.tools.services import tool_save, tools_set_flags, tools_sync_builtins_for_teams
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin, snapshot
 from agentsite.models import Team
-
-from .models import Tool
-from .tools.forms import ToolAdminForm
-from .tools.registry import BUILTINS
-from .tools.services import tool_save, tools_set_flags, tools_sync_builtins_for_teams
 
 HTTP_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
     (None, {"fields": ["team", "name", "description", "enabled", "requires_approval"]}),

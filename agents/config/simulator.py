@@ -24,20 +24,25 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods
 
+from agents.config.routing_admin import (
+    KEYWORDS_HELP,
+    PATTERNS_HELP,
+    LinesField,
+    length_label,
+    rule_errors,
+)
+from agents.models import Agent, Message, ModelRoute, Provider, RoutingRule
 from agents.runtime.history import estimate_tokens
 from agents.runtime.pricing import Price, Usage
 from agents.runtime.routing import PATTERN_SEARCH_LIMIT, resolve_route
 from agents.runtime.routing import ModelRoute as RuntimeModelRoute
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
+from agents.turns.routing import RouteChoice, RoutingTable, route_choice, routing_table_from_rows
+from agents.turns.services import MAX_MESSAGE_CHARS
 from agentsite.access import get_for_team_or_404, require_role
 from agentsite.models import Membership, Team
 from traces.pricing import PriceTable, price_table_for
 from traces.recorder import step_cost, step_price
-
-from .admin_routing import KEYWORDS_HELP, PATTERNS_HELP, LinesField, length_label, rule_errors
-from .builder import RouteChoice, RoutingTable, route_choice, routing_table_from_rows
-from .models import Agent, Message, ModelRoute, Provider, RoutingRule
-from .services import MAX_MESSAGE_CHARS
 
 Role = Membership.Role
 SIMULATOR_TEMPLATE = "admin/agents/routing_simulator.html"

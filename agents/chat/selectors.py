@@ -1,4 +1,5 @@
-"""Read queries for conversations and turns."""
+"""Read queries of the chat: the conversation list and one conversation as the chat shows it
+(turns, branches, tool cards, the meter)."""
 
 from __future__ import annotations
 
@@ -15,97 +16,14 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Substr
 from django.urls import NoReverseMatch, reverse
 
+from agents.chat.windows import context_window
+from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
+from agents.turns.branches import TurnNode, TurnTree, Versions
+from agents.turns.selectors import conversation_active_traces, path_messages
 from agentsite.models import Team
 from traces.models import Step, StepPayload, Trace
-
-from .branches import TurnNode, TurnTree, Versions
-from .models import Agent, Conversation, Message
-from .windows import context_window
-
-
-def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[Trace]:
-    """The conversation's queued and running traces, oldest first."""
-    conversation_id = conversation.pk if isinstance(conversation, Conversation) else conversation
-    return (Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
-            .order_by("created_at", "id"))
-
-
-def conversation_history_rows(*, trace: Trace, limit: int, branch: list[int] | None = None) -> list[Message]:
-    """The messages before ``trace``'s turn on its branch, oldest first, at most ``limit``.
-
-    The branch is the chain of turns ``trace`` continues (``Message.parent_turn``;
-    ``turn_branch_before``, which the caller may pass as ``branch``): for each, its user
-    message and then what that turn stored. So a message sent while an earlier turn ran comes
-    after that turn's answer, turns queued behind this one are left out, and so are other
-    branches (an edited message, a regenerated answer). Messages that belong to no turn come
-    first."""
-    if branch is None:
-        branch = turn_branch_before(trace=trace)
-    path = branch[-limit:] if limit > 0 else branch  # every turn holds at least its user message
-    rows = _path_messages(trace.conversation_id, path, _user_messages(path)) if path else []
-    if limit <= 0 or len(rows) < limit:
-        loose = (Message.objects.filter(conversation_id=trace.conversation_id, trace__isnull=True)
-                 .exclude(pk=trace.user_message_id).order_by("-id"))
-        if limit > 0:
-            loose = loose[:limit - len(rows)]
-        rows = [*reversed(list(loose)), *rows]
-    return rows[-limit:] if limit > 0 else rows
-
-
-def _user_messages(path: list[int]) -> dict[int, int | None]:
-    return dict(Trace.objects.filter(pk__in=path).values_list("id", "user_message_id"))
-
-
-def turn_branch_before(*, trace: Trace) -> list[int]:
-    """The ids of the turns ``trace`` continues, oldest first (its branch, without itself)."""
-    tree = turn_tree(_tree_rows(trace.conversation_id))
-    return tree.path(tree.parent(trace.pk)) if trace.pk in tree else []
-
-
-def _tree_rows(conversation_id: int) -> list[TurnNode]:
-    return [TurnNode(pk, message, parent) for pk, message, parent in
-            Trace.objects.filter(conversation_id=conversation_id)
-            .values_list("id", "user_message_id", "user_message__parent_turn_id").order_by("id")]
-
-
-def turn_tree(nodes: Iterable[TurnNode]) -> TurnTree:
-    return TurnTree(nodes)
-
-
-def _path_messages(conversation_id: int, path: list[int], user_message_of: dict[int, int | None] | TurnTree,
-                   fields: tuple[str, ...] | None = None) -> list[Message]:
-    """The messages of the turns on ``path``, in path order: each turn's user message, then
-    what the turn stored (by id)."""
-    if not path:
-        return []
-    if isinstance(user_message_of, TurnTree):
-        user_message_of = {t: user_message_of.nodes[t].user_message_id for t in path}
-    user_ids = {m for m in user_message_of.values() if m}
-    rows = Message.objects.filter(conversation_id=conversation_id).filter(
-        Q(trace_id__in=path) | Q(pk__in=user_ids)).order_by("id")
-    if fields:
-        rows = rows.only(*fields)
-    by_id: dict[int, Message] = {}
-    produced: dict[int, list[Message]] = {}
-    for row in rows:
-        by_id[row.pk] = row
-        if row.trace_id is not None:
-            produced.setdefault(row.trace_id, []).append(row)
-    ordered: list[Message] = []
-    for turn in path:
-        mine = user_message_of.get(turn)
-        if mine in by_id:
-            ordered.append(by_id[mine])
-        ordered.extend(m for m in produced.get(turn, ()) if m.pk != mine and m.pk not in user_ids)
-    return ordered
-
-
-def approval_waiting(*, trace: Trace, call_id: str) -> Step | None:
-    """The approval step of ``trace`` that waits for a decision on ``call_id``, if any."""
-    return (Step.objects.filter(trace=trace, kind=Step.Kind.APPROVAL, call_id=call_id,
-                                status=Step.Status.WAITING).order_by("-seq").first())
 
 
 # -- the chat ------------------------------------------------------------------------------------
@@ -350,7 +268,7 @@ def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
     start = next((t.pk for t in traces if str(t.uuid.hex) == _hex(at)), None) if at else None
     leaf_id = tree.latest_leaf(start) if start is not None else tree.latest()
     path = tree.path(leaf_id)
-    rows = _path_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
+    rows = path_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
     loose = list(Message.objects.filter(conversation_id=conversation.pk, trace__isnull=True)
                  .only(*MESSAGE_FIELDS).order_by("id"))
     steps, arguments = _card_steps(path) if path else ([], {})
@@ -370,7 +288,7 @@ def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
     by_id[trace.pk] = trace
     tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
     path = tree.path(trace.pk) if trace.pk in tree else [trace.pk]
-    rows = _path_messages(conversation.pk, path, tree, MESSAGE_FIELDS) if trace.pk in tree else []
+    rows = path_messages(conversation.pk, path, tree, MESSAGE_FIELDS) if trace.pk in tree else []
     steps, arguments = _card_steps([trace.pk])
     cards = tool_cards(steps, arguments, {trace.pk: trace.uuid})
     view = _turn_views([trace.pk], by_id, tree, [m for m in rows if m.trace_id == trace.pk

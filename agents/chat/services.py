@@ -1,0 +1,135 @@
+"""The chat's actions on conversations: create, rename, archive, delete; and the commands typed
+in the chat (``/new``, ``/model``, ``/models``, ``/stop``, ``/help``), which never reach a model.
+Turns themselves start through ``agents.turns.services``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
+
+from agents.models import Agent, Conversation
+from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
+from agents.turns.selectors import conversation_active_traces
+from agents.turns.services import chat_membership, conversation_stop, turn_cancel
+from agentsite.models import Membership, Team
+
+
+def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "") -> Conversation:
+    chat_membership(user, team)
+    if agent.team_id != team.pk:
+        raise PermissionDenied("That agent belongs to another team.")
+    return Conversation.objects.create(team=team, agent=agent, created_by=user,
+                                       title=(title or "").strip()[:200])
+
+
+# -- managing conversations ----------------------------------------------------------------------
+def _manage_membership(user: Any, conversation: Conversation, action: str) -> Membership:
+    membership = chat_membership(user, conversation.team_id)
+    if conversation.created_by_id != user.pk and not membership.has_role(Membership.Role.ADMIN):
+        raise PermissionDenied(f"Only the person who started this conversation or a team admin "
+                               f"can {action} it.")
+    return membership
+
+
+def conversation_rename(*, conversation: Conversation, user: Any, title: str) -> Conversation:
+    _manage_membership(user, conversation, "rename")
+    title = " ".join((title or "").split())
+    if not title:
+        raise ValidationError("Give the conversation a title.")
+    if len(title) > 200:
+        raise ValidationError(f"The title is {len(title)} characters long; the limit is 200.")
+    conversation.title = title
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def conversation_archive(*, conversation: Conversation, user: Any, archived: bool = True) -> Conversation:
+    """Archive (hide from the list, read-only) or bring back a conversation."""
+    _manage_membership(user, conversation, "archive")
+    conversation.archived = bool(archived)
+    conversation.save(update_fields=["archived", "updated_at"])
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation, user: Any) -> None:
+    """Delete a conversation for the chat: it is gone from the lists and its page. Its running
+    turns stop; their traces stay, as the team's record of what was spent."""
+    _manage_membership(user, conversation, "delete")
+    for trace in conversation_active_traces(conversation=conversation):
+        turn_cancel(trace=trace, user=user)
+    conversation.deleted_at = timezone.now()
+    conversation.save(update_fields=["deleted_at", "updated_at"])
+
+
+# -- commands typed in the chat ------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommandReply:
+    """What a command answered, shown in the chat and never sent to the model. ``redirect_to``:
+    the page to go to (``/new``)."""
+
+    command: str
+    text: str
+    redirect_to: Conversation | None = None
+    changed_model: bool = False
+
+
+def chat_command(*, conversation: Conversation, user: Any, text: str) -> CommandReply | None:
+    """Run ``text`` when it is a chat command (``/new``, ``/model``, ``/models``, ``/stop``,
+    ``/help``); None when it is an ordinary message. An unknown command answers with the help
+    text. No command reaches the model or starts a turn."""
+    command = parse_command(text or "")
+    if command is None:
+        return None
+    chat_membership(user, conversation.team_id)
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    name = command.name
+    if name is CommandName.NEW:
+        fresh = conversation_create(team=conversation.team, agent=agent, user=user)
+        return CommandReply("new", f"Started a new conversation with {agent.name}.", redirect_to=fresh)
+    if name is CommandName.STOP:
+        stopped = conversation_stop(conversation=conversation, user=user)
+        return CommandReply("stop", "Stopped the reply." if stopped else "Nothing is running here.")
+    if name is CommandName.MODELS:
+        return CommandReply("models", _models_text(conversation, agent))
+    if name is CommandName.MODEL:
+        return _model_command(conversation, agent, command.argument)
+    if name is CommandName.HELP:
+        return CommandReply("help", HELP_TEXT)
+    return CommandReply("unknown", unknown_command_reply(command))
+
+
+def _allowed_models(agent: Agent) -> list[str]:
+    models_ = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
+    return [agent.model, *[m for m in models_ if m != agent.model]]
+
+
+def _models_text(conversation: Conversation, agent: Agent) -> str:
+    current = conversation.model_override or agent.model
+    choices = _allowed_models(agent)
+    if len(choices) == 1:
+        return (f"This conversation uses {current}. The agent {agent.name} has no other models "
+                "to switch to; an admin can add some to its allowed models.")
+    lines = [f"{'• ' if m == current else '  '}{m}{' (the agent’s default)' if m == agent.model else ''}"
+             for m in choices]
+    return "Models you can switch to with /model <name>:\n" + "\n".join(lines)
+
+
+def _model_command(conversation: Conversation, agent: Agent, argument: str) -> CommandReply:
+    current = conversation.model_override or agent.model
+    if not argument:
+        return CommandReply("model", f"This conversation uses {current}. Switch with "
+                                     "/model <name>; /models lists the choices.")
+    choices = _allowed_models(agent)
+    chosen = next((m for m in choices if m.lower() == argument.lower()), None)
+    if chosen is None:
+        listed = ", ".join(choices)
+        return CommandReply("model", f"“{argument}” is not one of the models this agent may use. "
+                                     f"Choose one of: {listed}.")
+    override = "" if chosen == agent.model else chosen
+    Conversation.objects.filter(pk=conversation.pk).update(model_override=override)
+    conversation.model_override = override
+    return CommandReply("model", f"This conversation now uses {chosen}.", changed_model=True)

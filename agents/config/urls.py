@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import simulator
+
+urlpatterns = [
+    path("simulator/", simulator.routing_simulator, name="routing_simulator"),
+    path("backtest/", simulator.routing_backtest, name="routing_backtest"),
+]

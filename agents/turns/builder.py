@@ -1,0 +1,195 @@
+"""From database configuration to the runtime objects of one turn.
+
+``turn_setup_build`` reads the trace's agent, provider, tools, routing rules and history and
+returns a ``TurnSetup`` for ``agents.runtime.loop.run_turn``. It runs on the turn's database
+thread. Configuration that cannot work (an unknown provider kind, a key that cannot be read)
+raises ``TurnSetupError`` with a message for the user; configuration that is merely partly
+usable (an unknown tool, a fallback naming a missing provider, a bad routing pattern) is left
+out and reported in ``TurnSetup.warnings``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+
+from agents.models import Agent, Conversation, Message
+from agents.runtime.history import estimate_tokens
+from agents.runtime.loop import (
+    CompactionSettings,
+    TurnConfig,
+    TurnHooks,
+)
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.providers.base import Provider as RuntimeProvider
+from agents.runtime.tools import Tool as RuntimeTool
+from agents.tools import ToolContext, loop_tool_timeout
+from agents.tools import runtime_tools as tools_runtime_tools
+from agents.tools.context import DbRunner, run_sync
+from agents.turns.budgets import BudgetHooks, budget_routes
+from agents.turns.providers import (
+    OnRetry,
+    TurnSetupError,
+    reliable_provider,
+)
+from agents.turns.routing import (
+    route_turn,
+)
+from agents.turns.selectors import conversation_history_rows, turn_branch_before
+from memory.services import MemoryOwner, memory_turn_start
+from traces.models import Budget, Trace, TrajectoryState
+from traces.pricing import price_table_for
+
+logger = logging.getLogger(__name__)
+
+
+# -- tools, fallbacks, config -------------------------------------------------------------------
+def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[RuntimeTool], list[str]]:
+    """The agent's enabled tools as runtime tools bound to ``context`` (built-ins from the
+    registry in ``agents.tools``, HTTP tools from their rows), and a warning for each one left
+    out."""
+    return tools_runtime_tools(agent, context=context)
+
+
+def turn_tool_context(*, agent: Agent, trace: Trace, db: DbRunner | None) -> ToolContext:
+    """What the turn's tools are bound to: its team, agent, user and conversation."""
+    return ToolContext(
+        team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
+        conversation_id=trace.conversation_id, trace_id=trace.pk, timezone=settings.TIME_ZONE,
+        memory_recall_limit=agent.memory_recall_limit,
+        memory_min_relevance=agent.memory_min_relevance, db=db or run_sync)
+
+
+def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
+    """Memory at the turn's start: the recalled ``[Memory context]`` block for the message (the
+    agent's, the user's and the conversation's entries), after which the message is auto-saved
+    when the agent does that (``memory.services.memory_turn_start``)."""
+    owner = MemoryOwner(team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
+                        conversation_id=trace.conversation_id)
+    return memory_turn_start(
+        owner=owner, text=message.text, recall_limit=agent.memory_recall_limit,
+        min_relevance=agent.memory_min_relevance, auto_save=agent.memory_auto_save,
+        sender=str(trace.user_id or "anonymous"), message_id=message.uuid.hex[:12],
+        trace_id=trace.pk)
+
+
+def turn_config(agent: Agent, model: str) -> TurnConfig:
+    return TurnConfig(
+        model=model,
+        system_prompt=agent.system_prompt,
+        max_tool_iterations=agent.max_tool_iterations,
+        parallel_tools=agent.parallel_tools,
+        dispatcher=agent.tool_dispatcher,
+        temperature=agent.temperature,
+        max_tokens=agent.max_output_tokens,
+        history_max_messages=agent.history_max_messages,
+        compaction=CompactionSettings(enabled=agent.compaction_enabled,
+                                      preserve_recent=agent.compaction_preserve_recent,
+                                      max_estimated_tokens=agent.compaction_threshold_tokens),
+        trajectory_states=agent.trajectory_states,
+        inject_trajectory_state=agent.inject_trajectory_state,
+        approval_timeout_s=float(agent.approval_timeout_s),
+        step_timeout_s=float(agent.step_timeout_s),
+        timezone=settings.TIME_ZONE,
+    )
+
+
+def turn_history(*, trace: Trace, agent: Agent, branch: list[int] | None = None) -> list[RuntimeMessage]:
+    """The history the turn continues: its branch of the conversation (``branch``: the turns
+    before it, when the caller has them)."""
+    messages = []
+    for row in conversation_history_rows(trace=trace, limit=agent.history_max_messages, branch=branch):
+        try:
+            messages.append(RuntimeMessage.from_dict(
+                {"role": row.role, "blocks": row.blocks or [], "usage": row.usage}))
+        except (KeyError, TypeError, ValueError):
+            logger.warning("message %s cannot be read as history; left out", row.pk)
+    return messages
+
+
+# -- everything ---------------------------------------------------------------------------------
+@dataclass
+class TurnSetup:
+    provider: RuntimeProvider
+    config: TurnConfig
+    tools: list[RuntimeTool]
+    history: list[RuntimeMessage]
+    user_text: str
+    hooks: TurnHooks | None
+    routing: dict[str, Any]
+    provider_name: str
+    provider_kind: str
+    model: str
+    warnings: list[str]
+    # The configuration version the turn runs with (it may have changed since the message).
+    agent_version: int | None = None
+
+
+def previous_trajectory_state(*, trace: Trace, branch: list[int] | None = None) -> dict[str, Any] | None:
+    """The last trajectory state of the turns this one continues (on its branch), for the
+    dynamic part of this turn's system prompt (the agent picks up where it left off)."""
+    earlier = turn_branch_before(trace=trace) if branch is None else branch
+    if not earlier:
+        return None
+    state = (TrajectoryState.objects.filter(trace_id__in=earlier)
+             .order_by("-trace_id", "-iteration").only("fields").first())
+    return dict(state.fields) if state is not None else None
+
+
+def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
+                     db: DbRunner | None = None) -> TurnSetup:
+    """``db`` runs the tools' database work from the turn's event loop (the worker passes its
+    turn's database thread)."""
+    agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
+             if trace.agent_id else None)
+    if agent is None:
+        raise TurnSetupError("The agent of this conversation no longer exists. Start a new "
+                             "conversation with another agent.")
+    conversation = Conversation.objects.get(pk=trace.conversation_id)
+    message = trace.user_message
+    if message is None:
+        raise TurnSetupError("The message of this turn was deleted, so there is nothing to answer.")
+    user_text = message.text
+    choice = route_turn(agent=agent, conversation=conversation, text=user_text)
+    provider, fallbacks, fallback_warnings = reliable_provider(
+        agent=agent, primary=choice.provider, on_retry=on_retry)
+    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace,
+                                                                          db=db))
+    routing = {**choice.routing, "fallbacks": fallbacks}
+    hooks = None
+    budgets = list(Budget.objects.filter(team_id=agent.team_id, enabled=True)
+                   .filter(Q(user__isnull=True) | Q(user_id=trace.user_id))
+                   .select_related("route_down_provider"))
+    budget_warnings: list[str] = []
+    if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None or budgets:
+        if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None:
+            routing["budget"] = {"max_tokens": agent.max_tokens_per_turn,
+                                 "max_cost_usd": (str(agent.max_cost_per_turn)
+                                                  if agent.max_cost_per_turn is not None else None)}
+        routes, budget_warnings = budget_routes(team_id=agent.team_id, budgets=budgets,
+                                                primary=choice.provider)
+        hooks = BudgetHooks(
+            max_tokens=agent.max_tokens_per_turn, max_cost=agent.max_cost_per_turn,
+            provider_kind=choice.provider.kind, model=choice.model,
+            prices=price_table_for(agent.team_id, with_providers=True), team_id=agent.team_id,
+            user_id=trace.user_id, budgets=bool(budgets), routes=routes, trace_id=trace.pk,
+            attempt=trace.attempts, db=db,
+            prompt_tokens=estimate_tokens([{"role": "system", "content": agent.system_prompt},
+                                           {"role": "user", "content": user_text}]))
+    config = turn_config(agent, choice.model)
+    config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
+    config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
+    branch = turn_branch_before(trace=trace)
+    if agent.trajectory_states:
+        config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)
+    return TurnSetup(
+        provider=provider, config=config, tools=tools,
+        history=turn_history(trace=trace, agent=agent, branch=branch), user_text=user_text, hooks=hooks,
+        routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
+        model=choice.model,
+        warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
+        agent_version=agent.version)

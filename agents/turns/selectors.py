@@ -1,0 +1,95 @@
+"""Read queries a turn needs: its branch of the conversation, the messages before it, what
+waits for approval."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db.models import Q, QuerySet
+
+from agents.models import Conversation, Message
+from agents.turns.branches import TurnNode, TurnTree
+from traces.models import Step, Trace
+
+
+def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[Trace]:
+    """The conversation's queued and running traces, oldest first."""
+    conversation_id = conversation.pk if isinstance(conversation, Conversation) else conversation
+    return (Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
+            .order_by("created_at", "id"))
+
+
+def conversation_history_rows(*, trace: Trace, limit: int, branch: list[int] | None = None) -> list[Message]:
+    """The messages before ``trace``'s turn on its branch, oldest first, at most ``limit``.
+
+    The branch is the chain of turns ``trace`` continues (``Message.parent_turn``;
+    ``turn_branch_before``, which the caller may pass as ``branch``): for each, its user
+    message and then what that turn stored. So a message sent while an earlier turn ran comes
+    after that turn's answer, turns queued behind this one are left out, and so are other
+    branches (an edited message, a regenerated answer). Messages that belong to no turn come
+    first."""
+    if branch is None:
+        branch = turn_branch_before(trace=trace)
+    path = branch[-limit:] if limit > 0 else branch  # every turn holds at least its user message
+    rows = path_messages(trace.conversation_id, path, _user_messages(path)) if path else []
+    if limit <= 0 or len(rows) < limit:
+        loose = (Message.objects.filter(conversation_id=trace.conversation_id, trace__isnull=True)
+                 .exclude(pk=trace.user_message_id).order_by("-id"))
+        if limit > 0:
+            loose = loose[:limit - len(rows)]
+        rows = [*reversed(list(loose)), *rows]
+    return rows[-limit:] if limit > 0 else rows
+
+
+def _user_messages(path: list[int]) -> dict[int, int | None]:
+    return dict(Trace.objects.filter(pk__in=path).values_list("id", "user_message_id"))
+
+
+def turn_branch_before(*, trace: Trace) -> list[int]:
+    """The ids of the turns ``trace`` continues, oldest first (its branch, without itself)."""
+    tree = turn_tree(_tree_rows(trace.conversation_id))
+    return tree.path(tree.parent(trace.pk)) if trace.pk in tree else []
+
+
+def _tree_rows(conversation_id: int) -> list[TurnNode]:
+    return [TurnNode(pk, message, parent) for pk, message, parent in
+            Trace.objects.filter(conversation_id=conversation_id)
+            .values_list("id", "user_message_id", "user_message__parent_turn_id").order_by("id")]
+
+
+def turn_tree(nodes: Iterable[TurnNode]) -> TurnTree:
+    return TurnTree(nodes)
+
+
+def path_messages(conversation_id: int, path: list[int], user_message_of: dict[int, int | None] | TurnTree,
+                   fields: tuple[str, ...] | None = None) -> list[Message]:
+    """The messages of the turns on ``path``, in path order: each turn's user message, then
+    what the turn stored (by id)."""
+    if not path:
+        return []
+    if isinstance(user_message_of, TurnTree):
+        user_message_of = {t: user_message_of.nodes[t].user_message_id for t in path}
+    user_ids = {m for m in user_message_of.values() if m}
+    rows = Message.objects.filter(conversation_id=conversation_id).filter(
+        Q(trace_id__in=path) | Q(pk__in=user_ids)).order_by("id")
+    if fields:
+        rows = rows.only(*fields)
+    by_id: dict[int, Message] = {}
+    produced: dict[int, list[Message]] = {}
+    for row in rows:
+        by_id[row.pk] = row
+        if row.trace_id is not None:
+            produced.setdefault(row.trace_id, []).append(row)
+    ordered: list[Message] = []
+    for turn in path:
+        mine = user_message_of.get(turn)
+        if mine in by_id:
+            ordered.append(by_id[mine])
+        ordered.extend(m for m in produced.get(turn, ()) if m.pk != mine and m.pk not in user_ids)
+    return ordered
+
+
+def approval_waiting(*, trace: Trace, call_id: str) -> Step | None:
+    """The approval step of ``trace`` that waits for a decision on ``call_id``, if any."""
+    return (Step.objects.filter(trace=trace, kind=Step.Kind.APPROVAL, call_id=call_id,
+                                status=Step.Status.WAITING).order_by("-seq").first())

@@ -1,0 +1,229 @@
+"""A turn's actions: send a message (start a turn), regenerate an answer, edit and resend a
+message, stop a turn or a conversation's turns, decide on a tool call that waits for approval.
+
+Who may act is checked here (a team member who can chat); views resolve the objects through
+the team-scoped access helpers first, so another team's object is a 404 before this runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent, Conversation, Message
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.turns.selectors import approval_waiting, conversation_active_traces
+from agents.turns.signals import approval_signal_send
+from agentsite.access import membership_for
+from agentsite.models import Membership, Team
+from traces import live
+from traces.models import Trace
+from traces.services import (
+    announce_sync,
+    conversation_lock,
+    trace_cancel_queued,
+    trace_enqueue,
+    trace_request_cancel,
+)
+
+MAX_MESSAGE_CHARS = 32_000
+INTERRUPT_REASON = "interrupted by a new message"
+
+
+def chat_membership(user: Any, team: Team | int) -> Membership:
+    membership = membership_for(user, team)
+    if membership is None or not membership.can_chat:
+        raise PermissionDenied("You need to be a team member (not a viewer) to chat with agents.")
+    return membership
+
+
+def _clean_text(text: str) -> str:
+    text = (text or "").strip()
+    if not text:
+        raise ValidationError("Write a message before sending it.")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise ValidationError(
+            f"Your message is {len(text):,} characters long; the limit is {MAX_MESSAGE_CHARS:,}. "
+            "Shorten it or send it in parts.")
+    return text
+
+
+
+class _Latest:
+    """``turn_start(parent=LATEST)``: continue the conversation's newest turn."""
+
+
+LATEST: Any = _Latest()
+
+
+def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
+               client_id: str = "") -> Trace:
+    """Store the user's message and a queued trace for it, in one transaction; the turn task is
+    sent once it commits.
+
+    ``parent`` is the turn the message continues: the branch the person is looking at (None
+    starts a branch from the beginning; by default the conversation's newest turn).
+    ``client_id`` is the browser's id for the message: sending the same id again (a resend
+    after a dropped connection) returns the first turn instead of starting another.
+
+    One turn runs per conversation at a time: while another is queued or running, the new trace
+    waits and is sent when the earlier ones end. If the agent interrupts on a new message, the
+    earlier turns are stopped instead and the new one goes next."""
+    chat_membership(user, conversation.team_id)
+    text = _clean_text(text)
+    _check_open(conversation)
+    client_id = (client_id or "").strip()[:64]
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    with transaction.atomic():
+        conversation_lock(conversation.pk)
+        if client_id:
+            sent = _sent_before(conversation, client_id)
+            if sent is not None:
+                return sent
+        if parent is LATEST:
+            parent_id = (Trace.objects.filter(conversation_id=conversation.pk)
+                         .order_by("-id").values_list("id", flat=True).first())
+        else:
+            parent_id = _parent_in(conversation, parent)
+        message = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER,
+            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            parent_turn_id=parent_id, client_id=client_id)
+        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message)
+        message.trace = trace
+        message.save(update_fields=["trace"])
+        if not conversation.title:
+            conversation.title = _title_from(text)
+            Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
+        message.conversation = conversation
+        transaction.on_commit(lambda: announce_sync(live.message_announcement, message))
+    return trace
+
+
+def _check_open(conversation: Conversation) -> None:
+    if conversation.deleted_at is not None:
+        raise ValidationError("This conversation was deleted.")
+    if conversation.archived:
+        raise ValidationError("This conversation is archived. Unarchive it, or start a new one "
+                              "to keep chatting.")
+
+
+def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
+    message = Message.objects.filter(conversation_id=conversation.pk, client_id=client_id).first()
+    if message is None:
+        return None
+    trace = Trace.objects.filter(user_message=message).order_by("id").first()
+    if trace is not None:
+        trace.user_message = message
+        trace.resent = True
+    return trace
+
+
+def _parent_in(conversation: Conversation, parent: Trace | None) -> int | None:
+    if parent is None:
+        return None
+    if parent.conversation_id != conversation.pk:
+        raise ValidationError("That turn belongs to another conversation.")
+    return parent.pk
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 80 else line[:79].rstrip() + "…"
+
+
+def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message) -> Trace:
+    """A queued trace answering ``message``: sent now when nothing else of the conversation is
+    in flight, else queued behind it (or, when the agent says so, interrupting it). Call inside
+    a transaction that holds the conversation's lock."""
+    now = timezone.now()
+    earlier = list(conversation_active_traces(conversation=conversation))
+    trace = Trace.objects.create(
+        team_id=conversation.team_id, conversation=conversation, agent=agent,
+        agent_version=agent.version, user=user, user_message=message,
+        status=Trace.Status.QUEUED)
+    trace.user_message = message
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
+    if not earlier:
+        trace_enqueue(trace=trace, now=now)
+    elif agent.interrupt_on_new_message:
+        for older in earlier:
+            if not trace_cancel_queued(trace=older, reason=INTERRUPT_REASON, now=now):
+                trace_request_cancel(trace=older, reason=INTERRUPT_REASON, now=now)
+    return trace
+
+
+def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> Trace:
+    """Answer the user message of ``trace`` again, as a new branch beside that answer (which
+    stays reachable)."""
+    chat_membership(user, conversation.team_id)
+    _check_open(conversation)
+    if trace.conversation_id != conversation.pk or trace.user_message_id is None:
+        raise ValidationError("That answer cannot be regenerated.")
+    if trace.is_active:
+        raise ValidationError("This answer is still being written. Stop it first, or wait for it.")
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    with transaction.atomic():
+        conversation_lock(conversation.pk)
+        message = Message.objects.get(pk=trace.user_message_id)
+        return _turn_create(conversation=conversation, agent=agent, user=user, message=message)
+
+
+def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: str) -> Trace:
+    """Send an edited version of an earlier user message: a new branch from the point where
+    ``message`` was sent. The original and everything after it stay reachable."""
+    chat_membership(user, conversation.team_id)
+    text = _clean_text(text)
+    _check_open(conversation)
+    if message.conversation_id != conversation.pk or message.role != Message.Role.USER:
+        raise ValidationError("Only your messages in this conversation can be edited.")
+    agent = Agent.objects.get(pk=conversation.agent_id)
+    with transaction.atomic():
+        conversation_lock(conversation.pk)
+        edited = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER,
+            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            parent_turn_id=message.parent_turn_id)
+        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=edited)
+        edited.trace = trace
+        edited.save(update_fields=["trace"])
+        edited.conversation = conversation
+        transaction.on_commit(lambda: announce_sync(live.message_announcement, edited))
+    return trace
+
+
+def conversation_stop(*, conversation: Conversation, user: Any) -> int:
+    """Stop every queued or running turn of the conversation; how many there were."""
+    chat_membership(user, conversation.team_id)
+    stopped = 0
+    for trace in conversation_active_traces(conversation=conversation):
+        turn_cancel(trace=trace, user=user)
+        stopped += 1
+    return stopped
+
+
+
+def turn_cancel(*, trace: Trace, user: Any) -> Trace:
+    """Stop a turn: a queued one ends ``cancelled`` at once; a running one is signalled and its
+    worker ends it. Stopping a turn that has ended does nothing."""
+    chat_membership(user, trace.team_id)
+    reason = f"Cancelled by {user.get_username()}"
+    if not trace_cancel_queued(trace=trace, reason=reason):
+        trace_request_cancel(trace=trace, reason=reason)
+    trace.refresh_from_db()
+    return trace
+
+
+def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) -> None:
+    """Approve or deny a tool call that waits for approval in a running turn."""
+    chat_membership(user, trace.team_id)
+    running = Trace.objects.filter(pk=trace.pk, status=Trace.Status.RUNNING).exists()
+    if not running or approval_waiting(trace=trace, call_id=call_id) is None:
+        raise ValidationError("This tool call is not waiting for approval any more.")
+    if not approval_signal_send(trace_uuid=trace.uuid, call_id=call_id, approved=approved,
+                                decided_by=user.get_username()):
+        raise ValidationError("Your decision could not be delivered to the worker. Try again in "
+                              "a moment.")
