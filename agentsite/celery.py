@@ -24,7 +24,8 @@ app.conf.task_default_exchange = "turns"
 app.conf.task_default_routing_key = "turns"
 app.conf.task_routes = {
     "agentsite.tasks.*": {"queue": "maintenance", "routing_key": "maintenance"},
+    "agents.turns.tasks.reap": {"queue": "maintenance", "routing_key": "maintenance"},
     "traces.tasks.*": {"queue": "maintenance", "routing_key": "maintenance"},
-    "memory.tasks.*": {"queue": "maintenance", "routing_key": "maintenance"},
 }
-app.autodiscover_tasks()
+# Named, not imported: the task modules load once Django is set up.
+app.autodiscover_tasks(["agentsite", "agents.turns"])

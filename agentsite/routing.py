@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from traces.consumers import ConversationConsumer, TraceConsumer
+from agents.chat.consumers import ConversationConsumer
+from traces.consumers import TraceConsumer
 
 from . import consumers
 

@@ -252,8 +252,8 @@ TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=15.0)
 TURN_CANCEL_POLL_S = env.float("TURN_CANCEL_POLL_S", default=0.2)
 
 CELERY_BEAT_SCHEDULE = {
-    "traces-reap": {
-        "task": "traces.tasks.reap",
+    "turns-reap": {
+        "task": "agents.turns.tasks.reap",
         "schedule": TURN_REAPER_INTERVAL_S,
         # A reap that could not start before the next one is due is simply skipped.
         "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_REAPER_INTERVAL_S},

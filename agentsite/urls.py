@@ -28,6 +28,7 @@ urlpatterns = [
     path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
     path("chat/", include("agents.chat.urls")),
     path("traces/", include("traces.urls")),
+    path("traces/", include("agents.turns.urls")),
     path("costs/", include("traces.cost_urls")),
     path("admin/routing/", include("agents.config.urls")),
     path("admin/tools/", include("agents.tools.urls")),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 MAX_TERMS = 16
 _WORD = re.compile(r"[^\W_]+")
@@ -125,7 +125,6 @@ class LikeSearch(SearchBackend):
     """For databases without a full-text engine here: rank = the number of matching words."""
 
     def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
-        from django.db.models import Q
 
         condition = Q()
         for term in terms:

@@ -233,7 +233,7 @@ def sent_turns(monkeypatch) -> list[int]:
     sent: list[int] = []
 
     def send_task(name, args=None, kwargs=None, **options):
-        assert name == "agents.turns.tasks.run_turn"
+        assert name == "agents.turns.tasks.turn_run"
         assert options.get("queue") == "turns"
         sent.append(args[0])
 
@@ -276,10 +276,10 @@ def run_in_thread():
     threads: list[threading.Thread] = []
 
     def start(trace_id: int) -> threading.Thread:
-        from agents.turns.tasks import run_turn
+        from agents.turns.tasks import turn_run
 
         def target():
-            thread.result = run_turn(trace_id)
+            thread.result = turn_run(trace_id)
 
         thread = threading.Thread(target=target, daemon=True, name=f"test-turn-{trace_id}")
         thread.result = None

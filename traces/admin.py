@@ -24,7 +24,6 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agents.models import ModelRoute, Provider
 from agentsite.admin_site import TeamScopedAdmin, admin_team_ids
 from agentsite.audit import AuditedAdmin
 from agentsite.models import Membership, Team
@@ -37,6 +36,11 @@ IMPORT_MAX_BYTES = 2 * 1024 * 1024
 
 
 # -- prices -------------------------------------------------------------------------------------------
+# The provider kinds with their labels, from the model a budget routes down to (the
+# providers' app builds on this one, so it is reached through the relation, not imported).
+PROVIDER_KINDS = Budget._meta.get_field("route_down_provider").related_model.Kind.choices
+
+
 class ModelPriceForm(forms.ModelForm):
     source_url = forms.URLField(required=False, assume_scheme="https", label="Source URL")
     aliases_text = forms.CharField(
@@ -49,7 +53,7 @@ class ModelPriceForm(forms.ModelForm):
                   "input_per_mtok", "output_per_mtok", "cache_write_per_mtok",
                   "cache_read_per_mtok", "effective_from", "label", "source_url", "source_note"]
         widgets = {"provider_kind": forms.Select(choices=[("", "Any (not the offline demo)"),
-                                                          *Provider.Kind.choices])}
+                                                          *PROVIDER_KINDS])}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -282,7 +286,7 @@ class BudgetForm(forms.ModelForm):
         hint = (data.get("route_down_hint") or "").strip()
         if data.get("mode") == Budget.Mode.ROUTE_DOWN:
             if hint:
-                if team and not ModelRoute.objects.filter(team=team, hint=hint).exists():
+                if team and not team.model_routes.filter(hint=hint).exists():
                     self.add_error("route_down_hint", f"{team} has no model route with the hint “{hint}”.")
             elif not (provider and (data.get("route_down_model") or "").strip()):
                 self.add_error("route_down_hint", "Route down to a model route's hint, or to a "
@@ -315,7 +319,7 @@ class BudgetAdmin(AuditedAdmin, TeamScopedAdmin):
             kwargs["queryset"] = users if teams is None else users.filter(
                 memberships__team_id__in=teams).distinct()
         elif db_field.name == "route_down_provider":
-            providers = Provider.objects.select_related("team").order_by("team__name", "name")
+            providers = db_field.remote_field.model.objects.select_related("team").order_by("team__name", "name")
             kwargs["queryset"] = providers if teams is None else providers.filter(team_id__in=teams)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 

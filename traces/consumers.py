@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -9,6 +10,7 @@ from agentsite.access import membership_for
 from agentsite.consumers import CLOSE_FORBIDDEN
 
 from . import live
+from .models import Trace
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -26,8 +28,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
+    # The model whose rows the socket follows (its ``team`` decides who may), and its group.
+    model: Any = None
+    group_of: Callable[[str], str]
+
     async def authorised_group(self, user: Any, uuid: str) -> str | None:
-        raise NotImplementedError
+        team_id = await team_of(self.model, uuid)
+        if team_id is None or await database_sync_to_async(membership_for)(user, team_id) is None:
+            return None
+        return type(self).group_of(uuid)
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -41,7 +50,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
 
 @database_sync_to_async
-def _team_of(model: Any, uuid: str) -> int | None:
+def team_of(model: Any, uuid: str) -> int | None:
     try:
         return model.objects.filter(uuid=uuid).values_list("team_id", flat=True).first()
     except (ValueError, TypeError):
@@ -49,27 +58,5 @@ def _team_of(model: Any, uuid: str) -> int | None:
 
 
 class TraceConsumer(LiveConsumer):
-    async def authorised_group(self, user: Any, uuid: str) -> str | None:
-        from .models import Trace
-
-        team_id = await _team_of(Trace, uuid)
-        if team_id is None or await database_sync_to_async(membership_for)(user, team_id) is None:
-            return None
-        return live.trace_group(uuid)
-
-
-class ConversationConsumer(LiveConsumer):
-    async def live_event(self, event: dict[str, Any]) -> None:
-        payload = event["payload"]
-        if payload.get("event") == "delta":
-            await self.send(text_data=live.delta_frame(payload))
-        else:
-            await self.send_json(payload)
-
-    async def authorised_group(self, user: Any, uuid: str) -> str | None:
-        from agents.models import Conversation
-
-        team_id = await _team_of(Conversation, uuid)
-        if team_id is None or await database_sync_to_async(membership_for)(user, team_id) is None:
-            return None
-        return live.conversation_group(uuid)
+    model = Trace
+    group_of = staticmethod(live.trace_group)

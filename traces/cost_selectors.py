@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet, Sum
+from django.urls import reverse
 from django.utils import timezone
 
-from agents.models import Agent, Conversation
 from agentsite.models import Membership, Team
 
 from .models import ConversationCostRollup, CostRollup, Trace
@@ -80,7 +81,6 @@ class CostFilters:
         return [self.date_from + timedelta(days=n) for n in range((self.date_to - self.date_from).days + 1)]
 
     def query(self, **changes: Any) -> str:
-        from urllib.parse import urlencode
 
         values = {"date_from": self.date_from.isoformat(), "date_to": self.date_to.isoformat(),
                   "agent": self.agent, "user": self.user, "model": self.model, "split": self.split}
@@ -108,7 +108,7 @@ class Resolved:
 def resolve_filters(*, team: Team, filters: CostFilters) -> Resolved:
     resolved = Resolved()
     if filters.agent:
-        resolved.agent_id = Agent.objects.filter(team=team, uuid=filters.agent).values_list("pk", flat=True).first()
+        resolved.agent_id = team.agents.filter(uuid=filters.agent).values_list("pk", flat=True).first()
         resolved.impossible |= resolved.agent_id is None
     if filters.user:
         resolved.user_id = (get_user_model().objects.filter(username=filters.user)
@@ -190,15 +190,13 @@ def _names(kind: str, ids: Iterable[int], team: Team) -> dict[Any, tuple[str, st
     """Display names (and a link) for roll-up ids."""
     ids = [i for i in ids if i]
     if kind == "agent":
-        return {pk: (name, "") for pk, name in Agent.objects.filter(team=team, pk__in=ids).values_list("pk", "name")}
+        return {pk: (name, "") for pk, name in team.agents.filter(pk__in=ids).values_list("pk", "name")}
     if kind == "user":
         return {pk: (name, "") for pk, name in
                 get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")}
     if kind == "conversation":
-        from django.urls import reverse
-
         found = {}
-        for pk, title, code in Conversation.objects.filter(team=team, pk__in=ids).values_list("pk", "title", "uuid"):
+        for pk, title, code in team.conversations.filter(pk__in=ids).values_list("pk", "title", "uuid"):
             found[pk] = (title or f"Conversation {code.hex[:8]}", reverse("conversation", args=[code]))
         return found
     return {}
@@ -276,7 +274,7 @@ def top_traces(*, team: Team, filters: CostFilters, resolved: Resolved, limit: i
 
 def cost_filter_choices(*, team: Team) -> dict[str, list]:
     return {
-        "agents": list(Agent.objects.filter(team=team).order_by("name").values_list("uuid", "name")),
+        "agents": list(team.agents.order_by("name").values_list("uuid", "name")),
         "users": list(Membership.objects.filter(team=team).order_by("user__username")
                       .values_list("user__username", flat=True)),
         "models": list(CostRollup.objects.filter(team=team).exclude(model="").order_by("model")

@@ -8,16 +8,23 @@ are not persisted; they carry the current ``seq`` and their own ``index`` within
 Fragments are rendered from the same ``{% partialdef %}`` partials the pages use, so a row that
 arrives live and a row rendered on reload are the same HTML.
 
-Groups: ``trace_<hex>`` (the inspector) and ``conversation_<hex>`` (the chat).
+Groups: ``trace_<hex>`` (the inspector) and ``conversation_<hex>`` (the chat). This module
+knows the inspector only; what the chat adds to an announcement comes from the chat, handed to
+the recorder as ``Announcements`` by whoever runs the turn.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
+
+from .presentation import decorate_states, decorate_steps
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +32,15 @@ EVENT_TYPE = "live.event"  # handled by the consumers' ``live_event``
 
 
 def trace_group(trace_uuid: Any) -> str:
-    return f"trace_{_hex(trace_uuid)}"
+    return f"trace_{uuid_hex(trace_uuid)}"
 
 
 def conversation_group(conversation_uuid: Any) -> str:
-    return f"conversation_{_hex(conversation_uuid)}"
+    return f"conversation_{uuid_hex(conversation_uuid)}"
 
 
-def _hex(value: Any) -> str:
+def uuid_hex(value: Any) -> str:
+    """A UUID (or its text) as 32 hex digits, the form group names and URLs use."""
     return value.hex if hasattr(value, "hex") else str(value).replace("-", "")
 
 
@@ -41,15 +49,12 @@ def render(partial: str, context: dict[str, Any]) -> str:
 
 
 # -- payloads (plain dicts: the consumers forward them as JSON) ----------------------------------
-def step_payload(step: Any, *, chat: bool = False) -> dict[str, Any]:
-    """The inspector's row for ``step``; with ``chat``, also what the chat shows of it: a tool
-    card for tool calls and approvals, tokens and cost for model requests."""
-    from .presentation import decorate_steps
-
+def step_payload(step: Any) -> dict[str, Any]:
+    """The inspector's row for ``step``."""
     if not hasattr(step, "bar_x"):
         # The client rescales every bar to the trace's current length; this is a first guess.
         decorate_steps([step], scale=step.offset_ms + (step.duration_ms or 0) or 1.0)
-    payload = {
+    return {
         "event": "step",
         "trace": step.trace.uuid.hex,
         "seq": step.event_seq,
@@ -58,26 +63,9 @@ def step_payload(step: Any, *, chat: bool = False) -> dict[str, Any]:
         "status": step.status,
         "html": render("traces/trace_detail.html#step-row", {"step": step, "trace": step.trace, "live": True}),
     }
-    if chat:
-        payload.update(_chat_step(step))
-    return payload
-
-
-def _chat_step(step: Any) -> dict[str, Any]:
-    from agents.chat.selectors import tool_card_for_step
-
-    if step.kind == "llm_request":
-        return {"kind": "llm", "tokens": step.total_tokens, "cost": str(step.cost_usd or 0)}
-    card = tool_card_for_step(step)
-    if card is None:
-        return {"kind": step.kind}
-    return {"kind": step.kind, "card_id": card.dom_id, "card_seq": card.seq,
-            "card": render("chat/conversation.html#tool-card", {"card": card})}
 
 
 def state_payload(state: Any) -> dict[str, Any]:
-    from .presentation import decorate_states
-
     if not hasattr(state, "diff"):
         decorate_states([state], trace=state.trace)
     return {
@@ -115,52 +103,7 @@ def trace_totals(trace: Any) -> dict[str, Any]:
 
 
 def delta_payload(*, trace_uuid: Any, seq: int, step: int, index: int, text: str) -> dict[str, Any]:
-    return {"event": "delta", "trace": _hex(trace_uuid), "seq": seq, "step": step, "index": index, "text": text}
-
-
-def message_payload(message: Any) -> dict[str, Any]:
-    """A new user message: the chat's fragment for it and its pending answer, and where it sits
-    in the conversation's tree (``turn`` continues ``parent``). Answers arrive with their
-    turn's final ``trace`` event instead, so other messages carry no fragment."""
-    payload: dict[str, Any] = {
-        "event": "message",
-        "conversation": message.conversation.uuid.hex,
-        "trace": message.trace.uuid.hex if message.trace_id else None,
-        "id": f"message-{message.uuid.hex}",
-        "role": message.role,
-    }
-    if message.role != "user" or not message.trace_id:
-        return payload
-    from agents.chat.selectors import TurnView
-
-    parent = None
-    if message.parent_turn_id:
-        from .models import Trace
-
-        parent = Trace.objects.filter(pk=message.parent_turn_id).values_list("uuid", flat=True).first()
-    payload["turn"] = message.trace.uuid.hex
-    payload["parent"] = parent.hex if parent else ""
-    payload["html"] = render("chat/conversation.html#sent", {
-        "turn": TurnView(message.trace, message), "conversation": message.conversation})
-    return payload
-
-
-def chat_answer(trace: Any) -> dict[str, Any]:
-    """The chat's fragments for a turn that ended: its answer (replacing the pending one) and
-    the conversation's meter."""
-    from agents.chat.selectors import turn_view
-
-    turn, meter = turn_view(trace)
-    context = {"turn": turn, "conversation": trace.conversation}
-    return {"answer": render("chat/conversation.html#answer", context),
-            "meter": render("chat/conversation.html#meter", {"meter": meter})}
-
-
-def delta_frame(payload: dict[str, Any]) -> str:
-    """A text delta as the chat receives it: ``~<step>|<text>``. Deltas are most of a turn's
-    frames and the chat needs only the text (its running answer is the only one streaming),
-    so the frame carries nothing else; the final answer replaces the text in any case."""
-    return f"~{payload.get('step', 0)}|{payload.get('text', '')}"
+    return {"event": "delta", "trace": uuid_hex(trace_uuid), "seq": seq, "step": step, "index": index, "text": text}
 
 
 # -- sending ------------------------------------------------------------------------------------
@@ -177,51 +120,56 @@ async def publish(groups: list[str], payload: dict[str, Any]) -> None:
             logger.warning("could not announce %s to %s", payload.get("event"), group, exc_info=True)
 
 
-def groups_for(trace: Any) -> list[str]:
-    return [trace_group(trace.uuid), conversation_group(trace.conversation.uuid)]
-
-
 # What each announcement sends, rendered synchronously: templates may read related rows, and
 # the ORM refuses to run inside an event loop. A running turn renders these on its database
 # thread and sends them with ``publish`` (``traces.recorder``); ``announce_sync`` does both
 # from synchronous code.
 Announcement = tuple[list[str], dict[str, Any]]
+Prepare = Callable[[Any], Announcement]
+
+
+@dataclass(frozen=True)
+class Announcements:
+    """What a turn announces, one function per kind of change: each renders its object into
+    (groups, payload). ``groups`` names where a trace's text deltas go. The inspector's own are
+    ``INSPECTOR``; the chat builds its own on top of them and the turn's runner hands those to
+    the recorder, so this app never reaches up into the chat."""
+
+    step: Prepare
+    state: Prepare
+    trace: Prepare
+    message: Prepare | None
+    groups: Callable[[Any], list[str]]
+
+
+def _inspector_groups(trace: Any) -> list[str]:
+    return [trace_group(trace.uuid)]
 
 
 def step_announcement(step: Any) -> Announcement:
-    return groups_for(step.trace), step_payload(step, chat=True)
+    return _inspector_groups(step.trace), step_payload(step)
 
 
 def state_announcement(state: Any) -> Announcement:
-    return groups_for(state.trace), state_payload(state)
+    return _inspector_groups(state.trace), state_payload(state)
 
 
 def trace_announcement(trace: Any) -> Announcement:
-    payload = trace_payload(trace)
-    if trace.status not in ("queued", "running") and trace.conversation_id:
-        payload.update(chat_answer(trace))
-    return groups_for(trace), payload
+    return _inspector_groups(trace), trace_payload(trace)
 
 
-def message_announcement(message: Any) -> Announcement:
-    return [conversation_group(message.conversation.uuid)], message_payload(message)
+INSPECTOR = Announcements(step=step_announcement, state=state_announcement,
+                          trace=trace_announcement, message=None, groups=_inspector_groups)
 
 
-async def step_changed(step: Any) -> None:
-    await publish(*step_announcement(step))
-
-
-async def state_recorded(state: Any) -> None:
-    await publish(*state_announcement(state))
-
-
-async def trace_changed(trace: Any) -> None:
-    await publish(*trace_announcement(trace))
-
-
-async def text_delta(trace: Any, *, step: int, index: int, text: str) -> None:
-    await publish(groups_for(trace), delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=step, index=index, text=text))
-
-
-async def message_added(message: Any) -> None:
-    await publish(*message_announcement(message))
+def announce_sync(prepare: Prepare | None, obj: Any) -> None:
+    """Announce from synchronous code (web requests, the reaper): render here, where queries
+    are allowed, then send. Never raises."""
+    if prepare is None:
+        return
+    try:
+        groups, payload = prepare(obj)
+        async_to_sync(publish)(groups, payload)
+    except Exception:  # noqa: BLE001 - the database has the truth; clients re-sync
+        logger.warning("could not announce %s", getattr(prepare, "__name__", prepare),
+                       exc_info=True)

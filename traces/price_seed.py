@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from .models import ModelPrice
+
 OPENAI = "https://platform.openai.com/docs/pricing"
 ANTHROPIC = "https://docs.anthropic.com/en/docs/about-claude/pricing"
 GOOGLE = "https://ai.google.dev/gemini-api/docs/pricing"
@@ -114,7 +116,6 @@ def price_seed_apply(model_price: Any, rows: list[dict[str, Any]] | None = None)
 def price_seed_if_empty(**kwargs: Any) -> None:
     """``post_migrate``: a database without any global price (fresh, or flushed by a test run)
     gets the shipped table."""
-    from .models import ModelPrice
 
     if not ModelPrice.objects.filter(team__isnull=True).exists():
         price_seed_apply(ModelPrice)

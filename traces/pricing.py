@@ -44,6 +44,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from agents.runtime.pricing import COST_QUANTUM, Price, Usage, cost_breakdown
+from agentsite.models import Team
 
 from .models import ModelPrice
 
@@ -258,10 +259,9 @@ def price_table_load(*, team_ids: Iterable[int | None] = (), with_providers: boo
             ModelPrice.objects.filter(Q(team__isnull=True) | Q(team_id__in=ids))]
     kinds: dict[tuple[int, str], str] = {}
     if with_providers and ids:
-        from agents.models import Provider
-
-        for team_id, name, kind in Provider.objects.filter(team_id__in=ids).values_list(
-                "team_id", "name", "kind"):
+        # Through the teams' own relation: the providers' app builds on this one.
+        for team_id, name, kind in Team.objects.filter(pk__in=ids, providers__isnull=False).values_list(
+                "pk", "providers__name", "providers__kind"):
             kinds[(team_id, name)] = kind
     return PriceTable(rows, kinds)
 

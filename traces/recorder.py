@@ -139,8 +139,12 @@ class TraceRecorder:
     event is dropped and ``on_lost`` is called once."""
 
     def __init__(self, *, trace: Trace, attempt: int, db: DbCall,
-                 on_lost: Callable[[], None] | None = None) -> None:
+                 on_lost: Callable[[], None] | None = None,
+                 announcements: live.Announcements = live.INSPECTOR) -> None:
         self.trace = trace
+        # What each change announces and to whom: the inspector's, or the caller's (the chat
+        # adds its fragments) — passed in, so this app never imports the chat.
+        self.announcements = announcements
         self.attempt = attempt
         self.db = db
         self.on_lost = on_lost
@@ -227,11 +231,11 @@ class TraceRecorder:
         if step is not None:
             self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
             step.trace = self.trace
-            await self.announce(live.step_announcement, step)
+            await self.announce(self.announcements.step, step)
             if step.totals_seq:
                 # The trace's cost so far moved: its header (and the chat's meter) follow live.
                 self.trace.event_seq = max(self.trace.event_seq, step.totals_seq)
-                await self.announce(_fresh_trace_announcement, self.trace.pk)
+                await self.announce(self._fresh_trace_announcement, self.trace.pk)
         return seq
 
     def lose(self) -> None:
@@ -378,7 +382,7 @@ class TraceRecorder:
         if state is not None:
             self.trace.event_seq = max(self.trace.event_seq, state.event_seq)
             state.trace = self.trace
-            await self.announce(live.state_announcement, state)
+            await self.announce(self.announcements.state, state)
 
     async def _compacted(self, event: Compacted) -> None:
         requests = sum(self.llm_count.values())
@@ -456,7 +460,7 @@ class TraceRecorder:
             deltas.index += 1
             deltas.last_sent = time.monotonic()
             step = deltas.step
-        await announce_delta(self.trace, step=step, index=index, text=text)
+        await self.announce_delta(step=step, index=index, text=text)
 
     async def flush(self) -> None:
         """Send what the delta buffer holds (before the step it belongs to is finished)."""
@@ -475,30 +479,11 @@ class TraceRecorder:
             logger.warning("could not announce %s", getattr(prepare, "__name__", prepare),
                            exc_info=True)
 
-    async def finish(self, outcome: services.TurnOutcome) -> services.ClosedTurn | None:
-        """Close the trace with ``outcome`` and announce its messages and final state."""
-        await self.flush()
-        if self.lost:
-            return None
-        closed = await self.db(services.trace_close, trace_id=self.trace.pk,
-                               attempt=self.attempt, outcome=outcome)
-        if closed is None:
-            self.lose()
-            return None
-        self.trace = closed.trace
-        for message in closed.messages:
-            if message.role == "assistant" and message.text.strip():
-                await self.announce(live.message_announcement, message)
-        await self.announce(live.trace_announcement, closed.trace)
-        return closed
+    def _fresh_trace_announcement(self, trace_id: int) -> live.Announcement:
+        return self.announcements.trace(services.trace_for_live(trace_id))
 
-
-def _fresh_trace_announcement(trace_id: int) -> live.Announcement:
-    return live.trace_announcement(services.trace_for_live(trace_id))
-
-
-async def announce_delta(trace: Trace, *, step: int, index: int, text: str) -> None:
-    try:
-        await live.text_delta(trace, step=step, index=index, text=text)
-    except Exception:  # noqa: BLE001 - the database has the truth; clients re-sync from it
-        logger.warning("could not announce a text delta", exc_info=True)
+    async def announce_delta(self, *, step: int, index: int, text: str) -> None:
+        trace = self.trace
+        payload = live.delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=step,
+                                     index=index, text=text)
+        await live.publish(self.announcements.groups(trace), payload)

@@ -25,7 +25,15 @@ from agentsite.models import AuditEvent, Team
 
 from .models import Step, Trace
 from .pricing import MatchKind, PriceMatch, PriceRow, PriceTable
-from .rollups import FINISHED, TOKEN_FIELDS, TraceDims, ledger_apply, moves_of, step_share
+from .rollups import (
+    FINISHED,
+    TOKEN_FIELDS,
+    TraceDims,
+    ledger_apply,
+    moves_of,
+    step_share,
+    trace_totals_from_steps,
+)
 
 STEP_COLUMNS = ("id", "trace_id", "seq", "model", "provider", "started_at", "cost_usd", "price_id",
                 "price_match", "meta", "kind", "status", *TOKEN_FIELDS)
@@ -301,7 +309,6 @@ def _apply_rows(trace_rows: dict[int, list[StepRow]]) -> Correction:
         result.traces += 1
         result.steps += len(changes)
     Step.objects.bulk_update(updated, ["cost_usd", "price", "price_match", "meta"], batch_size=500)
-    from .rollups import trace_totals_from_steps
 
     for trace_id in {s.trace_id for s in updated}:
         totals = trace_totals_from_steps(trace_id)

@@ -17,10 +17,8 @@ from .models import Step, StepPayload, Trace, TrajectoryState
 def make_sample_trace(*, conversation, user, steps: int, payload_chars: int = 2_000) -> Trace:
     """A completed trace of ``steps`` steps: alternating model requests and tool calls, with a
     request/response or arguments/output payload each and a trajectory state per iteration."""
-    from agents.models import Message
-
     started = timezone.now() - timedelta(seconds=steps)
-    question = Message.objects.create(conversation=conversation, role="user", text="Generated question", blocks=[{"type": "text", "text": "Generated question"}], author=user)
+    question = conversation.messages.create( role="user", text="Generated question", blocks=[{"type": "text", "text": "Generated question"}], author=user)
     trace = Trace.objects.create(
         team=conversation.team, conversation=conversation, agent=conversation.agent, user=user, user_message=question,
         status=Trace.Status.COMPLETED, model="demo", provider_name="Demo", provider_kind="demo",

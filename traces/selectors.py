@@ -11,7 +11,6 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from agents.models import Agent
 from agentsite.models import Membership, Team
 
 from .models import Step, StepPayload, Trace, TrajectoryState
@@ -134,7 +133,7 @@ def _is_uuid(value: str) -> bool:
 def trace_filter_choices(*, team: Team) -> dict[str, list]:
     """Values for the list's filter menus (agents, people, models seen in this team)."""
     return {
-        "agents": list(Agent.objects.filter(team=team).order_by("name").values_list("uuid", "name")),
+        "agents": list(team.agents.order_by("name").values_list("uuid", "name")),
         "users": list(Membership.objects.filter(team=team).order_by("user__username").values_list("user__username", flat=True)),
         "models": list(
             Trace.objects.filter(team=team).exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:200]

@@ -13,8 +13,6 @@ urlpatterns = [
     path("<uuid:trace_uuid>/steps/<int:seq>/", views.step_detail, name="step_detail"),
     path("<uuid:trace_uuid>/steps/<int:seq>/payloads/<str:kind>/", views.step_payload_download, name="step_payload_download"),
     path("<uuid:trace_uuid>/export.json", views.trace_export, name="trace_export"),
-    path("<uuid:trace_uuid>/cancel/", views.trace_cancel, name="trace_cancel"),
-    path("<uuid:trace_uuid>/approvals/<str:call_id>/", views.approval_decision, name="approval_decision"),
     path("<uuid:trace_uuid>/reprice/", cost_views.trace_reprice, name="trace_reprice"),
     path("<uuid:trace_uuid>/reprice/apply/", cost_views.trace_reprice_correct, name="trace_reprice_apply"),
 ]

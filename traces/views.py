@@ -3,19 +3,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from django.contrib import messages as flash
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
-from agents.turns.services import approval_decide, turn_cancel
 from agentsite.access import get_for_team_or_404, team_required
-from agentsite.models import Membership
 
 from . import live, selectors
+from .export import step_record, trace_record
 from .models import Step, StepPayload, Trace
 from .presentation import decorate_states, decorate_steps, timeline_scale
 
@@ -175,7 +171,6 @@ def trace_export(request: HttpRequest, trace_uuid) -> StreamingHttpResponse:
 
 
 def _export_chunks(trace: Trace) -> Iterator[str]:
-    from .export import step_record, trace_record
 
     head = json.dumps(trace_record(trace), ensure_ascii=False)
     yield head[:-1] + ', "steps": ['
@@ -188,38 +183,3 @@ def _export_chunks(trace: Trace) -> Iterator[str]:
         {"iteration": s.iteration, "fields": s.fields, "changed": s.changed} for s in trace.trajectory_states.order_by("iteration")
     ]
     yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"
-
-
-def _back(request: HttpRequest, trace: Trace) -> HttpResponse:
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
-        return redirect(target)
-    return redirect("trace_detail", trace_uuid=trace.uuid)
-
-
-@team_required(Membership.Role.MEMBER, action="stop turns")
-@require_POST
-def trace_cancel(request: HttpRequest, trace_uuid) -> HttpResponse:
-    """Stop a turn. The page learns the outcome from the live events (or on reload)."""
-    trace = turn_cancel(trace=_trace(request, trace_uuid), user=request.user)
-    if request.htmx:
-        return HttpResponse(status=204)
-    flash.info(request, "Stopping the turn." if trace.is_active else f"The turn is {trace.get_status_display().lower()}.")
-    return _back(request, trace)
-
-
-@team_required(Membership.Role.MEMBER, action="approve tool calls")
-@require_POST
-def approval_decision(request: HttpRequest, trace_uuid, call_id: str) -> HttpResponse:
-    trace = _trace(request, trace_uuid)
-    approved = request.POST.get("approved") in {"1", "true", "yes"}
-    try:
-        approval_decide(trace=trace, call_id=call_id, approved=approved, user=request.user)
-    except ValidationError as exc:
-        if request.htmx:
-            return HttpResponse(" ".join(exc.messages), status=409)
-        flash.error(request, " ".join(exc.messages))
-        return _back(request, trace)
-    if request.htmx:
-        return HttpResponse(status=204)
-    return _back(request, trace)

@@ -8,7 +8,6 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.chat import selectors, services
@@ -16,6 +15,7 @@ from agents.models import Agent, Conversation, Message
 from agents.turns import services as turns
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
+from agentsite.redirects import redirect_back
 from traces.models import Trace
 
 Role = Membership.Role
@@ -187,13 +187,6 @@ def message_edit(request: HttpRequest, conversation_uuid: Any, message_uuid: Any
     return _branch_response(request, convo, trace)
 
 
-def _back(request: HttpRequest, fallback: str) -> HttpResponse:
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
-        return redirect(target)
-    return redirect(fallback)
-
-
 @team_required(Role.MEMBER, action="rename conversations")
 @require_POST
 def conversation_rename(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
@@ -202,7 +195,7 @@ def conversation_rename(request: HttpRequest, conversation_uuid: Any) -> HttpRes
         services.conversation_rename(conversation=convo, user=request.user, title=request.POST.get("title", ""))
     except ValidationError as exc:
         flash.error(request, " ".join(exc.messages))
-    return _back(request, reverse("conversation", args=[convo.uuid]))
+    return redirect_back(request, reverse("conversation", args=[convo.uuid]))
 
 
 @team_required(Role.MEMBER, action="archive conversations")
@@ -212,7 +205,7 @@ def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpRe
     archived = request.POST.get("archived", "1") != "0"
     services.conversation_archive(conversation=convo, user=request.user, archived=archived)
     flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
-    return _back(request, reverse("conversation", args=[convo.uuid]))
+    return redirect_back(request, reverse("conversation", args=[convo.uuid]))
 
 
 @team_required(Role.MEMBER, action="delete conversations")

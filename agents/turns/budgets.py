@@ -20,6 +20,7 @@ from agents.runtime.pricing import Usage, cost_usd
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.providers.reliable import ReliableProvider
 from agents.tools.context import DbRunner, run_sync
+from agents.turns.announce import announcements
 from agents.turns.providers import TurnSetupError, runtime_provider
 from traces import live
 from traces.budgets import budget_decide, budget_states, money
@@ -151,7 +152,7 @@ class BudgetHooks(TurnHooks):
         try:
             trace = await self.db(trace_budget_note, trace_id=self.trace_id, attempt=self.attempt,
                                   note=note, route=route)
-            groups, payload = await self.db(live.trace_announcement, trace)
+            groups, payload = await self.db(announcements().trace, trace)
             await live.publish(groups, payload)
         except TraceNotOwned:
             return  # the recorder notices the lost trace and stops the turn

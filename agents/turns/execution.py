@@ -38,21 +38,14 @@ from agents.runtime.loop import TurnResult, TurnStatus, run_turn
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role
 from agents.runtime.sanitize import sanitize_response
+from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
+from agents.turns.lifecycle import ClosedTurn, NewMessage, TurnOutcome, trace_claim, trace_close
 from agents.turns.providers import TurnSetupError
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
-from traces import live
 from traces.models import Trace
 from traces.recorder import TraceRecorder
-from traces.services import (
-    NewMessage,
-    TraceNotOwned,
-    TurnOutcome,
-    reason_sentence,
-    trace_claim,
-    trace_configure,
-    trace_heartbeat,
-)
+from traces.services import TraceNotOwned, reason_sentence, trace_configure, trace_heartbeat
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -167,10 +160,10 @@ class TurnRun:
         self.cancel = CancelToken()
         self.stop_cause: str | None = None  # "time_limit", "cancelled" or "lost"
         self.recorder = TraceRecorder(trace=trace, attempt=self.attempt, db=db,
-                                      on_lost=self._lost)
+                                      on_lost=self._lost, announcements=announcements())
 
     async def run(self) -> str:
-        await self.recorder.announce(live.trace_announcement, self.trace)
+        await self.recorder.announce(self.recorder.announcements.trace, self.trace)
         try:
             await self.recorder.start()
             setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit,
@@ -189,9 +182,9 @@ class TurnRun:
             await _aclose(setup.provider)
             return "lost"
         self.trace = self.recorder.trace = trace
-        await self.recorder.announce(live.trace_announcement, trace)
+        await self.recorder.announce(self.recorder.announcements.trace, trace)
         result = await self._loop(setup)
-        closed = await self.recorder.finish(self._outcome(result, setup))
+        closed = await self._finish(self._outcome(result, setup))
         return closed.trace.status if closed is not None else "lost"
 
     # -- the loop and its companions ----------------------------------------------------------------
@@ -259,9 +252,28 @@ class TurnRun:
     # -- the end ------------------------------------------------------------------------------------
     async def _fail(self, message: str, error_kind: str) -> str:
         await self.recorder.record_error(message=message, error_kind=error_kind)
-        closed = await self.recorder.finish(TurnOutcome(status=Status.FAILED, error=message,
+        closed = await self._finish(TurnOutcome(status=Status.FAILED, error=message,
                                                         error_kind=error_kind))
         return closed.trace.status if closed is not None else "lost"
+
+    async def _finish(self, outcome: TurnOutcome) -> ClosedTurn | None:
+        """Close the trace with ``outcome`` and announce its messages and final state."""
+        recorder = self.recorder
+        await recorder.flush()
+        if recorder.lost:
+            return None
+        closed = await self.db(trace_close, trace_id=self.trace.pk, attempt=self.attempt,
+                               outcome=outcome)
+        if closed is None:
+            recorder.lose()
+            return None
+        recorder.trace = closed.trace
+        told = recorder.announcements
+        for message in closed.messages:
+            if told.message is not None and message.role == "assistant" and message.text.strip():
+                await recorder.announce(told.message, message)
+        await recorder.announce(told.trace, closed.trace)
+        return closed
 
     def _outcome(self, result: TurnResult | None, setup: TurnSetup) -> TurnOutcome:
         limit_message = TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s)

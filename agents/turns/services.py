@@ -15,19 +15,19 @@ from django.utils import timezone
 
 from agents.models import Agent, Conversation, Message
 from agents.runtime.messages import Message as RuntimeMessage
-from agents.turns.selectors import approval_waiting, conversation_active_traces
-from agents.turns.signals import approval_signal_send
-from agentsite.access import membership_for
-from agentsite.models import Membership, Team
-from traces import live
-from traces.models import Trace
-from traces.services import (
-    announce_sync,
+from agents.turns.announce import announcements
+from agents.turns.lifecycle import (
     conversation_lock,
     trace_cancel_queued,
     trace_enqueue,
     trace_request_cancel,
 )
+from agents.turns.selectors import approval_waiting, conversation_active_traces
+from agents.turns.signals import approval_signal_send
+from agentsite.access import membership_for
+from agentsite.models import Membership, Team
+from traces.live import announce_sync
+from traces.models import Trace
 
 MAX_MESSAGE_CHARS = 32_000
 INTERRUPT_REASON = "interrupted by a new message"
@@ -99,7 +99,7 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
             conversation.title = _title_from(text)
             Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
         message.conversation = conversation
-        transaction.on_commit(lambda: announce_sync(live.message_announcement, message))
+        transaction.on_commit(lambda: announce_sync(announcements().message, message))
     return trace
 
 
@@ -191,7 +191,7 @@ def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: 
         edited.trace = trace
         edited.save(update_fields=["trace"])
         edited.conversation = conversation
-        transaction.on_commit(lambda: announce_sync(live.message_announcement, edited))
+        transaction.on_commit(lambda: announce_sync(announcements().message, edited))
     return trace
 
 

@@ -1,4 +1,6 @@
-"""The turn task. Short on purpose: everything it does is in ``agents.execution``."""
+"""The turn task and the reaper. Short on purpose: what they do is in ``agents.turns.execution``
+and ``agents.turns.reaper``. Each is also registered under the name it had before the turns had
+a room of their own, so tasks already queued under the old name still run."""
 
 from __future__ import annotations
 
@@ -9,13 +11,29 @@ from celery import shared_task
 from celery.signals import worker_shutdown
 
 from agents.turns.execution import TurnDb, turn_execute
+from agents.turns.reaper import trace_reap
+
+TURN_OPTIONS: dict[str, Any] = {"bind": True, "acks_late": True, "reject_on_worker_lost": True,
+                                "ignore_result": True}
 
 
-@shared_task(name="agents.turns.tasks.run_turn", bind=True, acks_late=True,
-             reject_on_worker_lost=True, ignore_result=True)
-def run_turn(self, trace_id: int) -> str:
+def _turn_run(self: Any, trace_id: int) -> str:
     """Run the turn of trace ``trace_id``. A second delivery finds nothing to claim and returns."""
     return turn_execute(trace_id=int(trace_id), worker=self.request.hostname or socket.gethostname())
+
+
+def _reap() -> dict[str, list[int]]:
+    """End or resume traces whose worker died, and send queued traces nobody sent."""
+    report = trace_reap()
+    return {"interrupted": report.interrupted, "timed_out": report.timed_out,
+            "requeued": report.requeued, "dispatched": report.dispatched}
+
+
+turn_run = shared_task(name="agents.turns.tasks.turn_run", **TURN_OPTIONS)(_turn_run)
+reap = shared_task(name="agents.turns.tasks.reap", ignore_result=True, acks_late=False)(_reap)
+# The names of earlier releases, for tasks already in the queue.
+turn_run_legacy = shared_task(name="agents.tasks.run_turn", **TURN_OPTIONS)(_turn_run)
+reap_legacy = shared_task(name="traces.tasks.reap", ignore_result=True, acks_late=False)(_reap)
 
 
 @worker_shutdown.connect

@@ -344,7 +344,7 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
     from agents.chat.services import conversation_create
     from agents.models import Message
     from agents.turns.services import turn_start
-    from agents.turns.tasks import run_turn
+    from agents.turns.tasks import turn_run
     from traces.models import Step, Trace
 
     headers: list[str] = []
@@ -361,7 +361,7 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="hello")
 
-    assert run_turn(trace.pk) == "failed"
+    assert turn_run(trace.pk) == "failed"
 
     assert headers and all(h == f"Bearer {RAW_KEY}" for h in headers)
     trace.refresh_from_db()

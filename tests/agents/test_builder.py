@@ -12,7 +12,7 @@ from agents.turns.builder import runtime_tools, turn_history, turn_setup_build
 from agents.turns.providers import TurnSetupError, provider_api_key
 from agents.turns.routing import route_turn
 from agents.turns.services import turn_start
-from agents.turns.tasks import run_turn
+from agents.turns.tasks import turn_run
 from traces.models import Trace
 
 
@@ -114,7 +114,7 @@ def test_setup_wraps_fallbacks_and_records_warnings_on_the_trace(
     assert [(p.name, m) for p, m in setup.provider.slots] == [(agent.provider.name, None), ("Coder box", "demo-b")]
     assert setup.routing["fallbacks"] == [{"provider": "Coder box", "model": "demo-b"}]
 
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert any("“Gone” does not exist" in w for w in trace.meta["warnings"])
     assert any("“weather”" in w for w in trace.meta["warnings"])
@@ -129,7 +129,7 @@ def test_a_provider_that_cannot_run_fails_the_turn_with_its_message(make_agent, 
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="hello")
 
-    assert run_turn(trace.pk) == "failed"
+    assert turn_run(trace.pk) == "failed"
 
     trace.refresh_from_db()
     assert "Enter the secret again in the admin" in trace.error and trace.error_kind == "config"
@@ -141,7 +141,7 @@ def test_history_puts_each_turns_answer_before_messages_sent_meanwhile(conversat
     first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
     second = turn_start(conversation=conversation, user=alice, text="hello again")  # waits
     third = turn_start(conversation=conversation, user=alice, text="and more")  # waits
-    run_turn(first.pk)
+    turn_run(first.pk)
     agent = conversation.agent
 
     history = turn_history(trace=Trace.objects.get(pk=second.pk), agent=agent)
@@ -158,7 +158,7 @@ def test_history_puts_each_turns_answer_before_messages_sent_meanwhile(conversat
 @pytest.mark.django_db(transaction=True)
 def test_the_next_turn_starts_from_the_previous_turns_trajectory_state(conversation, alice, sent_turns, use_redis):
     first = turn_start(conversation=conversation, user=alice, text="what is 12*7?")
-    assert run_turn(first.pk) == "completed"
+    assert turn_run(first.pk) == "completed"
     last_state = first.trajectory_states.order_by("-iteration").first()
     assert last_state is not None and "calculator" in " ".join(last_state.fields["evidence"])
 
@@ -178,6 +178,6 @@ def test_a_trace_records_the_agent_version_it_ran_with(conversation, alice, sent
     agent_save(agent=agent, user=alice)  # edited while the turn waits in the queue
     agent.refresh_from_db()
     assert agent.version > (queued_version or 0)
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.agent_version == agent.version

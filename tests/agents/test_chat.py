@@ -18,8 +18,8 @@ from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns import services as turn_services
 from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
-from agents.turns.tasks import run_turn
-from traces import live
+from agents.turns.tasks import turn_run
+from agents.chat import live
 from traces.models import Step, StepPayload, Trace
 
 turns = pytest.mark.django_db(transaction=True)
@@ -30,7 +30,7 @@ def send(conversation, user, text, **kwargs) -> Trace:
 
 
 def answered(trace: Trace) -> Trace:
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     return Trace.objects.get(pk=trace.pk)
 
 

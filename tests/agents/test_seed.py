@@ -8,7 +8,7 @@ from agents.chat.services import conversation_create
 from agents.config.seed import DEMO_AGENT, DEMO_TOOLS
 from agents.models import Agent, AgentVersion, Provider, Tool
 from agents.turns.services import turn_start
-from agents.turns.tasks import run_turn
+from agents.turns.tasks import turn_run
 from agentsite.seed import demo_seed
 
 
@@ -31,7 +31,7 @@ def test_the_demo_agent_answers_a_first_question_in_several_steps(sent_turns, us
     user = result.team.memberships.get().user
     conversation = conversation_create(team=result.team, agent=agent, user=user)
     trace = turn_start(conversation=conversation, user=user, text="What is 12 * (7 + 5)?")
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == "12 × (7 + 5) = 144."
     assert list(trace.steps.values_list("kind", flat=True)) == ["llm_request", "tool_call", "llm_request"]

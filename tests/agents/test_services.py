@@ -105,7 +105,7 @@ def test_with_interrupt_on_new_message_a_waiting_turn_is_dropped_for_the_new_one
 @pytest.mark.django_db(transaction=True)
 def test_with_interrupt_on_new_message_the_running_turn_is_signalled(
         make_agent, alice, sent_turns, use_redis):
-    from traces.services import trace_claim
+    from agents.turns.lifecycle import trace_claim
 
     agent = make_agent(name="Eager", interrupt_on_new_message=True)
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
@@ -124,7 +124,7 @@ def test_with_interrupt_on_new_message_the_running_turn_is_signalled(
 # -- stopping ---------------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 def test_stopping_a_running_turn_sets_the_flag_and_the_signal(conversation, bob, sent_turns, use_redis):
-    from traces.services import trace_claim
+    from agents.turns.lifecycle import trace_claim
 
     trace = turn_start(conversation=conversation, user=bob, text="one")
     trace_claim(trace_id=trace.pk, worker="w1")
@@ -151,7 +151,7 @@ def test_a_viewer_cannot_stop_a_turn_and_stopping_an_ended_turn_does_nothing(
 # -- approvals --------------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 def test_a_decision_needs_a_call_that_waits_and_a_member(conversation, alice, viewer, sent_turns, use_redis):
-    from traces.services import trace_claim
+    from agents.turns.lifecycle import trace_claim
 
     trace = turn_start(conversation=conversation, user=alice, text="one")
     with pytest.raises(ValidationError, match="not waiting for approval"):

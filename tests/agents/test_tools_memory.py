@@ -103,13 +103,13 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
         make_agent, alice, sent_turns, use_redis):
     from agents.chat.services import conversation_create
     from agents.turns.services import turn_start
-    from agents.turns.tasks import run_turn
+    from agents.turns.tasks import turn_run
     from traces.models import StepPayload
 
     agent = make_agent(name="Demo memory", tools=("memory_store", "memory_recall", "memory_forget"))
     first = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=first, user=alice, text="Remember that my favourite colour is blue")
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == "Got it, I'll remember that your favourite colour is blue."
     entry = MemoryEntry.objects.get()
@@ -118,7 +118,7 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
 
     second = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=second, user=alice, text="What is my favourite colour?")
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == ("Here is what I remember about favourite colour:\n"
                             "- favourite_colour: my favourite colour is blue")
@@ -128,7 +128,7 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
             in json.dumps(request["system"], ensure_ascii=False).replace("\\n", "\n"))
 
     trace = turn_start(conversation=second, user=alice, text="Forget my favourite colour")
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     assert not MemoryEntry.objects.exists()
 
 
@@ -136,14 +136,14 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
 def test_an_agent_that_auto_saves_keeps_long_messages(make_agent, alice, sent_turns, use_redis):
     from agents.chat.services import conversation_create
     from agents.turns.services import turn_start
-    from agents.turns.tasks import run_turn
+    from agents.turns.tasks import turn_run
 
     agent = make_agent(name="Autosaver", tools=(), memory_auto_save=True)
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="I am planning a trip to Lisbon in spring")
-    run_turn(trace.pk)
+    turn_run(trace.pk)
     trace = turn_start(conversation=conversation, user=alice, text="hello there")
-    run_turn(trace.pk)
+    turn_run(trace.pk)
 
     entry = MemoryEntry.objects.get()
     assert entry.content == "I am planning a trip to Lisbon in spring"

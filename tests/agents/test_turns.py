@@ -18,7 +18,7 @@ from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.tools import FunctionTool
 from agents.turns.services import approval_decide, turn_cancel, turn_start
-from agents.turns.tasks import run_turn
+from agents.turns.tasks import turn_run
 from tests.agents.conftest import wait_for
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
@@ -56,7 +56,7 @@ def test_a_turn_records_every_step_state_total_and_message(conversation, alice, 
     channel = listen(trace.group_name)
     assert sent_turns == [trace.pk]
 
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
 
     trace.refresh_from_db()
     steps = list(trace.steps.order_by("seq"))
@@ -105,11 +105,11 @@ def test_a_turn_records_every_step_state_total_and_message(conversation, alice, 
 
 def test_the_same_task_delivered_twice_runs_once(conversation, alice, sent_turns, use_redis):
     trace = turn_start(conversation=conversation, user=alice, text="What is 12 * (7 + 5)?")
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     steps = list(Step.objects.filter(trace=trace).values_list("seq", "kind", "event_seq"))
 
-    assert run_turn(trace.pk) == ""  # redelivered: nothing to claim
+    assert turn_run(trace.pk) == ""  # redelivered: nothing to claim
 
     again = Trace.objects.get(pk=trace.pk)
     assert list(Step.objects.filter(trace=trace).values_list("seq", "kind", "event_seq")) == steps
@@ -118,7 +118,7 @@ def test_the_same_task_delivered_twice_runs_once(conversation, alice, sent_turns
 
 
 def test_a_turn_for_a_missing_trace_does_nothing(db):
-    assert run_turn(987654) == ""
+    assert turn_run(987654) == ""
 
 
 # -- one turn in flight per conversation -----------------------------------------------------------
@@ -127,11 +127,11 @@ def test_a_message_sent_during_a_turn_waits_and_runs_next(conversation, alice, s
     second = turn_start(conversation=conversation, user=alice, text="And what is 4 * 5?")
     assert sent_turns == [first.pk]  # the second waits
     assert status_of(second) == "queued"
-    assert run_turn(second.pk) == ""  # even if it were delivered early, it may not start
+    assert turn_run(second.pk) == ""  # even if it were delivered early, it may not start
 
-    assert run_turn(first.pk) == "completed"
+    assert turn_run(first.pk) == "completed"
     assert sent_turns == [first.pk, second.pk]  # closing the first sent the second
-    assert run_turn(second.pk) == "completed"
+    assert turn_run(second.pk) == "completed"
 
     second.refresh_from_db()
     assert second.answer == "4 × 5 = 20."
@@ -160,7 +160,7 @@ def test_a_new_message_interrupts_the_running_turn_when_the_agent_says_so(
     assert sent_turns == [first.pk, second.pk]
     agent.provider.options = {}
     agent.provider.save()
-    assert run_turn(second.pk) == "completed"
+    assert turn_run(second.pk) == "completed"
 
 
 # -- stopping a turn ------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
     assert result["is_error"] is True and result["output"] == "Cancelled by user."
 
     following = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
-    assert run_turn(following.pk) == "completed"
+    assert turn_run(following.pk) == "completed"
     request = StepPayload.objects.get(step__trace=following, step__seq=1, kind="request")
     import json
 
@@ -265,7 +265,7 @@ def test_cancelling_a_queued_turn_ends_it_at_once_and_starts_the_next(conversati
     first.refresh_from_db()
     assert (first.status, first.error, first.finished_at is not None) == ("cancelled", "Cancelled by alice.", True)
     assert sent_turns == [first.pk, second.pk]
-    assert run_turn(first.pk) == ""  # its task, arriving late, finds nothing to claim
+    assert turn_run(first.pk) == ""  # its task, arriving late, finds nothing to claim
 
 
 # -- approvals ------------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
 
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
 
     step = Step.objects.get(trace=trace, kind="approval")
     assert (step.status, step.meta["reason"]) == ("error", "timeout")
@@ -323,7 +323,7 @@ def test_the_soft_time_limit_ends_the_turn_timed_out_and_keeps_its_steps(
     trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
 
     started = time.monotonic()
-    assert run_turn(trace.pk) == "timed_out"
+    assert turn_run(trace.pk) == "timed_out"
     assert time.monotonic() - started < 2.5
 
     trace.refresh_from_db()

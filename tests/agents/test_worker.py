@@ -16,12 +16,12 @@ import redis
 from django.db import connection
 
 from agents.chat.services import conversation_create
+from agents.turns.reaper import trace_reap
 from agents.turns.services import turn_start
-from agents.turns.tasks import run_turn
+from agents.turns.tasks import turn_run
 from tests.agents.conftest import wait_for
 from tests.conftest import ROOT
 from traces.models import Step, Trace
-from traces.services import trace_reap
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -145,5 +145,5 @@ def test_a_worker_killed_mid_turn_leaves_the_trace_interrupted_and_the_chat_usab
     agent.provider.options = {}
     agent.provider.save()
     following = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
-    assert run_turn(following.pk) == "completed"
+    assert turn_run(following.pk) == "completed"
     assert Trace.objects.get(pk=following.pk).answer == "6 × 7 = 42."

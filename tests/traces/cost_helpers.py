@@ -25,10 +25,10 @@ def priced_demo(team, *, model: str = "demo", inp: str = "3", out: str = "15", p
 
 def run(conversation, user, text: str = "call the current_time tool 2 times") -> Trace:
     from agents.turns.services import turn_start
-    from agents.turns.tasks import run_turn
+    from agents.turns.tasks import turn_run
 
     trace = turn_start(conversation=conversation, user=user, text=text)
-    run_turn(trace.pk)
+    turn_run(trace.pk)
     trace.refresh_from_db()
     return trace
 

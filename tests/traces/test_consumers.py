@@ -6,6 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.agentsite.test_websocket import communicator, session_cookie
+from agents.chat.live import groups_for
 from traces import live
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +26,7 @@ async def test_team_member_receives_trace_events(alice, sample_trace):
     cookie = await sync_to_async(session_cookie)(alice)
     ws = communicator(f"/ws/traces/{sample_trace.uuid}/", cookie=cookie)
     assert (await ws.connect())[0]
-    await live.text_delta(sample_trace, step=3, index=0, text="Hel")
+    await text_delta(sample_trace, text="Hel")
     event = await ws.receive_json_from(timeout=2)
     assert event == {"event": "delta", "trace": sample_trace.uuid.hex, "seq": sample_trace.event_seq, "step": 3, "index": 0, "text": "Hel"}
     await ws.disconnect()
@@ -43,7 +44,7 @@ async def test_conversation_socket_gets_the_same_events(alice, sample_trace):
 
     step = await sync_to_async(first_step)()
     payload = await sync_to_async(live.step_payload)(step)
-    await live.publish(live.groups_for(sample_trace), payload)
+    await live.publish(groups_for(sample_trace), payload)
     event = await ws.receive_json_from(timeout=2)
     assert event["event"] == "step" and event["id"] == "step-1" and 'id="step-1"' in event["html"]
     await ws.disconnect()
@@ -71,8 +72,14 @@ async def test_the_chat_receives_deltas_as_bare_text_and_everything_else_as_json
     cookie = await sync_to_async(session_cookie)(alice)
     ws = communicator(f"/ws/conversations/{sample_trace.conversation.uuid}/", cookie=cookie)
     assert (await ws.connect())[0]
-    await live.text_delta(sample_trace, step=3, index=0, text='Hel "lo"\n')
+    await text_delta(sample_trace, text='Hel "lo"\n')
     assert await ws.receive_from(timeout=2) == '~3|Hel "lo"\n'
     await live.publish([live.conversation_group(sample_trace.conversation.uuid)], {"event": "trace", "status": "running"})
     assert await ws.receive_json_from(timeout=2) == {"event": "trace", "status": "running"}
     await ws.disconnect()
+
+
+async def text_delta(trace, *, text: str) -> None:
+    """A model's text delta as a running turn announces it (``TraceRecorder.announce_delta``)."""
+    payload = live.delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=3, index=0, text=text)
+    await live.publish(groups_for(trace), payload)

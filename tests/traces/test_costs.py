@@ -140,12 +140,12 @@ def test_a_deleted_conversation_keeps_its_spend_in_the_ledger(agent, chat, alice
 # -- live -------------------------------------------------------------------------------------------
 def test_the_cost_so_far_is_announced_as_each_model_request_finishes(agent, chat, alice, sent_turns, use_redis):
     from agents.turns.services import turn_start
-    from agents.turns.tasks import run_turn
+    from agents.turns.tasks import turn_run
 
     trace = turn_start(conversation=chat, user=alice, text="call the current_time tool 2 times")
     layer = get_channel_layer()
     async_to_sync(layer.group_add)(trace.group_name, "test-costs")
-    run_turn(trace.pk)
+    turn_run(trace.pk)
     trace.refresh_from_db()
 
     async def drain() -> list[dict]:

@@ -9,19 +9,12 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Message
+from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close
+from agents.turns.reaper import INTERRUPTED_MESSAGE, trace_reap
 from agents.turns.services import turn_start
-from agents.turns.tasks import run_turn
+from agents.turns.tasks import reap, turn_run
 from traces.models import Step, Trace
-from traces.services import (
-    INTERRUPTED_MESSAGE,
-    TraceNotOwned,
-    TurnOutcome,
-    step_record,
-    trace_claim,
-    trace_close,
-    trace_reap,
-)
-from traces.tasks import reap
+from traces.services import TraceNotOwned, step_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,7 +65,7 @@ def test_a_trace_whose_worker_died_mid_turn_ends_interrupted_and_the_next_one_st
     assert trace_close(trace_id=trace.pk, attempt=1, outcome=TurnOutcome(status="completed")) is None
     assert Trace.objects.get(pk=trace.pk).status == "interrupted"
 
-    assert run_turn(waiting.pk) == "completed"  # and the conversation goes on
+    assert turn_run(waiting.pk) == "completed"  # and the conversation goes on
 
 
 def test_a_live_heartbeat_is_left_alone(start):
@@ -94,7 +87,7 @@ def test_a_trace_that_died_before_any_step_is_queued_again_and_resumes(start, se
     trace.refresh_from_db()
     assert (trace.status, trace.attempts, trace.worker) == ("queued", 1, "")
     assert sent_turns == [trace.pk, trace.pk]
-    assert run_turn(trace.pk) == "completed"
+    assert turn_run(trace.pk) == "completed"
     assert Trace.objects.get(pk=trace.pk).attempts == 2
 
 
@@ -149,8 +142,21 @@ def test_the_periodic_task_runs_the_reaper(start):
 def test_beat_runs_the_reaper_every_15_seconds_on_the_maintenance_queue(settings):
     from agentsite.celery import app
 
-    entry = settings.CELERY_BEAT_SCHEDULE["traces-reap"]
-    assert (entry["task"], entry["schedule"]) == ("traces.tasks.reap", 15.0)
-    assert app.amqp.router.route({}, "traces.tasks.reap")["queue"].name == "maintenance"
+    entry = settings.CELERY_BEAT_SCHEDULE["turns-reap"]
+    assert (entry["task"], entry["schedule"]) == ("agents.turns.tasks.reap", 15.0)
+    assert app.amqp.router.route({}, "agents.turns.tasks.reap")["queue"].name == "maintenance"
     # stale after 30 s + one interval: settled within 45 s, inside the promised minute
     assert settings.TURN_STALE_AFTER_S + entry["schedule"] <= 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tasks_queued_under_their_earlier_names_still_run(conversation, alice, sent_turns):
+    """A queue filled before an upgrade holds tasks named as they were then."""
+    from agentsite.celery import app
+
+    app.loader.import_default_modules()
+    trace = turn_start(conversation=conversation, user=alice, text="What is 2+2?")
+    assert app.tasks["agents.tasks.run_turn"](trace.pk) == "completed"
+    assert app.tasks["traces.tasks.reap"]() == {"interrupted": [], "timed_out": [], "requeued": [],
+                                                "dispatched": []}
+    assert app.amqp.router.route({}, "traces.tasks.reap")["queue"].name == "maintenance"

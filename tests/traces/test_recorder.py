@@ -24,10 +24,10 @@ from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.pricing import Usage
 from agents.runtime.providers.demo import DemoProvider
 from agents.turns.execution import TurnDb
+from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.recorder import TraceRecorder, step_cost
-from traces.services import trace_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -48,7 +49,6 @@ def signed_usd(value: Any) -> str:
 @register.filter
 def add_days(value: Any, days: Any) -> Any:
     """A date moved by ``days`` (negative: earlier)."""
-    from datetime import timedelta
 
     try:
         return value + timedelta(days=int(days))

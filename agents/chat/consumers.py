@@ -1,0 +1,24 @@
+"""The chat's websocket: a conversation's live fragments (``agents.chat.live``), for members
+of its team. Text deltas go out as bare frames (``delta_frame``); everything else as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.models import Conversation
+from traces import live
+from traces.consumers import LiveConsumer
+
+from .live import delta_frame
+
+
+class ConversationConsumer(LiveConsumer):
+    model = Conversation
+    group_of = staticmethod(live.conversation_group)
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        payload = event["payload"]
+        if payload.get("event") == "delta":
+            await self.send(text_data=delta_frame(payload))
+        else:
+            await self.send_json(payload)

@@ -1,0 +1,194 @@
+"""A turn's life around its trace: dispatch (one turn per conversation at a time), the worker's
+claim, the close that stores the turn's messages, and a person's cancel.
+
+One turn runs per conversation at a time. A trace is *dispatched* (its task sent, ``enqueued_at``
+set) only when nothing else of its conversation runs; closing a trace dispatches the oldest one
+still queued. Every transaction that decides this locks the conversation row first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from agents.models import Conversation, Message
+from agents.turns.announce import announcements
+from agents.turns.signals import cancel_signal_send
+from agentsite.celery import app
+from traces.live import announce_sync
+from traces.models import Trace
+from traces.services import (
+    LIVE_RELATED,
+    duration_ms,
+    reason_sentence,
+    step_totals,
+    trace_for_live,
+    trace_owned,
+)
+
+Status = Trace.Status
+
+TURN_TASK = "agents.turns.tasks.turn_run"
+# Extra seconds Celery's own hard limit gives after ours, for pools that enforce it.
+CELERY_HARD_MARGIN_S = 15
+
+
+def conversation_lock(conversation_id: int) -> None:
+    # PostgreSQL: serialises the one-turn-in-flight decisions of a conversation. SQLite runs
+    # every write transaction IMMEDIATE, which serialises them already (and ignores this).
+    list(Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk"))
+
+
+# -- dispatch -----------------------------------------------------------------------------------
+def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> None:
+    """Send the turn task for ``trace_id`` to the ``turns`` queue now (use ``trace_enqueue``
+    inside a transaction). Celery's time limits are set for pools that enforce them; the
+    thread pool does not, and the worker enforces its own."""
+    options: dict[str, Any] = {}
+    if hard_limit_s:
+        options = {"soft_time_limit": hard_limit_s,
+                   "time_limit": hard_limit_s + CELERY_HARD_MARGIN_S}
+    app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns", **options)
+
+
+def trace_enqueue(*, trace: Trace, now: datetime | None = None) -> None:
+    """Mark ``trace`` dispatched and send its task once the current transaction commits."""
+    now = now or timezone.now()
+    Trace.objects.filter(pk=trace.pk).update(enqueued_at=now)
+    trace.enqueued_at = now
+    hard = trace.agent.hard_time_limit_s if trace.agent_id and trace.agent else None
+    trace_id = trace.pk
+    transaction.on_commit(lambda: turn_task_send(trace_id=trace_id, hard_limit_s=hard))
+
+
+def next_queued(conversation_id: int) -> Trace | None:
+    """The conversation's trace that runs next: its oldest queued one, when nothing of it runs.
+    Call inside a transaction that holds the conversation's lock."""
+    if Trace.objects.filter(conversation_id=conversation_id, status=Status.RUNNING).exists():
+        return None
+    return (Trace.objects.filter(conversation_id=conversation_id, status=Status.QUEUED)
+            .select_related("agent").order_by("created_at", "id").first())
+
+
+def dispatch_next(conversation_id: int, now: datetime) -> Trace | None:
+    """Dispatch the conversation's next trace (``next_queued``), if any."""
+    following = next_queued(conversation_id)
+    if following is not None:
+        trace_enqueue(trace=following, now=now)
+    return following
+
+
+def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> Trace | None:
+    """``queued -> running`` for one worker. None when there is nothing to claim: the trace is
+    gone, already claimed (a second delivery), ended, or an earlier turn of its conversation
+    is still queued or running."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        conversation_id = (Trace.objects.filter(pk=trace_id)
+                           .values_list("conversation_id", flat=True).first())
+        if conversation_id is None:
+            return None
+        conversation_lock(conversation_id)
+        # Turns of a conversation run one at a time, in the order they were sent.
+        ahead = Trace.objects.filter(
+            Q(status=Status.RUNNING) | Q(status=Status.QUEUED, pk__lt=OuterRef("pk")),
+            conversation_id=OuterRef("conversation_id"))
+        claimed = (Trace.objects.filter(pk=trace_id, status=Status.QUEUED)
+                   .filter(~Exists(ahead))
+                   .update(status=Status.RUNNING, attempts=F("attempts") + 1, started_at=now,
+                           heartbeat_at=now, worker=worker[:200], error="", error_kind="",
+                           event_seq=F("event_seq") + 1))
+        if not claimed:
+            return None
+    return Trace.objects.select_related(*LIVE_RELATED).get(pk=trace_id)
+
+
+@dataclass
+class NewMessage:
+    role: str
+    blocks: list[dict[str, Any]]
+    text: str = ""
+    usage: dict[str, Any] | None = None
+
+
+@dataclass
+class TurnOutcome:
+    status: str
+    error: str = ""
+    error_kind: str = ""
+    answer: str = ""
+    iterations: int = 0
+    messages: list[NewMessage] = field(default_factory=list)
+
+
+@dataclass
+class ClosedTurn:
+    trace: Trace
+    messages: list[Message]
+    dispatched: Trace | None
+
+
+def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
+                now: datetime | None = None) -> ClosedTurn | None:
+    """End a running trace: totals from its steps, the turn's messages, the final state; then
+    dispatch the conversation's next queued trace. None when the attempt no longer owns it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        row = Trace.objects.filter(pk=trace_id).values("conversation_id", "started_at").first()
+        if row is None:
+            return None
+        conversation_lock(row["conversation_id"])
+        totals = step_totals(trace_id)
+        closed = trace_owned(trace_id, attempt).update(
+            status=outcome.status, error=outcome.error, error_kind=outcome.error_kind[:32],
+            answer=outcome.answer, iterations=outcome.iterations, finished_at=now,
+            duration_ms=duration_ms(row["started_at"], now), event_seq=F("event_seq") + 1,
+            **totals)
+        if not closed:
+            return None
+        messages = Message.objects.bulk_create([
+            Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
+                    text=m.text, usage=m.usage, trace_id=trace_id)
+            for m in outcome.messages
+        ])
+        Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
+        dispatched = dispatch_next(row["conversation_id"], now)
+    trace = trace_for_live(trace_id)
+    for message in messages:
+        message.conversation = trace.conversation
+        message.trace = trace
+    return ClosedTurn(trace, messages, dispatched)
+
+
+# -- the user's side ----------------------------------------------------------------------------
+def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = None) -> bool:
+    """End a trace that has not started as ``cancelled`` at once; False if it has started."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        conversation_lock(trace.conversation_id)
+        ended = Trace.objects.filter(pk=trace.pk, status=Status.QUEUED).update(
+            status=Status.CANCELLED, cancel_requested_at=now, cancel_reason=reason[:200],
+            error=reason_sentence(reason), error_kind="cancelled", finished_at=now,
+            event_seq=F("event_seq") + 1)
+        if ended:
+            dispatch_next(trace.conversation_id, now)
+            trace_id = trace.pk
+            transaction.on_commit(
+                lambda: announce_sync(announcements().trace, trace_for_live(trace_id)))
+    return bool(ended)
+
+
+def trace_request_cancel(*, trace: Trace, reason: str, now: datetime | None = None) -> bool:
+    """Ask the worker running ``trace`` to stop: the database flag (seen on its heartbeat) and,
+    after commit, the Redis signal (seen within a fraction of a second)."""
+    updated = Trace.objects.filter(pk=trace.pk, status=Status.RUNNING).update(
+        cancel_requested_at=now or timezone.now(), cancel_reason=reason[:200])
+    if updated:
+        uuid = trace.uuid
+        transaction.on_commit(lambda: cancel_signal_send(trace_uuid=uuid, reason=reason))
+    return bool(updated)

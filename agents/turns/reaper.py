@@ -1,0 +1,174 @@
+"""The reaper, run by Celery beat: settles traces nobody runs any more, so none stays
+``running`` after its worker died, and sends queued traces nobody sent."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agents.models import Message
+from agents.runtime.loop import INTERRUPTED_OUTPUT, close_dangling_tool_uses
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.turns.announce import announcements
+from agents.turns.lifecycle import conversation_lock, dispatch_next, next_queued, trace_enqueue
+from traces.live import announce_sync
+from traces.models import Step, Trace
+from traces.services import duration_ms, step_totals, steps_interrupt, trace_for_live
+
+logger = logging.getLogger(__name__)
+Status = Trace.Status
+
+# A trace whose worker died before it recorded anything is tried this many times in all.
+MAX_ATTEMPTS = 3
+# A queued trace whose task was sent this long ago without being claimed is sent again (the
+# broker may have lost it: the embedded Redis keeps nothing across restarts). A duplicate
+# delivery is harmless: only one claim succeeds.
+RESEND_AFTER_S = 120
+# The hard limit of a trace whose agent was deleted: the longest any agent may have.
+LONGEST_HARD_LIMIT_S = 3600 + 30
+
+INTERRUPTED_MESSAGE = (
+    "The worker running this turn stopped unexpectedly (it may have been restarted or run out "
+    "of memory), so the turn was interrupted. The steps recorded so far are kept. Send your "
+    "message again to retry."
+)
+HARD_LIMIT_MESSAGE = (
+    "This turn ran past its hard time limit of {seconds} seconds and was stopped. The steps "
+    "recorded so far are kept. Ask again, perhaps in smaller parts, or ask an admin to raise the "
+    "agent's time limit."
+)
+
+
+
+@dataclass
+class ReapReport:
+    interrupted: list[int] = field(default_factory=list)
+    timed_out: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    dispatched: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.interrupted or self.timed_out or self.requeued or self.dispatched)
+
+
+def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = None) -> ReapReport:
+    """Settle traces nobody is running any more, so none stays ``running`` after its worker
+    died: a stale heartbeat ends the trace ``interrupted`` (or re-queues it when it died before
+    recording any step, up to ``MAX_ATTEMPTS``), a run past the agent's hard limit ends it
+    ``timed_out``; and queued traces that should run but were never sent are sent."""
+    now = now or timezone.now()
+    stale_before = now - timedelta(seconds=stale_after_s if stale_after_s is not None
+                                   else settings.TURN_STALE_AFTER_S)
+    report = ReapReport()
+    running = Trace.objects.filter(status=Status.RUNNING).select_related("agent").only(
+        "id", "conversation_id", "attempts", "started_at", "heartbeat_at", "agent__turn_time_limit_s")
+    for trace in running:
+        hard = trace.agent.hard_time_limit_s if trace.agent else LONGEST_HARD_LIMIT_S
+        if trace.started_at and trace.started_at < now - timedelta(seconds=hard):
+            if _reap_one(trace, status=Status.TIMED_OUT, error_kind="hard_time_limit",
+                         message=HARD_LIMIT_MESSAGE.format(seconds=hard), now=now):
+                report.timed_out.append(trace.pk)
+        elif trace.heartbeat_at is None or trace.heartbeat_at < stale_before:
+            if (trace.attempts < MAX_ATTEMPTS
+                    and not Step.objects.filter(trace_id=trace.pk).exists()):
+                if _requeue(trace, stale_before=stale_before, now=now):
+                    report.requeued.append(trace.pk)
+            elif _reap_one(trace, status=Status.INTERRUPTED, error_kind="worker_lost",
+                           message=INTERRUPTED_MESSAGE, now=now, stale_before=stale_before):
+                report.interrupted.append(trace.pk)
+    report.dispatched = _dispatch_waiting(now)
+    if report:
+        logger.info("reaper: %s", report)
+    return report
+
+
+def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: datetime,
+              stale_before: datetime | None = None) -> bool:
+    with transaction.atomic():
+        conversation_lock(trace.conversation_id)
+        rows = Trace.objects.filter(pk=trace.pk, status=Status.RUNNING, attempts=trace.attempts)
+        if stale_before is not None:  # a heartbeat that arrived meanwhile wins
+            rows = rows.filter(Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before))
+        if not rows.select_for_update().exists():
+            return False
+        changed_steps = steps_interrupt(trace_id=trace.pk)
+        _close_dangling_tool_uses(trace)
+        rows.update(status=status, error=message, error_kind=error_kind, finished_at=now,
+                    duration_ms=duration_ms(trace.started_at, now),
+                    event_seq=F("event_seq") + 1, **step_totals(trace.pk))
+        dispatch_next(trace.conversation_id, now)
+    fresh = trace_for_live(trace.pk)
+    for step in Step.objects.filter(pk__in=changed_steps):
+        step.trace = fresh
+        announce_sync(announcements().step, step)
+    announce_sync(announcements().trace, fresh)
+    return True
+
+
+def _requeue(trace: Trace, *, stale_before: datetime, now: datetime) -> bool:
+    with transaction.atomic():
+        conversation_lock(trace.conversation_id)
+        requeued = (Trace.objects.filter(pk=trace.pk, status=Status.RUNNING, attempts=trace.attempts)
+                    .filter(Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before))
+                    .update(status=Status.QUEUED, worker="", heartbeat_at=None,
+                            event_seq=F("event_seq") + 1))
+        if requeued:
+            trace_enqueue(trace=Trace.objects.select_related("agent").get(pk=trace.pk), now=now)
+    if requeued:
+        announce_sync(announcements().trace, trace_for_live(trace.pk))
+    return bool(requeued)
+
+
+def _dispatch_waiting(now: datetime) -> list[int]:
+    """Send the next queued trace of every conversation where nothing runs and that trace was
+    never sent (its predecessor's worker died before dispatching it) or was sent long ago."""
+    resend_before = now - timedelta(seconds=RESEND_AFTER_S)
+    conversations = set(Trace.objects.filter(status=Status.QUEUED)
+                        .values_list("conversation_id", flat=True).distinct())
+    sent = []
+    for conversation_id in sorted(conversations):
+        with transaction.atomic():
+            conversation_lock(conversation_id)
+            following = next_queued(conversation_id)
+            if following is None:
+                continue
+            if following.enqueued_at is None or following.enqueued_at < resend_before:
+                trace_enqueue(trace=following, now=now)
+                sent.append(following.pk)
+    return sent
+
+
+def _close_dangling_tool_uses(trace: Trace) -> int:
+    """Answer every tool call in the trace's stored messages that has no result (with the
+    runtime's own repair), so the conversation's history stays valid for the next turn."""
+    rows = list(Message.objects.filter(trace_id=trace.pk).order_by("id"))
+    added = 0
+    for index, row in enumerate(rows):
+        if row.role != Message.Role.ASSISTANT:
+            continue
+        following = rows[index + 1] if index + 1 < len(rows) else None
+        answered_by = following if following is not None and following.role == Message.Role.TOOL else None
+        pair = [_runtime(row), *([_runtime(answered_by)] if answered_by is not None else [])]
+        count = close_dangling_tool_uses(pair, INTERRUPTED_OUTPUT)
+        if not count:
+            continue
+        added += count
+        blocks = pair[1].to_dict()["blocks"]
+        if answered_by is not None:
+            answered_by.blocks = blocks
+            answered_by.save(update_fields=["blocks"])
+        else:
+            Message.objects.create(conversation_id=row.conversation_id, role=Message.Role.TOOL,
+                                   blocks=blocks, trace_id=trace.pk)
+    return added
+
+
+def _runtime(row: Message) -> RuntimeMessage:
+    blocks = [b for b in row.blocks if isinstance(b, dict)] if isinstance(row.blocks, list) else []
+    return RuntimeMessage.from_dict({"role": row.role, "blocks": blocks})

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("<uuid:trace_uuid>/cancel/", views.trace_cancel, name="trace_cancel"),
+    path("<uuid:trace_uuid>/approvals/<str:call_id>/", views.approval_decision, name="approval_decision"),
+]
