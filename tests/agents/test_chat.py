@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agents.chat import selectors, services
+from agents.chat import live, selectors, services
 from agents.chat.windows import DEFAULT_CONTEXT_WINDOW, context_window
 from agents.models import Conversation, Message
 from agents.runtime.commands import HELP_TEXT
@@ -19,7 +19,6 @@ from agents.turns import services as turn_services
 from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
 from agents.turns.tasks import turn_run
-from agents.chat import live
 from traces.models import Step, StepPayload, Trace
 
 turns = pytest.mark.django_db(transaction=True)

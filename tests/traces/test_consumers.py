@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.agentsite.test_websocket import communicator, session_cookie
 from agents.chat.live import groups_for
+from tests.agentsite.test_websocket import communicator, session_cookie
 from traces import live
 
 pytestmark = pytest.mark.django_db(transaction=True)
