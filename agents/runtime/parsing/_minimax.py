@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ._calls import _Parsed, map_tool_name_alias
@@ -126,42 +127,37 @@ _ATTR_PARAM_OPEN = re.compile(r'<parameter\s+name="([^"]++)"')
 
 def _parse_xml_attribute_tool_calls(text: str) -> list[_Parsed]:
     calls = []
+    for name, body in _attribute_blocks(text, _ATTR_INVOKE_OPEN, "</invoke>", "</invoke>"):
+        arguments = dict(_attribute_blocks(body, _ATTR_PARAM_OPEN, "<", "</parameter>"))
+        if arguments:
+            calls.append(_Parsed(map_tool_name_alias(name), arguments))
+    return calls
+
+
+def _attribute_blocks(text: str, opener: re.Pattern[str], body_stop: str,
+                      close_tag: str) -> Iterator[tuple[str, str]]:
+    """``(name, body)`` of each ``opener … > body close_tag`` block, left to right.
+
+    The body runs from the first ``>`` after the opener to the first ``body_stop``. An
+    ``<invoke>`` body stops only at its close tag; a ``<parameter>`` value stops at the first
+    ``<``, and when that is not ``close_tag`` the block is skipped and the search resumes one
+    character after the opener. A missing ``>`` or ``body_stop`` ends the search.
+    """
     gt = _literal_seeker(text, ">")
-    close = _literal_seeker(text, "</invoke>")
+    stop = _literal_seeker(text, body_stop)
     pos = 0
     while True:
-        m = _ATTR_INVOKE_OPEN.search(text, pos)
+        m = opener.search(text, pos)
         if m is None:
-            return calls
+            return
         body_open = gt(m.end())
         if body_open < 0:
-            return calls
-        body_close = close(body_open + 1)
-        if body_close < 0:
-            return calls
-        arguments = _attribute_parameters(text[body_open + 1:body_close])
-        if arguments:
-            calls.append(_Parsed(map_tool_name_alias(m.group(1)), arguments))
-        pos = body_close + len("</invoke>")
-
-
-def _attribute_parameters(inner: str) -> dict[str, Any]:
-    arguments: dict[str, Any] = {}
-    gt = _literal_seeker(inner, ">")
-    lt = _literal_seeker(inner, "<")
-    pos = 0
-    while True:
-        m = _ATTR_PARAM_OPEN.search(inner, pos)
-        if m is None:
-            return arguments
-        value_start = gt(m.end())
-        if value_start < 0:
-            return arguments
-        value_end = lt(value_start + 1)
-        if value_end < 0:
-            return arguments
-        if inner.startswith("</parameter>", value_end):
-            arguments[m.group(1)] = inner[value_start + 1:value_end]
-            pos = value_end + len("</parameter>")
+            return
+        body_end = stop(body_open + 1)
+        if body_end < 0:
+            return
+        if text.startswith(close_tag, body_end):
+            yield m.group(1), text[body_open + 1:body_end]
+            pos = body_end + len(close_tag)
         else:
             pos = m.start() + 1
