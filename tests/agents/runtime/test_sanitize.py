@@ -22,7 +22,7 @@ from agents.runtime.sanitize import (
     strip_tool_result_blocks,
     strip_tool_result_content,
 )
-from tests.agents.runtime.test_parsing import MIXED, repeat
+from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
 
 
 def test_a_prompt_guided_turn_reduces_to_the_answer():

@@ -19,7 +19,7 @@ from agents.runtime.scrub import (
     redact_leaks,
     scrub_credentials,
 )
-from tests.agents.runtime.test_parsing import MIXED, repeat
+from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
 
 # --------------------------------------------------------------------------------------------
 # scrub_credentials
