@@ -11,7 +11,7 @@ help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
 	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
 	@echo "make test-unit / make test-e2e   one of the two runs"
-	@echo "make lint   ruff"
+	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make bench  the benchmarks the project ships"
 
 $(PY):
@@ -41,6 +41,7 @@ test-e2e: $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff format .

@@ -1,11 +1,12 @@
-"""The demo: a team, its owner and a demo agent, so a newcomer can log in and chat at once.
-Idempotent."""
+"""The demo's team and its owner, so a newcomer can log in at once (the demo agent comes from
+``agents.config.seed``, which builds on this). Idempotent."""
 
 from __future__ import annotations
 
 import os
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -19,6 +20,7 @@ DEMO_USERNAME = "demo"
 @dataclass(frozen=True)
 class SeedResult:
     team: Team
+    user: Any
     username: str
     created_user: bool
     # Set only when this run chose or changed the password: it is printed once, never stored.
@@ -26,7 +28,7 @@ class SeedResult:
 
 
 @transaction.atomic
-def demo_seed(*, password: str | None = None) -> SeedResult:
+def demo_owner_seed(*, password: str | None = None) -> SeedResult:
     """Create the demo team and its owner if missing.
 
     The password comes from ``password`` or ``DEMO_PASSWORD``; without either, a new account
@@ -47,7 +49,4 @@ def demo_seed(*, password: str | None = None) -> SeedResult:
     if team is None:
         team = Team.objects.create(name=DEMO_TEAM)
     Membership.objects.update_or_create(team=team, user=user, defaults={"role": Membership.Role.OWNER})
-    from agents.config.seed import demo_agent_seed  # agents builds on agentsite, not the other way
-
-    demo_agent_seed(team=team, user=user)
-    return SeedResult(team=team, username=DEMO_USERNAME, created_user=created_user, password=password)
+    return SeedResult(team=team, user=user, username=DEMO_USERNAME, created_user=created_user, password=password)

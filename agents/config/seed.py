@@ -11,13 +11,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from agents.config.versions import agent_save, agent_snapshot
 from agents.models import Agent, AgentVersion, ModelRoute, Provider, RoutingRule, Tool
 from agents.tools.services import tools_sync_builtins
 from agentsite.crypto import encrypt
 from agentsite.models import Team
+from agentsite.seed import SeedResult, demo_owner_seed
 
-__all__ = ["DEMO_AGENT", "DEMO_PROVIDER", "agent_snapshot", "demo_agent_seed"]
+__all__ = ["DEMO_AGENT", "DEMO_PROVIDER", "agent_snapshot", "demo_agent_seed", "demo_seed"]
 
 DEMO_PROVIDER = "Demo model (offline)"
 DEMO_AGENT = "Demo assistant"
@@ -69,6 +72,14 @@ ENV_SYSTEM_PROMPT = (
     "the calculator for arithmetic, current_time for dates and times, the memory tools for what "
     "the user asks you to remember, http_fetch to read a web page."
 )
+
+
+@transaction.atomic
+def demo_seed(*, password: str | None = None) -> SeedResult:
+    """The whole demo: its team and owner (``agentsite.seed``), then its agents."""
+    result = demo_owner_seed(password=password)
+    demo_agent_seed(team=result.team, user=result.user)
+    return result
 
 
 def demo_agent_seed(*, team: Team, user: Any = None) -> Agent:

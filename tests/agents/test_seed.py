@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.config.seed import DEMO_AGENT, DEMO_TOOLS
+from agents.config.seed import DEMO_AGENT, DEMO_TOOLS, demo_seed
 from agents.models import Agent, AgentVersion, Provider, Tool
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
-from agentsite.seed import demo_seed
 
 
 @pytest.mark.django_db(transaction=True)

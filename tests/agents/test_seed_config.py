@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.config.seed import DEMO_AGENT, DEMO_PROVIDER, DEMO_TOOLS
+from agents.config.seed import DEMO_AGENT, DEMO_PROVIDER, DEMO_TOOLS, demo_seed
 from agents.models import Agent, AgentVersion, Conversation, ModelRoute, Provider, RoutingRule
 from agents.turns.routing import route_turn
 from agentsite.crypto import decrypt
-from agentsite.seed import demo_seed
 
 
 @pytest.fixture(autouse=True)

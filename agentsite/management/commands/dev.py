@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connections
 
+from agents.config.seed import demo_seed
 from agentsite.devrunner import DevOptions, DevRunner, Printer
-from agentsite.seed import demo_seed
 
 
 class Command(BaseCommand):

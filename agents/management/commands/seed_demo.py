@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from agentsite.seed import demo_seed
+from agents.config.seed import demo_seed
 
 
 class Command(BaseCommand):
-    help = "Create the demo team and its owner account (idempotent). DEMO_PASSWORD sets the password."
+    help = "Create the demo team, its owner account and its agents (idempotent). DEMO_PASSWORD sets the password."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--password", help="Password for the demo owner (default: DEMO_PASSWORD or random).")
