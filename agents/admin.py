@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from agents.config import admin as config_admin
-from agents.config import routing_admin
+from agents.config import admin as providers_admin
+from agents.config import agent_admin, routing_admin
 from agents.tools import admin as tools_admin
 
-__all__ = ["config_admin", "routing_admin", "tools_admin"]
+__all__ = ["agent_admin", "providers_admin", "routing_admin", "tools_admin"]
