@@ -48,7 +48,7 @@ from .events import (
     TrajectoryStateRecorded,
     TurnError,
 )
-from .messages import Message, Role, ToolResultBlock, ToolUseBlock
+from .messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangling_tool_uses
 from .parsing import strip_think_tags
 from .pricing import Usage
 from .providers.base import (
@@ -320,29 +320,6 @@ def call_signature(call: ToolUseBlock) -> tuple[str, str]:
     """What makes two calls of one response duplicates: the trimmed, lowercased name and the
     arguments as JSON with keys sorted."""
     return call.name.strip().lower(), _canonical_json(call.input)
-
-
-def close_dangling_tool_uses(messages: list[Message], output: str) -> int:
-    """Give every ``tool_use`` without a result a synthetic error result ``output``, in place,
-    so providers accept the history. Returns how many results were added."""
-    added = 0
-    i = 0
-    while i < len(messages):
-        message = messages[i]
-        uses = message.tool_uses if message.role is Role.ASSISTANT else []
-        if uses:
-            following = messages[i + 1] if i + 1 < len(messages) else None
-            answered_by = following if following is not None and following.role is Role.TOOL else None
-            answered = {b.tool_use_id for b in answered_by.tool_results_blocks} if answered_by else set()
-            missing = [ToolResultBlock(u.id, output, True, u.name) for u in uses if u.id not in answered]
-            if missing:
-                added += len(missing)
-                if answered_by is not None:
-                    messages[i + 1] = Message(Role.TOOL, [*answered_by.blocks, *missing])
-                else:
-                    messages.insert(i + 1, Message.tool_results(missing))
-        i += 1
-    return added
 
 
 def _trim(messages: list[Message], cap: int) -> list[Message]:
