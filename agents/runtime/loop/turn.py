@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from . import history as history_ops
-from .builtin import resolve_timezone
-from .cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
-from .dispatch import ParsedResponse, ToolDispatcher, VisibleTextFilter, select_dispatcher
-from .events import (
+from .. import history as history_ops
+from ..builtin import resolve_timezone
+from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
+from ..dispatch import ParsedResponse, ToolDispatcher, VisibleTextFilter, select_dispatcher
+from ..events import (
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
@@ -48,10 +48,10 @@ from .events import (
     TrajectoryStateRecorded,
     TurnError,
 )
-from .messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangling_tool_uses
-from .parsing import strip_think_tags
-from .pricing import Usage
-from .providers.base import (
+from ..messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangling_tool_uses
+from ..parsing import strip_think_tags
+from ..pricing import Usage
+from ..providers.base import (
     ChatRequest,
     ChatResponse,
     ErrorKind,
@@ -62,10 +62,10 @@ from .providers.base import (
     StreamThinking,
     SystemBlock,
 )
-from .sanitize import sanitize_response
-from .scrub import scrub_credentials
-from .tools import Tool, ToolError, ToolResult
-from .trajectory import (
+from ..sanitize import sanitize_response
+from ..scrub import scrub_credentials
+from ..tools import Tool, ToolError, ToolResult
+from ..trajectory import (
     ObservedCall,
     TrajectoryState,
     build_trajectory_state,
@@ -92,7 +92,8 @@ SERIAL_TOOLS = frozenset({"tool_search"})
 PREVIEW_CHARS = 200
 PARSE_EXCERPT_CHARS = 600
 _CALL_ID = re.compile(r"^call_(\d+)$")
-logger = logging.getLogger(__name__)
+# The name the loop logged under before it became a package; log filters know it.
+logger = logging.getLogger("agents.runtime.loop")
 
 
 class TurnStatus(StrEnum):
@@ -1005,22 +1006,3 @@ async def run_turn(
                  tools=tools, observer=observer or NullObserver(), cancel=cancel,
                  approver=approver, hooks=hooks, clock=clock)
     return await turn.run()
-
-
-__all__ = [
-    "ApprovalDecision",
-    "ApprovalRequest",
-    "Approver",
-    "CompactionInfo",
-    "CompactionSettings",
-    "LlmCall",
-    "LlmCallDecision",
-    "LoopDetector",
-    "TurnConfig",
-    "TurnHooks",
-    "TurnResult",
-    "TurnStatus",
-    "call_signature",
-    "close_dangling_tool_uses",
-    "run_turn",
-]

@@ -1,0 +1,70 @@
+"""The tool-call loop: ``run_turn`` answers one user message, running tools as the model asks.
+
+Everything importable from ``agents.runtime.loop`` before it became a package still is.
+"""
+
+from __future__ import annotations
+
+from ..messages import close_dangling_tool_uses
+from .turn import (
+    CANCELLED_OUTPUT,
+    DEFAULT_MAX_TOOL_ITERATIONS,
+    DENIED_OUTPUT,
+    DUPLICATE_OUTPUT,
+    EXHAUSTED_ERROR,
+    EXHAUSTION_PROMPT,
+    INTERRUPTED_OUTPUT,
+    LOOP_ABORT_ERROR,
+    PARSE_EXCERPT_CHARS,
+    PREVIEW_CHARS,
+    SERIAL_TOOLS,
+    STEP_TIMEOUT_ERROR,
+    STREAM_INCOMPLETE,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    CompactionInfo,
+    CompactionSettings,
+    LlmCall,
+    LlmCallDecision,
+    LoopDetector,
+    TurnConfig,
+    TurnHooks,
+    TurnResult,
+    TurnStatus,
+    call_signature,
+    estimate_request_usage,
+    run_turn,
+)
+
+__all__ = [
+    "CANCELLED_OUTPUT",
+    "DEFAULT_MAX_TOOL_ITERATIONS",
+    "DENIED_OUTPUT",
+    "DUPLICATE_OUTPUT",
+    "EXHAUSTED_ERROR",
+    "EXHAUSTION_PROMPT",
+    "INTERRUPTED_OUTPUT",
+    "LOOP_ABORT_ERROR",
+    "PARSE_EXCERPT_CHARS",
+    "PREVIEW_CHARS",
+    "SERIAL_TOOLS",
+    "STEP_TIMEOUT_ERROR",
+    "STREAM_INCOMPLETE",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approver",
+    "CompactionInfo",
+    "CompactionSettings",
+    "LlmCall",
+    "LlmCallDecision",
+    "LoopDetector",
+    "TurnConfig",
+    "TurnHooks",
+    "TurnResult",
+    "TurnStatus",
+    "call_signature",
+    "close_dangling_tool_uses",
+    "estimate_request_usage",
+    "run_turn",
+]
