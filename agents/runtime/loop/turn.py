@@ -19,20 +19,16 @@ import json
 import logging
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .. import history as history_ops
 from ..builtin import resolve_timezone
 from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
 from ..dispatch import ParsedResponse, ToolDispatcher, VisibleTextFilter, select_dispatcher
 from ..events import (
-    ApprovalDecided,
-    ApprovalRequested,
     Compacted,
     Event,
     FinalAnswer,
@@ -72,11 +68,22 @@ from ..trajectory import (
     changed_fields,
     trajectory_state_prompt_block,
 )
+from .approvals import DENIED_OUTPUT, Approver, ask_approval
+from .detector import LoopDetector, call_signature
+from .types import (
+    CANCELLED_OUTPUT,
+    INTERRUPTED_OUTPUT,
+    CompactionInfo,
+    LlmCall,
+    LlmCallDecision,
+    TurnConfig,
+    TurnHooks,
+    TurnResult,
+    TurnStatus,
+    clip,
+)
 
 DEFAULT_MAX_TOOL_ITERATIONS = 10
-DENIED_OUTPUT = "Denied by user."
-CANCELLED_OUTPUT = "Cancelled by user."
-INTERRUPTED_OUTPUT = "The tool call was interrupted before a result was recorded."
 DUPLICATE_OUTPUT = "Skipped duplicate tool call '{name}' with identical arguments in this turn."
 EXHAUSTION_PROMPT = (
     "You have reached the maximum number of tool iterations. Please provide your best answer "
@@ -96,85 +103,6 @@ _CALL_ID = re.compile(r"^call_(\d+)$")
 logger = logging.getLogger("agents.runtime.loop")
 
 
-class TurnStatus(StrEnum):
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-    MAX_ITERATIONS = "max_iterations"
-    TIMED_OUT = "timed_out"
-
-
-@dataclass(slots=True)
-class CompactionSettings:
-    enabled: bool = True
-    preserve_recent: int = 4
-    max_estimated_tokens: int = 10_000
-
-
-@dataclass(slots=True)
-class TurnConfig:
-    model: str
-    system_prompt: str = ""
-    memory_context: str = ""  # a pre-built block, placed in the dynamic part of the system prompt
-    # The last state of the previous turn: part of the dynamic system prompt when given.
-    previous_trajectory_state: TrajectoryState | dict[str, Any] | None = None
-    max_tool_iterations: int = 10
-    parallel_tools: bool = True
-    dispatcher: str = "auto"  # "auto" | "native" | "xml"
-    temperature: float | None = None
-    max_tokens: int | None = None
-    history_max_messages: int = 50  # 0: no cap
-    compaction: CompactionSettings = field(default_factory=CompactionSettings)
-    trajectory_states: bool = True
-    inject_trajectory_state: bool = False  # this turn's latest state into the next request
-    approval_timeout_s: float = 300.0
-    step_timeout_s: float | None = 300.0
-    tool_timeout_s: float | None = 120.0
-    max_tool_output_chars: int = 50_000
-    stream: bool = True
-    timezone: str = "UTC"
-    loop_detection: bool = True
-    dedup_exempt_tools: frozenset[str] = frozenset()
-
-
-@dataclass(slots=True)
-class ApprovalRequest:
-    call_id: str
-    name: str
-    arguments: dict[str, Any]
-    iteration: int
-    timeout_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalDecision:
-    approved: bool
-    reason: str = ""
-
-
-@runtime_checkable
-class Approver(Protocol):
-    async def request(self, call: ApprovalRequest) -> bool | ApprovalDecision: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LlmCallDecision:
-    """What ``TurnHooks.before_llm_call`` may decide: block the call with a reason the user
-    reads, or send it (and the rest of the turn) to another model and/or provider."""
-
-    block_reason: str | None = None
-    provider: Provider | None = None
-    model: str | None = None
-
-    @classmethod
-    def block(cls, reason: str) -> LlmCallDecision:
-        return cls(block_reason=reason)
-
-    @classmethod
-    def route_down(cls, model: str, provider: Provider | None = None) -> LlmCallDecision:
-        return cls(model=model, provider=provider)
-
-
 def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
     """Tokens a request and a partial answer come to, by the runtime's estimate (the history's
     per-block estimate, ceil(characters / 4) for the system prompt, tool specs and output)."""
@@ -182,145 +110,6 @@ def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
     prompt = history_ops.estimate_tokens(request.messages)
     fixed = -(-len(request.system_text) // 4) + -(-len(specs) // 4)
     return Usage(input_tokens=prompt + fixed, output_tokens=-(-len(output) // 4))
-
-
-@dataclass(frozen=True, slots=True)
-class LlmCall:
-    iteration: int
-    provider: str
-    model: str
-    usage: Usage
-    latency_ms: float
-    success: bool
-    error: str | None = None
-
-
-class TurnHooks:
-    """Optional, cheap hooks around model calls; subclass and override what you need."""
-
-    async def before_llm_call(self, iteration: int, usage_so_far: Usage) -> LlmCallDecision | None:
-        return None
-
-    async def after_llm_call(self, call: LlmCall) -> None:
-        return None
-
-
-@dataclass(slots=True)
-class CompactionInfo:
-    reason: str  # "threshold" or "context_overflow"
-    removed_message_count: int
-    summary: str = ""
-
-
-@dataclass(slots=True)
-class TurnResult:
-    status: TurnStatus
-    text: str = ""  # sanitized for display
-    raw_text: str = ""
-    error: str | None = None
-    error_kind: str | None = None
-    iterations: int = 0
-    usage: Usage = field(default_factory=Usage)
-    llm_calls: list[LlmCall] = field(default_factory=list)
-    new_messages: list[Message] = field(default_factory=list)
-    history: list[Message] = field(default_factory=list)
-    trajectory_states: list[TrajectoryState] = field(default_factory=list)
-    compactions: list[CompactionInfo] = field(default_factory=list)
-
-    @property
-    def usages(self) -> list[Usage]:
-        return [c.usage for c in self.llm_calls]
-
-
-class LoopDetector:
-    """Repeated tool calls in a sliding window (default 20): the same tool, arguments and output
-    3 times in a row warns, 4 times blocks (the output is replaced), 5 times breaks the turn.
-    Two tools alternating for 4 cycles, or one tool giving the same output for 5 calls with
-    different arguments, escalate the same way."""
-
-    def __init__(self, *, window: int = 20, max_repeats: int = 3) -> None:
-        self.max_repeats = max_repeats
-        self._window: deque[tuple[str, str, int]] = deque(maxlen=window)
-
-    def record(self, name: str, arguments: Any, output: str) -> tuple[str, str] | None:
-        self._window.append((name, _canonical_json(arguments), hash(output)))
-        return self._exact_repeat() or self._ping_pong() or self._no_progress()
-
-    def _exact_repeat(self) -> tuple[str, str] | None:
-        last = self._window[-1]
-        count = 0
-        for entry in reversed(self._window):
-            if entry != last:
-                break
-            count += 1
-        limit = self.max_repeats
-        if count >= limit + 2:
-            return "break", (f"Circuit breaker: tool '{last[0]}' called {count} times consecutively "
-                             "with identical arguments and output")
-        if count > limit:
-            return "block", (f"Blocked: tool '{last[0]}' called {count} times consecutively with "
-                             "identical arguments and output")
-        if count >= limit:
-            return "warning", (f"Warning: tool '{last[0]}' has been called {count} times "
-                               "consecutively with identical arguments and output. Try a different "
-                               "approach.")
-        return None
-
-    def _ping_pong(self) -> tuple[str, str] | None:
-        min_cycles = 4
-        entries = list(reversed(self._window))
-        if len(entries) < min_cycles * 2:
-            return None
-        a, b = entries[0][0], entries[1][0]
-        if a == b:
-            return None
-        length = 0
-        for i, entry in enumerate(entries):
-            if entry[0] != (a if i % 2 == 0 else b):
-                break
-            length += 1
-        cycles = length // 2
-        if cycles < min_cycles:
-            return None
-        if cycles >= min_cycles + 2:
-            return "break", f"Circuit breaker: tools '{a}' and '{b}' have been alternating for {cycles} cycles"
-        if cycles > min_cycles:
-            return "block", f"Blocked: tools '{a}' and '{b}' have been alternating for {cycles} cycles"
-        return "warning", (f"Warning: tools '{a}' and '{b}' appear to be alternating ({cycles} "
-                           "cycles). Consider a different strategy.")
-
-    def _no_progress(self) -> tuple[str, str] | None:
-        min_calls = 5
-        name, _, output = self._window[-1]
-        run = []
-        for entry in reversed(self._window):
-            if entry[0] != name or entry[2] != output:
-                break
-            run.append(entry)
-        count = len(run)
-        if count < min_calls or len({e[1] for e in run}) < 2:
-            return None
-        if count >= min_calls + 2:
-            return "break", (f"Circuit breaker: tool '{name}' called {count} times with different "
-                             "arguments but identical results — no progress")
-        if count > min_calls:
-            return "block", (f"Blocked: tool '{name}' called {count} times with different "
-                             "arguments but identical results")
-        return "warning", (f"Warning: tool '{name}' called {count} times with different arguments "
-                           "but identical results. The current approach may not be making progress.")
-
-
-def _canonical_json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def call_signature(call: ToolUseBlock) -> tuple[str, str]:
-    """What makes two calls of one response duplicates: the trimmed, lowercased name and the
-    arguments as JSON with keys sorted."""
-    return call.name.strip().lower(), _canonical_json(call.input)
 
 
 def _trim(messages: list[Message], cap: int) -> list[Message]:
@@ -331,10 +120,6 @@ def _trim(messages: list[Message], cap: int) -> list[Message]:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _provider_name(provider: Provider) -> str:
@@ -629,7 +414,7 @@ class _Turn:
         if parsed.parse_issue:
             await self.emit(ToolCallParseIssue(
                 iteration=iteration, issue=parsed.parse_issue,
-                excerpt=_clip(scrub_credentials(response.text), PARSE_EXCERPT_CHARS)))
+                excerpt=clip(scrub_credentials(response.text), PARSE_EXCERPT_CHARS)))
         if self.hooks is not None:
             await self.hooks.after_llm_call(call)
         self.notices = []
@@ -776,7 +561,9 @@ class _Turn:
         problem = self.argument_problem(tool, call)
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
-        if tool.requires_approval and not await self.approve(iteration, call):
+        if tool.requires_approval and not await ask_approval(
+                self.approver, call, iteration, timeout_s=self.cfg.approval_timeout_s,
+                cancel=self.cancel, observer=self.observer):
             return _Outcome(DENIED_OUTPUT, False, DENIED_OUTPUT)
         return await self.execute(tool, call)
 
@@ -791,38 +578,6 @@ class _Turn:
                 return (f"Missing required argument(s) for tool '{call.name}': "
                         f"{', '.join(missing)}.")
         return None
-
-    async def approve(self, iteration: int, call: ToolUseBlock) -> bool:
-        timeout = self.cfg.approval_timeout_s
-        await self.emit(ApprovalRequested(iteration=iteration, call_id=call.id, name=call.name,
-                                          arguments=call.input, timeout_s=timeout))
-        started = time.perf_counter()
-        approved, reason = False, "no approver"
-        if self.approver is not None:
-            request = ApprovalRequest(call.id, call.name, call.input, iteration, timeout)
-            try:
-                decision = await guarded(self.approver.request(request), cancel=self.cancel,
-                                         limit_s=timeout)
-            except TurnCancelled:
-                await self.emit(ApprovalDecided(
-                    iteration=iteration, call_id=call.id, name=call.name, approved=False,
-                    reason="cancelled", waited_ms=(time.perf_counter() - started) * 1000))
-                raise
-            except StepTimedOut:
-                reason = "timeout"
-            except Exception as exc:  # noqa: BLE001 - a broken approver denies, never crashes
-                reason = f"error: {exc}"
-            else:
-                if isinstance(decision, ApprovalDecision):
-                    approved = decision.approved
-                    reason = decision.reason or ("approved" if approved else "denied")
-                else:
-                    approved = bool(decision)
-                    reason = "approved" if approved else "denied"
-        await self.emit(ApprovalDecided(iteration=iteration, call_id=call.id, name=call.name,
-                                        approved=approved, reason=reason,
-                                        waited_ms=(time.perf_counter() - started) * 1000))
-        return approved
 
     async def execute(self, tool: Tool, call: ToolUseBlock) -> _Outcome:
         try:
@@ -857,7 +612,7 @@ class _Turn:
         await self.emit(ToolFinished(
             iteration=iteration, call_id=call.id, name=call.name, arguments=call.input,
             success=outcome.success, output=output, duration_ms=seconds * 1000, error=error,
-            output_preview=_clip(output, PREVIEW_CHARS)))
+            output_preview=clip(output, PREVIEW_CHARS)))
         block = ToolResultBlock(call.id, output, not outcome.success, call.name)
         self.finished[call.id] = block
         return block
