@@ -1,6 +1,7 @@
 """The loop's public types: how a turn is configured and hooked into, and what it returns.
 
-Also the few internals the steps share: the synthetic outputs for calls that never ran and
+Also the few internals the steps share: the synthetic outputs for calls that never ran,
+``EndTurn``, by which a step ends the turn without knowing how a result is assembled, and
 ``clip`` for the excerpts events carry.
 """
 
@@ -124,6 +125,17 @@ class TurnResult:
     @property
     def usages(self) -> list[Usage]:
         return [c.usage for c in self.llm_calls]
+
+
+class EndTurn(Exception):  # noqa: N818 - control flow, not an error
+    """Raised by a step to end the turn early; the turn answers open calls, reports the error
+    and returns a result with this status."""
+
+    def __init__(self, status: TurnStatus, message: str, kind: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.message = message
+        self.kind = kind
 
 
 def clip(text: str, limit: int) -> str:
