@@ -185,3 +185,30 @@ def history_to_json(messages: list[Message]) -> list[dict[str, Any]]:
 
 def history_from_json(data: list[dict[str, Any]]) -> list[Message]:
     return [Message.from_dict(m) for m in data]
+
+
+def close_dangling_tool_uses(messages: list[Message], output: str) -> int:
+    """Give every ``tool_use`` without a result a synthetic error result ``output``, in place,
+    so providers accept the history. Returns how many results were added.
+
+    The one repair for calls a crash or a cancellation left open, used by the loop (on the
+    incoming history and when a turn stops early) and meant for code that repairs stored
+    conversations; it lives here so that such code need not import the loop."""
+    added = 0
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        uses = message.tool_uses if message.role is Role.ASSISTANT else []
+        if uses:
+            following = messages[i + 1] if i + 1 < len(messages) else None
+            answered_by = following if following is not None and following.role is Role.TOOL else None
+            answered = {b.tool_use_id for b in answered_by.tool_results_blocks} if answered_by else set()
+            missing = [ToolResultBlock(u.id, output, True, u.name) for u in uses if u.id not in answered]
+            if missing:
+                added += len(missing)
+                if answered_by is not None:
+                    messages[i + 1] = Message(Role.TOOL, [*answered_by.blocks, *missing])
+                else:
+                    messages.insert(i + 1, Message.tool_results(missing))
+        i += 1
+    return added

@@ -1,0 +1,154 @@
+"""The turn's messages and their size.
+
+Kept three ways: ``history`` (what the next turn starts from), ``new_messages`` (what the
+caller stores: the user's raw text, then everything this turn added) and ``wire`` (what the
+model is sent: each message in the dispatcher's format, the user's message time-stamped).
+``wire`` is appended to with ``history`` and rebuilt only when the history is rewritten
+(compaction, recovery from a context overflow, another dispatcher), so a long turn does not
+convert its whole history on every request.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from .. import history as history_ops
+from ..dispatch import ToolDispatcher
+from ..events import Compacted, Observer
+from ..messages import Message, Role, close_dangling_tool_uses
+from ..providers.base import ChatRequest
+from .types import INTERRUPTED_OUTPUT, CompactionInfo, CompactionSettings
+
+_CALL_ID = re.compile(r"^call_(\d+)$")
+
+
+class Conversation:
+    def __init__(self, history: list[Message], user_message: str, *, now: datetime,
+                 dispatcher: ToolDispatcher, max_messages: int, compaction: CompactionSettings,
+                 observer: Observer) -> None:
+        self.history: list[Message] = list(history)
+        self.user = Message.user(user_message)
+        self.stamped = Message.user(f"[{now:%Y-%m-%d %H:%M:%S %Z}] {user_message}")
+        self.new_messages: list[Message] = []
+        self.wire: list[Message] = []
+        self.system_messages: list[str] = []
+        self.sent_messages = 0  # how many wire messages the last request's trace already holds
+        self.tokens = 0
+        self.next_call = 0
+        self.compactions: list[CompactionInfo] = []
+        self.dispatcher = dispatcher
+        self.max_messages = max_messages
+        self.compaction = compaction
+        self.observer = observer
+
+    def prepare(self) -> None:
+        close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
+        highest = 0
+        for message in self.history:
+            for use in message.tool_uses:
+                match = _CALL_ID.match(use.id)
+                if match:
+                    highest = max(highest, int(match.group(1)))
+        self.next_call = highest
+        self.history.append(self.user)
+        self.new_messages.append(self.user)
+        self.history = _trim(self.history, self.max_messages)
+        self.tokens = history_ops.estimate_tokens(self.history)
+        self.rebuild_wire()
+
+    def new_call_id(self) -> str:
+        self.next_call += 1
+        return f"call_{self.next_call}"
+
+    def use_dispatcher(self, dispatcher: ToolDispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.rebuild_wire()
+
+    def rebuild_wire(self) -> None:
+        start = 0
+        while start < len(self.history) and self.history[start].role is Role.SYSTEM:
+            start += 1
+        self.system_messages = [m.text for m in self.history[:start] if m.text]
+        to_wire = self.dispatcher.to_wire
+        self.wire = [self.stamped if m is self.user else to_wire(m) for m in self.history[start:]]
+        self.sent_messages = 0
+
+    def append(self, message: Message) -> None:
+        self.history.append(message)
+        self.new_messages.append(message)
+        self.wire.append(self.dispatcher.to_wire(message))
+        self.tokens += history_ops.estimate_tokens([message])
+
+    def close_open_calls(self, output: str) -> None:
+        """Providers reject a tool call without a result: answer any left open, in the history
+        for the next turn and in the messages the caller stores."""
+        close_dangling_tool_uses(self.history, output)
+        close_dangling_tool_uses(self.new_messages, output)
+
+    def history_for_next_turn(self) -> list[Message]:
+        return _trim(list(self.history), self.max_messages)
+
+    def request_trace(self, request: ChatRequest) -> dict[str, Any]:
+        """The request for the trace. Messages already in the previous request's trace are not
+        repeated: ``messages`` holds the wire messages from ``message_offset`` on."""
+        offset = self.sent_messages if self.sent_messages <= len(self.wire) else 0
+        trace: dict[str, Any] = {
+            "model": request.model,
+            "dispatcher": self.dispatcher.name,
+            "system": [{"text": b.text, "cacheable": b.cacheable} for b in request.system],
+            "tools": [s.name for s in request.tools or []],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            "message_offset": offset,
+            "messages": [m.to_dict() for m in request.messages[offset:]],
+        }
+        if offset == 0 and request.tools:
+            trace["tool_specs"] = [s.to_dict() for s in request.tools]
+        self.sent_messages = len(self.wire)
+        return trace
+
+    # -- size ----------------------------------------------------------------------------------------
+    async def maybe_compact(self) -> None:
+        settings = self.compaction
+        # The running estimate only grows by what this turn appended; the exact check runs
+        # only once it crosses the threshold.
+        if not settings.enabled or self.tokens < settings.max_estimated_tokens:
+            return
+        if not history_ops.should_compact(self.history, preserve_recent=settings.preserve_recent,
+                                          max_estimated_tokens=settings.max_estimated_tokens):
+            return
+        outcome = history_ops.compact(self.history, preserve_recent=settings.preserve_recent,
+                                      max_estimated_tokens=settings.max_estimated_tokens)
+        if outcome.removed_message_count <= 0:
+            return
+        self.history = list(outcome.messages)
+        self.after_history_change()
+        self.compactions.append(CompactionInfo("threshold", outcome.removed_message_count,
+                                               outcome.summary))
+        await self.observer.emit(Compacted(reason="threshold",
+                                           removed_message_count=outcome.removed_message_count,
+                                           summary=outcome.summary))
+
+    def recover(self) -> bool:
+        """After a context-overflow error: shorten old tool results, else compact, else drop
+        the oldest third (``history.recover_context``, in place)."""
+        outcome = history_ops.recover_context(self.history)
+        if not outcome:
+            return False
+        self.after_history_change()
+        self.compactions.append(CompactionInfo("context_overflow", outcome.removed_message_count,
+                                               outcome.summary))
+        return True
+
+    def after_history_change(self) -> None:
+        close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
+        self.tokens = history_ops.estimate_tokens(self.history)
+        self.rebuild_wire()
+
+
+def _trim(messages: list[Message], cap: int) -> list[Message]:
+    """At most ``cap`` messages besides the leading system ones (0: no cap); a tool result is
+    never left at the head without its call."""
+    return history_ops.trim_history(messages, cap) if cap > 0 else messages

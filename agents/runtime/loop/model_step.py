@@ -1,0 +1,268 @@
+"""One model request: hooks, compaction, the request itself, streaming, usage and parsing.
+
+Before each request the budget hook may block the turn or move it to another model, and the
+history is compacted when it has grown too large. The request is streamed (text deltas are
+reported as they arrive, tool-call markup hidden), cancellable and under the step timeout. A
+context overflow is recovered from once by shortening the history; other provider errors end
+the turn. A request that fails still counts: an estimate of its tokens when it had streamed
+text. A successful response is parsed into text and tool calls by the dispatcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from .. import history as history_ops
+from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
+from ..dispatch import ParsedResponse, VisibleTextFilter, select_dispatcher
+from ..events import (
+    Compacted,
+    LlmRequestFinished,
+    LlmRequestStarted,
+    Observer,
+    TextDelta,
+    ToolCallParseIssue,
+)
+from ..messages import Message, Role, ToolUseBlock
+from ..pricing import Usage
+from ..providers.base import (
+    ChatRequest,
+    ChatResponse,
+    ErrorKind,
+    Provider,
+    ProviderError,
+    StreamDone,
+    StreamText,
+    StreamThinking,
+)
+from ..scrub import scrub_credentials
+from ..tools import ToolSpec
+from .conversation import Conversation
+from .prompt import SystemPrompt
+from .types import EndTurn, LlmCall, LlmCallDecision, TurnConfig, TurnHooks, TurnStatus, clip
+
+STEP_TIMEOUT_ERROR = "LLM inference step timed out after {seconds:g}s (step_timeout_s)"
+STREAM_INCOMPLETE = "assistant stream ended without a message stop event"
+PARSE_EXCERPT_CHARS = 600
+
+
+def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
+    """Tokens a request and a partial answer come to, by the runtime's estimate (the history's
+    per-block estimate, ceil(characters / 4) for the system prompt, tool specs and output)."""
+    specs = json.dumps([t.to_dict() for t in request.tools]) if request.tools else ""
+    prompt = history_ops.estimate_tokens(request.messages)
+    fixed = -(-len(request.system_text) // 4) + -(-len(specs) // 4)
+    return Usage(input_tokens=prompt + fixed, output_tokens=-(-len(output) // 4))
+
+
+def assistant_message(response: ChatResponse, parsed: ParsedResponse) -> Message:
+    """The response as it goes into the history: the calls as parsed (ids assigned, unusable
+    arguments stored as ``{}`` so the history stays valid) replace the provider's own."""
+    blocks = [b for b in response.message.blocks if not isinstance(b, ToolUseBlock)]
+    return Message(Role.ASSISTANT, [*blocks, *parsed.calls], response.usage)
+
+
+@dataclass(slots=True)
+class _Stream:
+    parts: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    response: ChatResponse | None = None
+    first_token_at: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class ModelStep:
+    """Sends the turn's requests and keeps what they cost (``usage``, ``llm_calls``)."""
+
+    def __init__(self, *, provider: Provider, cfg: TurnConfig, specs: list[ToolSpec],
+                 tool_names: list[str], conversation: Conversation, prompt: SystemPrompt,
+                 observer: Observer, cancel: CancelToken | None, hooks: TurnHooks | None) -> None:
+        self.provider = provider
+        self.model = cfg.model
+        self.cfg = cfg
+        self.specs = specs
+        self.tool_names = tool_names
+        self.known = frozenset(tool_names)
+        self.conversation = conversation
+        self.prompt = prompt
+        self.observer = observer
+        self.cancel = cancel
+        self.hooks = hooks
+        self.usage = Usage()
+        self.llm_calls: list[LlmCall] = []
+
+    async def request(self, iteration: int, *, with_tools: bool, extra: Message | None = None,
+                      failure: tuple[TurnStatus, str, str] | None = None
+                      ) -> tuple[ChatResponse, ParsedResponse]:
+        """``failure``: the status, message and kind the turn ends with if the provider fails
+        (default: failed, with the provider's message)."""
+        if self.cancel is not None:
+            self.cancel.raise_if_cancelled()
+        if self.hooks is not None:
+            self.apply_decision(await self.hooks.before_llm_call(iteration, self.usage))
+        await self.conversation.maybe_compact()
+        recovered = False
+        while True:
+            request = self.build_request(with_tools=with_tools, extra=extra)
+            try:
+                return await self.call_model(iteration, request, with_tools=with_tools)
+            except ProviderError as exc:
+                if (exc.kind == ErrorKind.CONTEXT_OVERFLOW and not recovered
+                        and self.conversation.recover()):
+                    recovered = True
+                    info = self.conversation.compactions[-1]
+                    await self.observer.emit(Compacted(
+                        reason="context_overflow", removed_message_count=info.removed_message_count,
+                        summary=info.summary))
+                    continue
+                status, message, kind = failure or (TurnStatus.FAILED, exc.message or str(exc),
+                                                     "provider")
+                raise EndTurn(status, message, kind) from exc
+
+    def apply_decision(self, decision: LlmCallDecision | None) -> None:
+        if decision is None:
+            return
+        if decision.block_reason:
+            raise EndTurn(TurnStatus.FAILED, decision.block_reason, "budget")
+        if decision.model:
+            self.model = decision.model
+        if decision.provider is not None and decision.provider is not self.provider:
+            self.provider = decision.provider
+        if decision.model or decision.provider is not None:
+            # Another model may dispatch differently (native tools or not).
+            dispatcher = select_dispatcher(self.cfg.dispatcher, self.provider.capabilities_for(self.model))
+            if dispatcher.name != self.conversation.dispatcher.name:
+                self.prompt.tool_section = dispatcher.system_section(self.specs)
+                self.conversation.use_dispatcher(dispatcher)
+
+    def build_request(self, *, with_tools: bool, extra: Message | None) -> ChatRequest:
+        conversation = self.conversation
+        messages = list(conversation.wire)
+        if extra is not None:
+            messages.append(extra)
+        sends_specs = with_tools and self.specs and conversation.dispatcher.sends_tool_specs
+        return ChatRequest(
+            model=self.model,
+            messages=messages,
+            system=self.prompt.blocks(conversation.system_messages, with_tools=with_tools),
+            tools=self.specs if sends_specs else None,
+            temperature=self.cfg.temperature,
+            max_tokens=self.cfg.max_tokens,
+        )
+
+    async def call_model(self, iteration: int, request: ChatRequest, *,
+                         with_tools: bool) -> tuple[ChatResponse, ParsedResponse]:
+        provider, provider_name = self.provider, _provider_name(self.provider)
+        offered = self.tool_names if with_tools else []
+        await self.observer.emit(LlmRequestStarted(
+            iteration=iteration, provider=provider_name, model=request.model,
+            messages_count=len(request.messages), tools_available=list(offered),
+            request=self.conversation.request_trace(request)))
+        stream = _Stream()
+        started = time.perf_counter()
+        try:
+            response = await guarded(self.consume(provider, request, iteration, stream),
+                                     cancel=self.cancel, limit_s=self.cfg.step_timeout_s)
+        except TurnCancelled:
+            await self.model_failed(iteration, request, provider_name, started, stream, "cancelled")
+            self.keep_partial(stream)
+            raise
+        except StepTimedOut:
+            message = STEP_TIMEOUT_ERROR.format(seconds=self.cfg.step_timeout_s or 0)
+            await self.model_failed(iteration, request, provider_name, started, stream, message)
+            self.keep_partial(stream)
+            raise EndTurn(TurnStatus.TIMED_OUT, message, "timeout") from None
+        except ProviderError as exc:
+            await self.model_failed(iteration, request, provider_name, started, stream, str(exc))
+            raise
+        except Exception as exc:  # noqa: BLE001 - a provider bug must end the turn cleanly
+            await self.model_failed(iteration, request, provider_name, started, stream, str(exc))
+            raise ProviderError(f"{type(exc).__name__}: {exc}", retryable=False,
+                                kind=ErrorKind.MALFORMED, provider=provider_name) from exc
+
+        latency_ms = (time.perf_counter() - started) * 1000
+        if with_tools:
+            parsed = self.conversation.dispatcher.parse_response(
+                response, new_id=self.conversation.new_call_id, known_tools=self.known)
+        else:  # the summary request offered no tools; whatever it tries to call is ignored
+            parsed = ParsedResponse(text=response.text)
+        usage = response.usage
+        self.usage = self.usage + usage
+        call = LlmCall(iteration, provider_name, response.model or request.model, usage,
+                       latency_ms, True)
+        self.llm_calls.append(call)
+        first_ms = ((stream.first_token_at - started) * 1000) if stream.first_token_at else None
+        await self.observer.emit(LlmRequestFinished(
+            iteration=iteration, provider=provider_name, model=call.model, success=True,
+            usage=usage, latency_ms=latency_ms, first_token_ms=first_ms,
+            stop_reason=response.stop_reason,
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.input} for c in parsed.calls],
+            response={"message": response.message.to_dict(), "stop_reason": response.stop_reason,
+                      "model": response.model}))
+        if parsed.parse_issue:
+            await self.observer.emit(ToolCallParseIssue(
+                iteration=iteration, issue=parsed.parse_issue,
+                excerpt=clip(scrub_credentials(response.text), PARSE_EXCERPT_CHARS)))
+        if self.hooks is not None:
+            await self.hooks.after_llm_call(call)
+        self.prompt.notices = []
+        return response, parsed
+
+    async def consume(self, provider: Provider, request: ChatRequest, iteration: int,
+                      stream: _Stream) -> ChatResponse:
+        if not self.cfg.stream:
+            return await provider.chat(request)
+        visible = VisibleTextFilter()
+        async with contextlib.aclosing(provider.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, StreamText):
+                    if stream.first_token_at is None:
+                        stream.first_token_at = time.perf_counter()
+                    stream.parts.append(event.text)
+                    shown = visible.feed(event.text)
+                    if shown:
+                        await self.observer.emit(TextDelta(iteration=iteration, text=shown))
+                elif isinstance(event, StreamThinking):
+                    stream.thinking.append(event.text)
+                elif isinstance(event, StreamDone):
+                    stream.response = event.response
+        tail = visible.flush()
+        if tail:
+            await self.observer.emit(TextDelta(iteration=iteration, text=tail))
+        if stream.response is None:
+            raise ProviderError(STREAM_INCOMPLETE, retryable=True, kind=ErrorKind.MALFORMED,
+                                provider=_provider_name(provider), model=request.model)
+        return stream.response
+
+    async def model_failed(self, iteration: int, request: ChatRequest, provider_name: str,
+                           started: float, stream: _Stream, error: str) -> None:
+        latency_ms = (time.perf_counter() - started) * 1000
+        # A stream that already produced text was read and partly answered: the provider bills
+        # it though it never reports usage. Count an estimate rather than nothing.
+        usage = estimate_request_usage(request, stream.text) if stream.parts else Usage()
+        self.usage = self.usage + usage
+        call = LlmCall(iteration, provider_name, request.model, usage, latency_ms, False,
+                       scrub_credentials(error))
+        self.llm_calls.append(call)
+        await self.observer.emit(LlmRequestFinished(
+            iteration=iteration, provider=provider_name, model=request.model, success=False,
+            usage=usage, usage_estimated=bool(stream.parts),
+            latency_ms=latency_ms, error=call.error,
+            response={"partial_text": stream.text} if stream.parts else {}))
+        if self.hooks is not None:
+            await self.hooks.after_llm_call(call)
+
+    def keep_partial(self, stream: _Stream) -> None:
+        """Text streamed before a cancel or timeout stays in the conversation."""
+        if stream.text:
+            self.conversation.append(Message.assistant(stream.text))
+
+
+def _provider_name(provider: Provider) -> str:
+    return getattr(provider, "name", "") or getattr(provider, "kind", "") or type(provider).__name__

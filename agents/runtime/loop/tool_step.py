@@ -1,0 +1,225 @@
+"""The tools one response asked for, run and answered in the order they were asked.
+
+Duplicates (same name and arguments) are answered without running, before anyone is asked for
+an approval. The rest run in parallel unless the config, an approval or a tool that changes
+what the others may do (``SERIAL_TOOLS``) says serial. Every output, failures included, is
+scrubbed of credentials and truncated before it reaches the history or an event. On
+cancellation every call still gets a result, so the history stays valid. Then the loop
+detector sees what ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import history as history_ops
+from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
+from ..dispatch import ParsedResponse
+from ..events import LoopDetected, Observer, ToolFinished, ToolStarted
+from ..messages import Message, ToolResultBlock, ToolUseBlock
+from ..scrub import scrub_credentials
+from ..tools import Tool, ToolError, ToolResult
+from .approvals import DENIED_OUTPUT, Approver, ask_approval
+from .conversation import Conversation
+from .detector import LoopDetector, call_signature
+from .prompt import SystemPrompt
+from .types import CANCELLED_OUTPUT, TurnConfig, clip
+
+DUPLICATE_OUTPUT = "Skipped duplicate tool call '{name}' with identical arguments in this turn."
+# Tools that change what other calls of the same response may do; they never run in parallel.
+SERIAL_TOOLS = frozenset({"tool_search"})
+PREVIEW_CHARS = 200
+
+
+@dataclass(slots=True)
+class _Outcome:
+    output: str
+    success: bool
+    error: str | None = None
+
+
+class ToolStep:
+    def __init__(self, *, tools: Sequence[Tool], cfg: TurnConfig, conversation: Conversation,
+                 prompt: SystemPrompt, observer: Observer, cancel: CancelToken | None,
+                 approver: Approver | None) -> None:
+        self.tools = {t.name: t for t in tools}
+        self.cfg = cfg
+        self.conversation = conversation
+        self.prompt = prompt
+        self.observer = observer
+        self.cancel = cancel
+        self.approver = approver
+        self.detector = LoopDetector() if cfg.loop_detection else None
+        self.started: set[str] = set()
+        self.finished: dict[str, ToolResultBlock] = {}
+        self.invalid_arguments: dict[str, str] = {}
+
+    async def run(self, iteration: int,
+                  parsed: ParsedResponse) -> tuple[list[ToolResultBlock], str | None]:
+        """Runs the calls and appends their results to the conversation. Returns the results
+        and, when the loop detector says the turn must end, why."""
+        # The parser stored unusable arguments as {}; the result tells the model what was wrong.
+        self.invalid_arguments.update(parsed.argument_errors)
+        calls = parsed.calls
+        results: list[ToolResultBlock | None] = [None] * len(calls)
+        executed: list[int] = []
+        seen: set[tuple[str, str]] = set()
+        # Duplicates are skipped before any approval, so nobody is asked twice for one call.
+        for index, call in enumerate(calls):
+            signature = call_signature(call)
+            if signature in seen and call.name not in self.cfg.dedup_exempt_tools:
+                results[index] = await self.finish_call(
+                    iteration, call, _Outcome(DUPLICATE_OUTPUT.format(name=call.name), False), 0.0)
+                continue
+            seen.add(signature)
+            executed.append(index)
+
+        cancelled: TurnCancelled | None = None
+        try:
+            if self.run_in_parallel([calls[i] for i in executed]):
+                outcomes = await asyncio.gather(
+                    *(self.handle_call(iteration, calls[i]) for i in executed),
+                    return_exceptions=True)
+                for index, outcome in zip(executed, outcomes, strict=True):
+                    if isinstance(outcome, TurnCancelled):
+                        cancelled = outcome
+                    elif isinstance(outcome, BaseException):
+                        raise outcome
+                    else:
+                        results[index] = outcome
+            else:
+                for index in executed:
+                    results[index] = await self.handle_call(iteration, calls[index])
+        except TurnCancelled as exc:
+            cancelled = exc
+
+        if cancelled is not None:
+            for index, call in enumerate(calls):
+                if results[index] is None:
+                    results[index] = (self.finished.get(call.id)
+                                      or await self.finish_cancelled(iteration, call))
+            self.conversation.append(Message.tool_results([r for r in results if r is not None]))
+            raise cancelled
+
+        final = [r for r in results if r is not None]
+        verdicts = self.detect_loops(calls, final, executed)
+        self.conversation.append(Message.tool_results(final))
+        for level, message, tool in verdicts:
+            await self.observer.emit(LoopDetected(iteration=iteration, level=level,
+                                                  message=message, tool=tool))
+        breaker = next((message for level, message, _ in verdicts if level == "break"), None)
+        return final, breaker
+
+    def run_in_parallel(self, calls: list[ToolUseBlock]) -> bool:
+        if not self.cfg.parallel_tools or len(calls) < 2:
+            return False
+        for call in calls:
+            tool = self.tools.get(call.name)
+            if call.name in SERIAL_TOOLS or (tool is not None and tool.requires_approval):
+                return False
+        return True
+
+    async def handle_call(self, iteration: int, call: ToolUseBlock) -> ToolResultBlock:
+        arguments = call.input
+        self.started.add(call.id)
+        await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name,
+                                             arguments=arguments))
+        started = time.perf_counter()
+        try:
+            outcome = await self.run_call(iteration, call)
+        except TurnCancelled:
+            await self.finish_call(iteration, call, _Outcome(CANCELLED_OUTPUT, False, "cancelled"),
+                                   time.perf_counter() - started)
+            raise
+        return await self.finish_call(iteration, call, outcome, time.perf_counter() - started)
+
+    async def run_call(self, iteration: int, call: ToolUseBlock) -> _Outcome:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return _Outcome(f"Unknown tool: {call.name}", False, f"Unknown tool: {call.name}")
+        problem = self.argument_problem(tool, call)
+        if problem is not None:
+            return _Outcome(f"Error: {problem}", False, problem)
+        if tool.requires_approval and not await ask_approval(
+                self.approver, call, iteration, timeout_s=self.cfg.approval_timeout_s,
+                cancel=self.cancel, observer=self.observer):
+            return _Outcome(DENIED_OUTPUT, False, DENIED_OUTPUT)
+        return await self.execute(tool, call)
+
+    def argument_problem(self, tool: Tool, call: ToolUseBlock) -> str | None:
+        if call.id in self.invalid_arguments:
+            return (f"Invalid arguments for tool '{call.name}': {self.invalid_arguments[call.id]} "
+                    "Call the tool again with an object of named arguments.")
+        required = tool.parameters.get("required") if isinstance(tool.parameters, dict) else None
+        if isinstance(required, list):
+            missing = [name for name in required if isinstance(name, str) and name not in call.input]
+            if missing:
+                return (f"Missing required argument(s) for tool '{call.name}': "
+                        f"{', '.join(missing)}.")
+        return None
+
+    async def execute(self, tool: Tool, call: ToolUseBlock) -> _Outcome:
+        try:
+            result = await guarded(tool.execute(call.input), cancel=self.cancel,
+                                   limit_s=self.cfg.tool_timeout_s)
+        except TurnCancelled:
+            raise
+        except StepTimedOut:
+            reason = f"tool '{call.name}' timed out after {self.cfg.tool_timeout_s or 0:g}s"
+            return _Outcome(f"Error: {reason}", False, reason)
+        except ToolError as exc:
+            return _Outcome(f"Error: {exc}", False, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model reads
+            return _Outcome(f"Error executing {call.name}: {exc}", False, str(exc) or type(exc).__name__)
+        if not isinstance(result, ToolResult):
+            return _Outcome(str(result), True)
+        if result.success:
+            return _Outcome(result.output, True)
+        reason = result.error or result.output or "the tool reported a failure"
+        return _Outcome(f"Error: {reason}", False, reason)
+
+    async def finish_call(self, iteration: int, call: ToolUseBlock, outcome: _Outcome,
+                          seconds: float) -> ToolResultBlock:
+        # Every output, failures included, is scrubbed before it reaches history or an event.
+        output = history_ops.truncate_tool_result(scrub_credentials(outcome.output),
+                                                  self.cfg.max_tool_output_chars)
+        error = scrub_credentials(outcome.error) if outcome.error else None
+        if call.id not in self.started:
+            self.started.add(call.id)
+            await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id,
+                                                 name=call.name, arguments=call.input))
+        await self.observer.emit(ToolFinished(
+            iteration=iteration, call_id=call.id, name=call.name, arguments=call.input,
+            success=outcome.success, output=output, duration_ms=seconds * 1000, error=error,
+            output_preview=clip(output, PREVIEW_CHARS)))
+        block = ToolResultBlock(call.id, output, not outcome.success, call.name)
+        self.finished[call.id] = block
+        return block
+
+    async def finish_cancelled(self, iteration: int, call: ToolUseBlock) -> ToolResultBlock:
+        return await self.finish_call(iteration, call, _Outcome(CANCELLED_OUTPUT, False, "cancelled"), 0.0)
+
+    def detect_loops(self, calls: list[ToolUseBlock], results: list[ToolResultBlock],
+                     executed: list[int]) -> list[tuple[str, str, str]]:
+        """Warnings become a notice in the next request's system prompt; a block replaces the
+        call's output; the caller ends the turn on a break."""
+        if self.detector is None:
+            return []
+        verdicts = []
+        for index in executed:
+            call, result = calls[index], results[index]
+            verdict = self.detector.record(call.name, call.input, result.output)
+            if verdict is None:
+                continue
+            level, message = verdict
+            verdicts.append((level, message, call.name))
+            if level == "warning":
+                self.prompt.notices.append(f"[Loop Detection] {message}")
+            elif level == "block":
+                results[index] = ToolResultBlock(result.tool_use_id,
+                                                 f"[Loop Detection — BLOCKED] {message}", True,
+                                                 result.name)
+        return verdicts

@@ -1,0 +1,185 @@
+"""The turn: iterations of a model request and the tools it asks for, and how a turn ends.
+
+A turn ends with a final answer, on cancellation, on a failure (``EndTurn`` from a step, or
+anything unexpected), or after ``max_tool_iterations`` with one last request, without tools,
+for a summary. Whatever way it ends, open tool calls get a result and the ``TurnResult`` holds
+the messages to store and the history for the next turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from ..builtin import resolve_timezone
+from ..cancel import CancelToken, TurnCancelled
+from ..dispatch import ParsedResponse, select_dispatcher
+from ..events import FinalAnswer, Observer, TrajectoryStateRecorded, TurnError
+from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
+from ..parsing import strip_think_tags
+from ..providers.base import Provider, SystemBlock
+from ..sanitize import sanitize_response
+from ..scrub import scrub_credentials
+from ..tools import Tool
+from ..trajectory import (
+    ObservedCall,
+    TrajectoryState,
+    build_trajectory_state,
+    changed_fields,
+    trajectory_state_prompt_block,
+)
+from .approvals import Approver
+from .conversation import Conversation
+from .model_step import ModelStep, assistant_message
+from .prompt import SystemPrompt
+from .tool_step import ToolStep
+from .types import (
+    CANCELLED_OUTPUT,
+    INTERRUPTED_OUTPUT,
+    EndTurn,
+    TurnConfig,
+    TurnHooks,
+    TurnResult,
+    TurnStatus,
+)
+
+DEFAULT_MAX_TOOL_ITERATIONS = 10
+EXHAUSTION_PROMPT = (
+    "You have reached the maximum number of tool iterations. Please provide your best answer "
+    "based on the work completed so far. Summarize what you accomplished and what remains to be "
+    "done."
+)
+EXHAUSTED_ERROR = "Agent exceeded maximum tool iterations ({max})"
+LOOP_ABORT_ERROR = "Agent loop aborted by loop detector: {message}"
+# The name the loop logged under before it became a package; log filters know it.
+logger = logging.getLogger("agents.runtime.loop")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Turn:
+    def __init__(self, *, provider: Provider, config: TurnConfig, history: list[Message],
+                 user_message: str, tools: Sequence[Tool], observer: Observer,
+                 cancel: CancelToken | None, approver: Approver | None,
+                 hooks: TurnHooks | None, clock: Callable[[], datetime]) -> None:
+        self.cfg = config
+        self.observer = observer
+        self.user_text = user_message
+        specs = [t.spec() for t in tools]
+        self.tool_names = [s.name for s in specs]
+        dispatcher = select_dispatcher(config.dispatcher, provider.capabilities_for(config.model))
+        tool_section = dispatcher.system_section(specs)
+
+        zone = resolve_timezone(config.timezone) or resolve_timezone("UTC")
+        now = clock()
+        now = (now if now.tzinfo else now.replace(tzinfo=UTC)).astimezone(zone)
+
+        self.conversation = Conversation(
+            history, user_message, now=now, dispatcher=dispatcher,
+            max_messages=config.history_max_messages, compaction=config.compaction,
+            observer=observer)
+        self.prompt = SystemPrompt(config, tool_section=tool_section, now=now,
+                                   zone_key=getattr(zone, "key", "UTC"))
+        self.model_step = ModelStep(
+            provider=provider, cfg=config, specs=specs, tool_names=self.tool_names,
+            conversation=self.conversation, prompt=self.prompt, observer=observer, cancel=cancel,
+            hooks=hooks)
+        self.tool_step = ToolStep(
+            tools=tools, cfg=config, conversation=self.conversation, prompt=self.prompt,
+            observer=observer, cancel=cancel, approver=approver)
+
+        self.iteration = 0
+        self.states: list[TrajectoryState] = []
+        self.state: TrajectoryState | None = None
+        self.max_iterations = config.max_tool_iterations or DEFAULT_MAX_TOOL_ITERATIONS
+
+    async def run(self) -> TurnResult:
+        try:
+            # Nested, so that a failure while ending the turn is handled like any other.
+            try:
+                self.conversation.prepare()
+                for iteration in range(1, self.max_iterations + 1):
+                    self.iteration = iteration
+                    response, parsed = await self.model_step.request(iteration, with_tools=True)
+                    self.conversation.append(assistant_message(response, parsed))
+                    if not parsed.calls:
+                        return await self.complete(response.text, TurnStatus.COMPLETED)
+                    results, breaker = await self.tool_step.run(iteration, parsed)
+                    if self.cfg.trajectory_states:
+                        await self.record_state(iteration, parsed, results)
+                    if breaker is not None:
+                        return await self.stop(TurnStatus.FAILED,
+                                               LOOP_ABORT_ERROR.format(message=breaker),
+                                               "loop_detected")
+                return await self.exhausted()
+            except EndTurn as end:
+                return await self.stop(end.status, end.message, end.kind)
+        except TurnCancelled as exc:
+            return await self.stop(TurnStatus.CANCELLED, exc.reason, "cancelled")
+        except Exception as exc:
+            logger.exception("turn failed unexpectedly")
+            return await self.stop(TurnStatus.FAILED, f"Internal error: {exc}", "internal")
+
+    async def record_state(self, iteration: int, parsed: ParsedResponse,
+                           results: list[ToolResultBlock]) -> None:
+        observed = [ObservedCall(c.id, c.name, c.input, r.output, not r.is_error)
+                    for c, r in zip(parsed.calls, results, strict=True)]
+        text = strip_think_tags(parsed.text) if "<think" in parsed.text else parsed.text
+        state = build_trajectory_state(iteration=iteration, objective=self.user_text,
+                                       assistant_text=text,
+                                       calls=observed, previous=self.state)
+        changed = changed_fields(state, self.state)
+        self.state = state
+        self.states.append(state)
+        if self.cfg.inject_trajectory_state:
+            self.prompt.state_block = SystemBlock(trajectory_state_prompt_block(state))
+        await self.observer.emit(TrajectoryStateRecorded(iteration=iteration,
+                                                         state=state.to_dict(), changed=changed))
+
+    # -- endings -------------------------------------------------------------------------------------
+    def display(self, raw: str) -> str:
+        return sanitize_response(raw, self.tool_names)
+
+    async def complete(self, raw: str, status: TurnStatus) -> TurnResult:
+        text = self.display(raw)
+        await self.observer.emit(FinalAnswer(text=text, iterations=self.iteration,
+                                             usage=self.model_step.usage))
+        return self.result(status, text=text, raw=raw)
+
+    async def exhausted(self) -> TurnResult:
+        limit = self.max_iterations
+        self.iteration = limit + 1
+        message = EXHAUSTED_ERROR.format(max=limit)
+        response, _ = await self.model_step.request(
+            self.iteration, with_tools=False, extra=Message.user(EXHAUSTION_PROMPT),
+            failure=(TurnStatus.MAX_ITERATIONS, message, "max_iterations"))
+        if response.text.strip():
+            blocks = [b for b in response.message.blocks if not isinstance(b, ToolUseBlock)]
+            self.conversation.append(Message(Role.ASSISTANT, blocks, response.usage))
+            return await self.complete(response.text, TurnStatus.MAX_ITERATIONS)
+        return await self.stop(TurnStatus.MAX_ITERATIONS, message, "max_iterations")
+
+    async def stop(self, status: TurnStatus, message: str, kind: str) -> TurnResult:
+        self.conversation.close_open_calls(
+            CANCELLED_OUTPUT if status is TurnStatus.CANCELLED else INTERRUPTED_OUTPUT)
+        message = scrub_credentials(message)  # provider errors may quote a key
+        await self.observer.emit(TurnError(message=message, error_kind=kind,
+                                           iteration=self.iteration))
+        new_messages = self.conversation.new_messages
+        partial = new_messages[-1] if len(new_messages) > 1 else None
+        raw = partial.text if partial is not None and partial.role is Role.ASSISTANT and not partial.tool_uses else ""
+        return self.result(status, text=self.display(raw) if raw else "", raw=raw, error=message,
+                           error_kind=kind)
+
+    def result(self, status: TurnStatus, *, text: str, raw: str, error: str | None = None,
+               error_kind: str | None = None) -> TurnResult:
+        model_step, conversation = self.model_step, self.conversation
+        return TurnResult(
+            status=status, text=text, raw_text=raw, error=error, error_kind=error_kind,
+            iterations=self.iteration, usage=model_step.usage,
+            llm_calls=list(model_step.llm_calls), new_messages=list(conversation.new_messages),
+            history=conversation.history_for_next_turn(), trajectory_states=list(self.states),
+            compactions=list(conversation.compactions))

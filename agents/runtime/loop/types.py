@@ -1,0 +1,142 @@
+"""The loop's public types: how a turn is configured and hooked into, and what it returns.
+
+Also the few internals the steps share: the synthetic outputs for calls that never ran,
+``EndTurn``, by which a step ends the turn without knowing how a result is assembled, and
+``clip`` for the excerpts events carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..messages import Message
+from ..pricing import Usage
+from ..providers.base import Provider
+from ..trajectory import TrajectoryState
+
+CANCELLED_OUTPUT = "Cancelled by user."
+INTERRUPTED_OUTPUT = "The tool call was interrupted before a result was recorded."
+
+
+class TurnStatus(StrEnum):
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    MAX_ITERATIONS = "max_iterations"
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(slots=True)
+class CompactionSettings:
+    enabled: bool = True
+    preserve_recent: int = 4
+    max_estimated_tokens: int = 10_000
+
+
+@dataclass(slots=True)
+class TurnConfig:
+    model: str
+    system_prompt: str = ""
+    memory_context: str = ""  # a pre-built block, placed in the dynamic part of the system prompt
+    # The last state of the previous turn: part of the dynamic system prompt when given.
+    previous_trajectory_state: TrajectoryState | dict[str, Any] | None = None
+    max_tool_iterations: int = 10
+    parallel_tools: bool = True
+    dispatcher: str = "auto"  # "auto" | "native" | "xml"
+    temperature: float | None = None
+    max_tokens: int | None = None
+    history_max_messages: int = 50  # 0: no cap
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    trajectory_states: bool = True
+    inject_trajectory_state: bool = False  # this turn's latest state into the next request
+    approval_timeout_s: float = 300.0
+    step_timeout_s: float | None = 300.0
+    tool_timeout_s: float | None = 120.0
+    max_tool_output_chars: int = 50_000
+    stream: bool = True
+    timezone: str = "UTC"
+    loop_detection: bool = True
+    dedup_exempt_tools: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCallDecision:
+    """What ``TurnHooks.before_llm_call`` may decide: block the call with a reason the user
+    reads, or send it (and the rest of the turn) to another model and/or provider."""
+
+    block_reason: str | None = None
+    provider: Provider | None = None
+    model: str | None = None
+
+    @classmethod
+    def block(cls, reason: str) -> LlmCallDecision:
+        return cls(block_reason=reason)
+
+    @classmethod
+    def route_down(cls, model: str, provider: Provider | None = None) -> LlmCallDecision:
+        return cls(model=model, provider=provider)
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    iteration: int
+    provider: str
+    model: str
+    usage: Usage
+    latency_ms: float
+    success: bool
+    error: str | None = None
+
+
+class TurnHooks:
+    """Optional, cheap hooks around model calls; subclass and override what you need."""
+
+    async def before_llm_call(self, iteration: int, usage_so_far: Usage) -> LlmCallDecision | None:
+        return None
+
+    async def after_llm_call(self, call: LlmCall) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class CompactionInfo:
+    reason: str  # "threshold" or "context_overflow"
+    removed_message_count: int
+    summary: str = ""
+
+
+@dataclass(slots=True)
+class TurnResult:
+    status: TurnStatus
+    text: str = ""  # sanitized for display
+    raw_text: str = ""
+    error: str | None = None
+    error_kind: str | None = None
+    iterations: int = 0
+    usage: Usage = field(default_factory=Usage)
+    llm_calls: list[LlmCall] = field(default_factory=list)
+    new_messages: list[Message] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
+    trajectory_states: list[TrajectoryState] = field(default_factory=list)
+    compactions: list[CompactionInfo] = field(default_factory=list)
+
+    @property
+    def usages(self) -> list[Usage]:
+        return [c.usage for c in self.llm_calls]
+
+
+class EndTurn(Exception):  # noqa: N818 - control flow, not an error
+    """Raised by a step to end the turn early; the turn answers open calls, reports the error
+    and returns a result with this status."""
+
+    def __init__(self, status: TurnStatus, message: str, kind: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
