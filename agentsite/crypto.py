@@ -59,10 +59,3 @@ def decrypt(token: str) -> str:
         return _current().decrypt(token.encode()).decode()
     except (InvalidToken, ValueError) as exc:
         raise SecretUnreadable() from exc
-
-
-def mask(value: str) -> str:
-    """What a page may show of a secret: that it is set, and its last 4 characters at most."""
-    if not value:
-        return ""
-    return f"••••{value[-4:]}" if len(value) >= 12 else "••••"

@@ -60,16 +60,7 @@ def team_create(*, name: str, owner: AbstractBaseUser) -> Team:
 
 
 @transaction.atomic
-def team_rename(*, team: Team, actor_membership: Membership, name: str) -> Team:
-    if not actor_membership.has_role(Role.ADMIN) or actor_membership.team_id != team.pk:
-        raise PermissionDenied("Only a team admin or owner can rename the team.")
-    name = name.strip()
-    if not name:
-        raise TeamActionError("A team needs a name.")
-    team.name = name[:100]
-    team.save(update_fields=["name"])
-    team_broadcast(team=team, event="team.renamed", data={"name": team.name})
-    return team
+
 
 
 # -- memberships ----------------------------------------------------------------------------------

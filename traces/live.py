@@ -41,7 +41,7 @@ def conversation_group(conversation_uuid: Any) -> str:
 
 def uuid_hex(value: Any) -> str:
     """A UUID (or its text) as 32 hex digits, the form group names and URLs use."""
-    return value.hex if hasattr(value, "hex") else str(value).replace("-", "")
+    return value.hex if hasattr(value, "hex") else str(value).replace("-", "").lower()
 
 
 def render(partial: str, context: dict[str, Any]) -> str:

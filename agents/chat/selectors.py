@@ -23,6 +23,7 @@ from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
 from agentsite.models import Team
+from traces.live import uuid_hex
 from traces.models import Step, StepPayload, Trace
 
 
@@ -265,7 +266,7 @@ def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
     traces = _traces(conversation.pk)
     by_id = {t.pk: t for t in traces}
     tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
-    start = next((t.pk for t in traces if str(t.uuid.hex) == _hex(at)), None) if at else None
+    start = next((t.pk for t in traces if str(t.uuid.hex) == uuid_hex(at)), None) if at else None
     leaf_id = tree.latest_leaf(start) if start is not None else tree.latest()
     path = tree.path(leaf_id)
     rows = path_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
@@ -297,10 +298,6 @@ def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
                  .only(*MESSAGE_FIELDS).order_by("id"))
     meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
     return view, meter
-
-
-def _hex(value: Any) -> str:
-    return value.hex if hasattr(value, "hex") else str(value).replace("-", "").lower()
 
 
 def _turn_views(path: list[int], by_id: dict[int, Trace], tree: TurnTree, rows: list[Message],

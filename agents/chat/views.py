@@ -126,13 +126,14 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         parent_uuid = request.POST.get("parent", "")
         parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
                   if parent_uuid else turns.LATEST)
-        trace = turns.turn_start(conversation=convo, user=request.user, text=text, parent=parent,
-                                    client_id=request.POST.get("client_id", ""))
+        sent = turns.turn_send(conversation=convo, user=request.user, text=text, parent=parent,
+                               client_id=request.POST.get("client_id", ""))
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
-        return redirect(reverse("conversation", args=[convo.uuid]) + f"?at={trace.uuid.hex}")
-    if getattr(trace, "resent", False):
+        return redirect(reverse("conversation", args=[convo.uuid]) + f"?at={sent.trace.uuid.hex}")
+    trace = sent.trace
+    if sent.resent:
         trace.conversation = convo
         turn, _ = selectors.turn_view(trace)
     else:

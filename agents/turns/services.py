@@ -7,6 +7,7 @@ the team-scoped access helpers first, so another team's object is a 404 before t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -59,8 +60,24 @@ class _Latest:
 LATEST: Any = _Latest()
 
 
+@dataclass(frozen=True)
+class SentTurn:
+    """What sending a message started: its turn's trace, and whether the message had been sent
+    before (the same ``client_id``), so that this is the first send's turn, not a new one."""
+
+    trace: Trace
+    resent: bool = False
+
+
 def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
                client_id: str = "") -> Trace:
+    """``turn_send``'s trace."""
+    return turn_send(conversation=conversation, user=user, text=text, parent=parent,
+                     client_id=client_id).trace
+
+
+def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
+              client_id: str = "") -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -82,7 +99,7 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
         if client_id:
             sent = _sent_before(conversation, client_id)
             if sent is not None:
-                return sent
+                return SentTurn(sent, resent=True)
         if parent is LATEST:
             parent_id = (Trace.objects.filter(conversation_id=conversation.pk)
                          .order_by("-id").values_list("id", flat=True).first())
@@ -100,7 +117,7 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
             Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
         message.conversation = conversation
         transaction.on_commit(lambda: announce_sync(announcements().message, message))
-    return trace
+    return SentTurn(trace)
 
 
 def _check_open(conversation: Conversation) -> None:
@@ -118,7 +135,6 @@ def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
     trace = Trace.objects.filter(user_message=message).order_by("id").first()
     if trace is not None:
         trace.user_message = message
-        trace.resent = True
     return trace
 
 

@@ -25,6 +25,7 @@ from django.conf import settings
 
 from agents.runtime.cancel import CancelToken
 from agents.runtime.loop import ApprovalDecision, ApprovalRequest
+from traces.live import uuid_hex
 
 logger = logging.getLogger(__name__)
 
@@ -35,16 +36,12 @@ SIGNAL_TTL_S = 6 * 3600
 APPROVAL_POLL_S = 0.2
 
 
-def _hex(trace_uuid: Any) -> str:
-    return trace_uuid.hex if hasattr(trace_uuid, "hex") else str(trace_uuid).replace("-", "")
-
-
 def cancel_key(trace_uuid: Any) -> str:
-    return CANCEL_KEY.format(trace=_hex(trace_uuid))
+    return CANCEL_KEY.format(trace=uuid_hex(trace_uuid))
 
 
 def approval_key(trace_uuid: Any, call_id: str) -> str:
-    return APPROVAL_KEY.format(trace=_hex(trace_uuid), call=call_id)
+    return APPROVAL_KEY.format(trace=uuid_hex(trace_uuid), call=call_id)
 
 
 @functools.lru_cache(maxsize=4)

@@ -112,7 +112,10 @@ def test_a_parent_from_another_conversation_is_refused(conversation, agent, alic
 def test_a_resent_message_with_the_same_client_id_starts_one_turn(conversation, alice, sent_turns):
     first = send(conversation, alice, "hello", client_id="c-123")
     again = send(conversation, alice, "hello", client_id="c-123")
-    assert again.pk == first.pk and getattr(again, "resent", False)
+    assert again.pk == first.pk
+    resent = turn_services.turn_send(conversation=conversation, user=alice, text="hello",
+                                     client_id="c-123")
+    assert resent.resent and resent.trace.pk == first.pk
     assert Message.objects.filter(conversation=conversation).count() == 1 and Trace.objects.count() == 1
     other = send(conversation, alice, "hello", client_id="c-456")
     assert other.pk != first.pk and Trace.objects.count() == 2
