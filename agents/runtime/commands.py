@@ -82,13 +82,7 @@ def unknown_command_reply(command: Command) -> str:
 # ---------------------------------------------------------------------------------------------
 # Chat-channel helpers (ZeroClaw channels)
 # ---------------------------------------------------------------------------------------------
-DEFAULT_MESSAGE_TIMEOUT_SECS = 300
-MIN_MESSAGE_TIMEOUT_SECS = 30
 MESSAGE_TIMEOUT_SCALE_CAP = 4
-
-
-def effective_message_timeout_secs(configured: int) -> int:
-    return max(configured, MIN_MESSAGE_TIMEOUT_SECS)
 
 
 def message_timeout_budget_secs(message_timeout_secs: int, max_tool_iterations: int,
@@ -97,13 +91,6 @@ def message_timeout_budget_secs(message_timeout_secs: int, max_tool_iterations: 
     multiplier between 1 and ``scale_cap``."""
     scale = min(max(max_tool_iterations, 1), max(scale_cap, 1))
     return max(message_timeout_secs, 0) * scale
-
-
-def conversation_history_key(channel: str, reply_target: str, sender: str,
-                             thread_ts: str | None = None) -> str:
-    if thread_ts:
-        return f"{channel}_{reply_target}_{thread_ts}_{sender}"
-    return f"{channel}_{reply_target}_{sender}"
 
 
 def interruption_scope_key(channel: str, reply_target: str, sender: str,

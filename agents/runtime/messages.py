@@ -177,11 +177,3 @@ class Message:
             blocks=[block_from_dict(b) for b in data.get("blocks", [])],
             usage=Usage.from_dict(usage) if usage is not None else None,
         )
-
-
-def history_to_json(messages: list[Message]) -> list[dict[str, Any]]:
-    return [m.to_dict() for m in messages]
-
-
-def history_from_json(data: list[dict[str, Any]]) -> list[Message]:
-    return [Message.from_dict(m) for m in data]

@@ -266,20 +266,6 @@ def _usd(value: Any) -> Decimal:
     return amount if amount.is_finite() else Decimal(0)
 
 
-# ZeroClaw's built-in table (USD per million tokens, input/output only).
-DEFAULT_MODEL_PRICES: dict[str, Price] = {
-    "anthropic/claude-sonnet-4-20250514": Price(Decimal("3"), Decimal("15")),
-    "anthropic/claude-opus-4-20250514": Price(Decimal("15"), Decimal("75")),
-    "anthropic/claude-3.5-sonnet": Price(Decimal("3"), Decimal("15")),
-    "anthropic/claude-3-haiku": Price(Decimal("0.25"), Decimal("1.25")),
-    "openai/gpt-4o": Price(Decimal("5"), Decimal("15")),
-    "openai/gpt-4o-mini": Price(Decimal("0.15"), Decimal("0.60")),
-    "openai/o1-preview": Price(Decimal("15"), Decimal("60")),
-    "google/gemini-2.0-flash": Price(Decimal("0.10"), Decimal("0.40")),
-    "google/gemini-1.5-pro": Price(Decimal("1.25"), Decimal("5")),
-}
-
-
 def lookup_price(prices: Mapping[str, Price], *, provider: str, model: str) -> Price | None:
     """``prices[model]``, then ``prices["provider/model"]``, then the part of ``model`` after
     its last ``/``; None when none is configured."""

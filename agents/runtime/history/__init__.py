@@ -41,7 +41,7 @@ from .compaction import (
     summarize_messages,
     truncate_summary,
 )
-from .recovery import ContextRecovery, recover_context, recover_from_context_overflow
+from .recovery import ContextRecovery, recover_context
 from .shapes import H, tool_input_text
 from .tokens import (
     estimate_history_tokens,
@@ -102,7 +102,6 @@ __all__ = [
     "parse_auto_compaction_threshold",
     "proactive_trim_turns",
     "recover_context",
-    "recover_from_context_overflow",
     "remove_orphaned_tool_results",
     "should_compact",
     "summarize_block",

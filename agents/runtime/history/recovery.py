@@ -40,8 +40,3 @@ def recover_context(messages: list[Message], *, keep_recent: int = RECOVERY_KEEP
     if dropped:
         return ContextRecovery("emergency_trim", removed_message_count=dropped)
     return ContextRecovery(None)
-
-
-def recover_from_context_overflow(messages: list[Message]) -> bool:
-    """``recover_context`` with the defaults; True when anything was removed or shortened."""
-    return bool(recover_context(messages))
