@@ -7,7 +7,6 @@ folded into the new one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -19,7 +18,6 @@ from .tokens import estimate_message_tokens
 
 DEFAULT_PRESERVE_RECENT = 4
 DEFAULT_COMPACTION_MAX_TOKENS = 10_000
-DEFAULT_AUTO_COMPACT_INPUT_TOKENS = 100_000
 
 COMPACT_CONTINUATION_PREAMBLE = (
     "This session is being continued from a previous conversation that ran out of context. "
@@ -368,27 +366,3 @@ def compact(messages: Sequence[Message | Mapping[str, Any]], *,
         summary=summary,
         formatted_summary=format_compact_summary(summary),
     )
-
-
-_THRESHOLD_RE = re.compile(r"\+?[0-9]+")
-_U32_MAX = 2**32 - 1
-
-
-def parse_auto_compaction_threshold(value: str | None) -> int:
-    """The cumulative-input-token threshold for auto-compaction: a positive 32-bit integer, or
-    the 100,000 default for anything else (missing, 0, junk)."""
-    if value is None or not _THRESHOLD_RE.fullmatch(value):
-        return DEFAULT_AUTO_COMPACT_INPUT_TOKENS
-    number = int(value)
-    return number if 0 < number <= _U32_MAX else DEFAULT_AUTO_COMPACT_INPUT_TOKENS
-
-
-def auto_compact(messages: Sequence[Message | Mapping[str, Any]], *, cumulative_input_tokens: int,
-                 threshold: int = DEFAULT_AUTO_COMPACT_INPUT_TOKENS,
-                 preserve_recent: int = DEFAULT_PRESERVE_RECENT) -> CompactionResult | None:
-    """Claw Code's auto-compaction after an assistant message: once the conversation's
-    cumulative input tokens reach ``threshold``, compact whatever precedes the recent messages.
-    None below the threshold."""
-    if cumulative_input_tokens < threshold:
-        return None
-    return compact(messages, preserve_recent=preserve_recent, max_estimated_tokens=0)

@@ -27,19 +27,10 @@ def estimate_message_tokens(message: Message) -> int:
     return total
 
 
-def estimate_session_tokens(messages: Iterable[Message | Mapping[str, Any]]) -> int:
-    return sum(estimate_message_tokens(as_message(m)) for m in messages)
-
-
 def estimate_turn_tokens(item: Message | Mapping[str, Any]) -> int:
     """ZeroClaw's per-message estimate: ~4 bytes per token plus ~4 framing tokens (role,
     delimiters)."""
     return math.ceil(utf8_len(content_text(item)) / 4) + 4
-
-
-def estimate_history_tokens(messages: Iterable[Message | Mapping[str, Any]]) -> int:
-    """ZeroClaw's estimate, framing included: Σ(ceil(bytes/4) + 4) over messages."""
-    return sum(estimate_turn_tokens(m) for m in messages)
 
 
 def estimate_tokens(messages: Iterable[Message | Mapping[str, Any]]) -> int:

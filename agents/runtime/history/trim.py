@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..messages import Block, Message, Role, TextBlock, ToolResultBlock
+from ..messages import Block, Message, Role, ToolResultBlock
 from .shapes import (
     H,
-    as_message,
     content_text,
     has_tool_use,
     is_tool_result_message,
@@ -27,7 +26,6 @@ from .shapes import (
 DEFAULT_MAX_HISTORY_MESSAGES = 50
 FAST_TRIM_MAX_BYTES = 2000
 RECOVERY_KEEP_RECENT = 4
-PROACTIVE_CONTEXT_BUDGET_CHARS = 400_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,77 +220,3 @@ def emergency_history_trim(messages: list[H], keep_recent: int = RECOVERY_KEEP_R
         del messages[index:end]
         dropped += end - index
     return dropped + remove_orphaned_tool_results(messages)
-
-
-# ---------------------------------------------------------------------------------------------
-# Channel-side history hygiene (ZeroClaw channels)
-# ---------------------------------------------------------------------------------------------
-def _is_empty(item: Message | Mapping[str, Any]) -> bool:
-    if isinstance(item, Message):
-        return all(isinstance(b, TextBlock) and not b.text for b in item.blocks)
-    return not content_text(item)
-
-
-def _merge_turns(last: H, new: H) -> H:
-    if not isinstance(last, Message) and not isinstance(new, Message):
-        previous = content_text(last)
-        joined = previous + ("\n\n" if previous else "") + content_text(new)
-        return {**last, "content": joined}
-    last, new = as_message(last), as_message(new)
-    blocks = list(last.blocks)
-    incoming = list(new.blocks)
-    if blocks and incoming and isinstance(blocks[-1], TextBlock) \
-            and isinstance(incoming[0], TextBlock):
-        joined = blocks[-1].text + ("\n\n" if blocks[-1].text else "") + incoming[0].text
-        blocks[-1] = TextBlock(joined)
-        incoming = incoming[1:]
-    usage = last.usage if new.usage is None else (
-        new.usage if last.usage is None else last.usage + new.usage)
-    return Message(last.role, blocks + incoming, usage)
-
-
-def normalize_cached_channel_turns(turns: Sequence[H]) -> list[H]:
-    """Make a stored conversation alternate user/assistant again.
-
-    A user turn where an assistant turn was expected (an interrupted turn) is merged into the
-    previous turn with a blank line, and likewise for assistant turns; an assistant turn with
-    nothing before it is dropped. Tool messages pass through and are followed by an assistant
-    turn. System messages pass through untouched."""
-    normalized: list[H] = []
-    expecting_user = True
-    for turn in turns:
-        role = role_of(turn)
-        if role == "system":
-            normalized.append(turn)
-        elif role == "tool" or (expecting_user and role == "user"):
-            normalized.append(turn)
-            expecting_user = False
-        elif not expecting_user and role == "assistant":
-            normalized.append(turn)
-            expecting_user = True
-        elif role in ("user", "assistant"):
-            if not normalized or role_of(normalized[-1]) == "system" or _is_empty(turn):
-                continue
-            if isinstance(turn, Message) and is_tool_result_message(normalized[-1]):
-                # Folding user text into a tool message would break the tool protocol; a user
-                # turn right after tool results is valid on its own.
-                normalized.append(turn)
-                continue
-            normalized[-1] = _merge_turns(normalized[-1], turn)
-    return normalized
-
-
-def proactive_trim_turns(turns: list[H], budget_chars: int = PROACTIVE_CONTEXT_BUDGET_CHARS) -> int:
-    """Drop the oldest turns until the history's characters fit ``budget_chars``; the last turn
-    is always kept, and no tool result is left first. Returns how many turns were dropped."""
-    excess = sum(len(content_text(t)) for t in turns) - budget_chars
-    if excess <= 0:
-        return 0
-    dropped = 0
-    while excess > 0 and len(turns) - dropped > 1:
-        excess -= len(content_text(turns[dropped]))
-        dropped += 1
-    while len(turns) - dropped > 1 and is_tool_result_message(turns[dropped]):
-        dropped += 1
-    del turns[:dropped]
-    return dropped

@@ -6,11 +6,13 @@ from agents.runtime.commands import (
     HELP_TEXT,
     Command,
     CommandName,
+    parse_command,
+    unknown_command_reply,
+)
+from agents.runtime.upstream_ports import (
     interruption_scope_key,
     is_stop_command,
     message_timeout_budget_secs,
-    parse_command,
-    unknown_command_reply,
 )
 
 

@@ -5,15 +5,10 @@ from hypothesis import strategies as st
 
 from agents.runtime.history import (
     COMPACT_CONTINUATION_PREAMBLE,
-    auto_compact,
     compact,
     emergency_history_trim,
-    estimate_history_tokens,
     estimate_tokens,
     fast_trim_tool_results,
-    normalize_cached_channel_turns,
-    parse_auto_compaction_threshold,
-    proactive_trim_turns,
     recover_context,
     remove_orphaned_tool_results,
     should_compact,
@@ -30,6 +25,13 @@ from agents.runtime.messages import (
     ToolUseBlock,
 )
 from agents.runtime.pricing import Usage
+from agents.runtime.upstream_ports import (
+    auto_compact,
+    estimate_history_tokens,
+    normalize_cached_channel_turns,
+    parse_auto_compaction_threshold,
+    proactive_trim_turns,
+)
 
 
 def call(*ids: str, text: str = "") -> Message:

@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from agents.runtime.commands import (
+from agents.runtime.memory_context import conversation_memory_key, should_skip_memory_context_entry
+from agents.runtime.messages import Message, Role, TextBlock, ToolResultBlock
+from agents.runtime.upstream_ports import (
     interruption_scope_key,
     is_stop_command,
     message_timeout_budget_secs,
+    normalize_cached_channel_turns,
+    proactive_trim_turns,
 )
-from agents.runtime.history import normalize_cached_channel_turns, proactive_trim_turns
-from agents.runtime.memory_context import conversation_memory_key, should_skip_memory_context_entry
-from agents.runtime.messages import Message, Role, TextBlock, ToolResultBlock
 from tests.agents.runtime.conformance import vectors
 
 FILE = "channel_history.json"
