@@ -58,18 +58,18 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))
+        return Usage(*(getattr(self, name) + getattr(other, name) for name in TOKEN_FIELDS))
 
     def is_zero(self) -> bool:
         return self.total_tokens == 0 and self.reasoning_tokens == 0
 
     def to_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(Usage)}
+        return {name: getattr(self, name) for name in TOKEN_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
         data = data or {}
-        return cls(**{f.name: _count(data.get(f.name)) for f in fields(Usage)})
+        return cls(**{name: _count(data.get(name)) for name in TOKEN_FIELDS})
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
@@ -99,6 +99,11 @@ class Usage:
             cache_write_tokens=_count(usage.get("cache_creation_input_tokens")),
             cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
         )
+
+
+# Usage's counters in declaration order, the four buckets then reasoning. Stored usage (the
+# Django side's token columns, to_dict/from_dict) uses these names, so they are spelled once.
+TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
 
 
 def _rate(value: Any) -> Decimal:
