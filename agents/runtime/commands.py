@@ -1,4 +1,4 @@
-"""Chat commands (ZeroClaw's channel runtime commands) and small chat-channel helpers.
+"""Chat commands (ZeroClaw's channel runtime commands): parsing and the replies they get.
 
 A message is a command when its first word is ``/`` followed by a command name made of
 letters, digits, ``_`` and ``-`` (starting with a letter), optionally followed by ``@botname``.
@@ -45,7 +45,7 @@ HELP_TEXT = (
 _COMMAND_WORD = re.compile(r"/[A-Za-z][A-Za-z0-9_-]*")
 
 
-def _command_word(text: str) -> tuple[str, str] | None:
+def command_word(text: str) -> tuple[str, str] | None:
     """(command word without @suffix, rest of the message) when ``text`` starts with one."""
     stripped = text.strip()
     if not stripped.startswith("/"):
@@ -58,7 +58,7 @@ def _command_word(text: str) -> tuple[str, str] | None:
 
 def parse_command(text: str) -> Command | None:
     """The command ``text`` starts with, or None for an ordinary message."""
-    found = _command_word(text)
+    found = command_word(text)
     if found is None or not _COMMAND_WORD.fullmatch(found[0]):
         return None
     word, argument = found
@@ -69,45 +69,5 @@ def parse_command(text: str) -> Command | None:
     return Command(name=name, argument=argument, token=word)
 
 
-def is_stop_command(text: str) -> bool:
-    """True for ``/stop``: the first word, ``@botname`` removed, compared ignoring case."""
-    found = _command_word(text)
-    return found is not None and found[0].lower() == "/stop"
-
-
 def unknown_command_reply(command: Command) -> str:
     return f"Unknown command {command.token}.\n\n{HELP_TEXT}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Chat-channel helpers (ZeroClaw channels)
-# ---------------------------------------------------------------------------------------------
-DEFAULT_MESSAGE_TIMEOUT_SECS = 300
-MIN_MESSAGE_TIMEOUT_SECS = 30
-MESSAGE_TIMEOUT_SCALE_CAP = 4
-
-
-def effective_message_timeout_secs(configured: int) -> int:
-    return max(configured, MIN_MESSAGE_TIMEOUT_SECS)
-
-
-def message_timeout_budget_secs(message_timeout_secs: int, max_tool_iterations: int,
-                                scale_cap: int = MESSAGE_TIMEOUT_SCALE_CAP) -> int:
-    """A turn's time budget: the per-message timeout times the tool-iteration limit, with the
-    multiplier between 1 and ``scale_cap``."""
-    scale = min(max(max_tool_iterations, 1), max(scale_cap, 1))
-    return max(message_timeout_secs, 0) * scale
-
-
-def conversation_history_key(channel: str, reply_target: str, sender: str,
-                             thread_ts: str | None = None) -> str:
-    if thread_ts:
-        return f"{channel}_{reply_target}_{thread_ts}_{sender}"
-    return f"{channel}_{reply_target}_{sender}"
-
-
-def interruption_scope_key(channel: str, reply_target: str, sender: str,
-                           scope_id: str | None = None) -> str:
-    """Which in-flight reply a ``/stop`` (or a newer message) from this sender interrupts."""
-    base = f"{channel}_{reply_target}_{sender}"
-    return f"{base}_{scope_id}" if scope_id else base

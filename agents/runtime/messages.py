@@ -179,14 +179,6 @@ class Message:
         )
 
 
-def history_to_json(messages: list[Message]) -> list[dict[str, Any]]:
-    return [m.to_dict() for m in messages]
-
-
-def history_from_json(data: list[dict[str, Any]]) -> list[Message]:
-    return [Message.from_dict(m) for m in data]
-
-
 def close_dangling_tool_uses(messages: list[Message], output: str) -> int:
     """Give every ``tool_use`` without a result a synthetic error result ``output``, in place,
     so providers accept the history. Returns how many results were added.

@@ -6,7 +6,7 @@ known tool, and leading "Let me check…" narration are removed, and credentials
 When that leaves nothing of a non-empty reply, the user gets ``MALFORMED_REPLY`` instead of an
 empty message.
 
-The individual steps are public because the loop and the history code use them on their own.
+The individual steps are public because the conformance vectors check each of them on its own.
 None of them raises, and all are linear in the input (Python's ``re`` backtracks, so the lazy
 ``.*?`` block patterns of the original are matched with memoised ``find``\\s).
 """

@@ -6,13 +6,13 @@ from agents.runtime.commands import (
     HELP_TEXT,
     Command,
     CommandName,
-    conversation_history_key,
-    effective_message_timeout_secs,
+    parse_command,
+    unknown_command_reply,
+)
+from agents.runtime.upstream_ports import (
     interruption_scope_key,
     is_stop_command,
     message_timeout_budget_secs,
-    parse_command,
-    unknown_command_reply,
 )
 
 
@@ -59,11 +59,8 @@ def test_turn_time_budget_scales_with_tool_iterations_within_the_cap() -> None:
     assert message_timeout_budget_secs(300, 3) == 900
     assert message_timeout_budget_secs(300, 50) == 1200
     assert message_timeout_budget_secs(300, 5, scale_cap=0) == 300  # never a zero budget
-    assert effective_message_timeout_secs(5) == 30
 
 
 def test_keys_name_the_channel_target_and_sender() -> None:
-    assert conversation_history_key("slack", "C1", "U1") == "slack_C1_U1"
-    assert conversation_history_key("slack", "C1", "U1", "t.1") == "slack_C1_t.1_U1"
     assert interruption_scope_key("web", "conv", "alice") == "web_conv_alice"
     assert interruption_scope_key("web", "conv", "alice", "") == "web_conv_alice"

@@ -5,17 +5,11 @@ from hypothesis import strategies as st
 
 from agents.runtime.history import (
     COMPACT_CONTINUATION_PREAMBLE,
-    auto_compact,
     compact,
     emergency_history_trim,
-    estimate_history_tokens,
     estimate_tokens,
     fast_trim_tool_results,
-    normalize_cached_channel_turns,
-    parse_auto_compaction_threshold,
-    proactive_trim_turns,
     recover_context,
-    recover_from_context_overflow,
     remove_orphaned_tool_results,
     should_compact,
     summarize_messages,
@@ -31,6 +25,13 @@ from agents.runtime.messages import (
     ToolUseBlock,
 )
 from agents.runtime.pricing import Usage
+from agents.runtime.upstream_ports import (
+    auto_compact,
+    estimate_history_tokens,
+    normalize_cached_channel_turns,
+    parse_auto_compaction_threshold,
+    proactive_trim_turns,
+)
 
 
 def call(*ids: str, text: str = "") -> Message:
@@ -278,7 +279,7 @@ def test_recovery_trims_large_tool_results_first() -> None:
 
 def test_recovery_compacts_when_there_is_nothing_to_truncate() -> None:
     history = long_conversation()
-    assert recover_from_context_overflow(history) is True
+    assert recover_context(history)
     assert history[0].text.startswith(COMPACT_CONTINUATION_PREAMBLE)
     assert len(history) == 5  # the summary plus the 4 preserved messages
     assert_pairs_intact(history[1:])
@@ -287,7 +288,7 @@ def test_recovery_compacts_when_there_is_nothing_to_truncate() -> None:
 def test_recovery_reports_when_nothing_can_be_removed() -> None:
     history = [call("a", "b", "c", "d", "e"), *[results(i) for i in "abcde"]]
     before = list(history)
-    assert recover_from_context_overflow(history) is False
+    assert not recover_context(history)
     assert history == before
 
 

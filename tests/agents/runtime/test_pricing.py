@@ -8,16 +8,18 @@ from hypothesis import strategies as st
 from agents.runtime.messages import Message
 from agents.runtime.pricing import (
     COST_QUANTUM,
+    Price,
+    Usage,
+    cost_usd,
+)
+from agents.runtime.upstream_ports import (
     DEFAULT_ESTIMATE_PRICE,
     BudgetPeriod,
     BudgetStatus,
     CostTracker,
-    Price,
-    Usage,
     UsageTracker,
     budget_exceeded_message,
     check_budget,
-    cost_usd,
     estimate_cost,
     lookup_price,
     pricing_for_model,

@@ -7,16 +7,12 @@ from typing import Any
 import pytest
 
 from agents.runtime.history import (
-    auto_compact,
     collect_key_files,
     compact,
-    estimate_history_tokens,
-    estimate_session_tokens,
     estimate_tokens,
     format_compact_summary,
     get_compact_continuation_message,
     infer_pending_work,
-    parse_auto_compaction_threshold,
     should_compact,
     summarize_block,
     tool_input_text,
@@ -31,7 +27,14 @@ from agents.runtime.messages import (
     ToolUseBlock,
     block_from_dict,
 )
-from agents.runtime.pricing import Usage, UsageTracker
+from agents.runtime.pricing import Usage
+from agents.runtime.upstream_ports import (
+    UsageTracker,
+    auto_compact,
+    estimate_history_tokens,
+    estimate_session_tokens,
+    parse_auto_compaction_threshold,
+)
 from tests.agents.runtime.conformance import vectors
 
 FILE = "compaction.json"

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from agents.runtime.messages import Message, Role
-from agents.runtime.pricing import (
+from agents.runtime.pricing import Price, Usage
+from agents.runtime.upstream_ports import (
     CostTracker,
-    Price,
-    Usage,
     UsageRecord,
     UsageTracker,
     check_budget,
