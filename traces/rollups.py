@@ -25,12 +25,12 @@ from django.db.models import BigIntegerField, Count, F, Q, Sum
 from django.db.models.functions import Cast, Coalesce, Round, TruncDate
 from django.utils import timezone
 
+from agents.runtime.pricing import TOKEN_FIELDS
+
 from .models import ConversationCostRollup, CostRollup, Step, Trace
 from .pricing import cost_units
 
 FINISHED = ("ok", "error")
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
-                "reasoning_tokens")
 AMOUNT_FIELDS = ("calls", "unpriced_calls", "cost_units", *TOKEN_FIELDS)
 
 

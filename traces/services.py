@@ -22,18 +22,18 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from agents.runtime.pricing import TOKEN_FIELDS
+
 from . import rollups
 from .models import Step, StepPayload, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
 Status = Trace.Status
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
-                "reasoning_tokens")
 # Step columns a recorder may write (the rest belong to the row's creation).
 STEP_FIELDS = frozenset({
     "kind", "name", "iteration", "status", "success", "duration_ms", "error", "provider",
-    "model", "call_id", "cost_usd", "price_id", "price_match", "meta", *USAGE_FIELDS,
+    "model", "call_id", "cost_usd", "price_id", "price_match", "meta", *TOKEN_FIELDS,
 })
 LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message")
 

@@ -20,6 +20,7 @@ from agents.chat.windows import context_window
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
 from agentsite.models import Team
@@ -52,12 +53,10 @@ def conversation_list(*, team: Team, user: Any, query: str = "", scope: str = "m
 
 # -- one conversation, as the chat shows it ------------------------------------------------------
 ARGUMENTS_MAX_CHARS = 4000
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
-                "reasoning_tokens")
 TRACE_FIELDS = (
     "id", "uuid", "status", "conversation_id", "user_message_id", "created_at", "started_at",
     "error", "error_kind", "cancel_reason", "model", "provider_kind", "duration_ms", "cost_usd",
-    "event_seq", *USAGE_FIELDS,
+    "event_seq", *TOKEN_FIELDS,
 )
 MESSAGE_FIELDS = ("id", "uuid", "role", "text", "blocks", "trace_id", "conversation_id",
                   "parent_turn_id", "created_at", "author_id")
