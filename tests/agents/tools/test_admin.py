@@ -15,7 +15,7 @@ from agents.tools.http import headers_decrypt
 from agents.tools.registry import BUILTINS
 from agents.tools.services import tools_sync_builtins
 from agentsite.models import AuditEvent
-from tests.agents.test_tools_net import PUBLIC_IP, FakeResolver
+from tests.agents.tools.test_net import PUBLIC_IP, FakeResolver
 
 SECRET = "Bearer sk-live-SECRETVALUE-0123456789"
 CHANGELIST = "admin:agents_tool_changelist"
