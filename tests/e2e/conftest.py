@@ -11,13 +11,14 @@ touches the database itself.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -86,7 +87,7 @@ class Session:
         return self.page.url
 
     def wait_for_socket(self, timeout: float = 10.0) -> None:
-        wait_until(lambda: self.page.evaluate("() => !!window.__socketOpen"), timeout=timeout,
+        wait_for(lambda: self.page.evaluate("() => !!window.__socketOpen"), timeout=timeout,
                    what="the chat socket to open")
 
     def send(self, text: str) -> None:
@@ -95,16 +96,6 @@ class Session:
 
     def answers(self, status: str) -> Any:
         return self.page.locator(f"li.answer[data-status='{status}']")
-
-
-def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "a condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 # Marks the page's socket state for the tests (an init script runs before the page's own, and

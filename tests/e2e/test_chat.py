@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.helpers import wait_for
 
 # Records how the answer being written grows, so a test can tell streaming from a final swap.
 STREAM_PROBE = """() => {
@@ -55,7 +55,7 @@ def test_stop_ends_the_reply_mid_stream_and_the_chat_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
     s.send("Tell me something nice about the sea")
-    wait_until(lambda: len(s.page.locator("li.answer.pending .stream-text").all_inner_texts() or [""])
+    wait_for(lambda: len(s.page.locator("li.answer.pending .stream-text").all_inner_texts() or [""])
                and len("".join(s.page.locator("li.answer.pending .stream-text").all_inner_texts())) > 12,
                what="a few streamed words")
     s.page.locator("li.answer.pending button:has-text('Stop')").click()
@@ -144,7 +144,7 @@ def test_a_message_typed_while_the_socket_is_down_is_kept_and_sent_on_reconnect(
     s.open_chat_with("Helper")
     stack.stop_web()
     try:
-        wait_until(lambda: s.page.evaluate("() => window.__socketOpen === false"), what="the socket to drop")
+        wait_for(lambda: s.page.evaluate("() => window.__socketOpen === false"), what="the socket to drop")
         s.send("hello after the outage")
         note = s.page.locator("#outbox li")
         note.wait_for()

@@ -1,13 +1,8 @@
-"""Fixtures for memory: an agent of team A and owners for alice and bob."""
+"""Fixtures for memory: alice's memory with the shared ``agent`` of team A, and storing in it."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture
-def agent(make_agent):
-    return make_agent(name="Rememberer", tools=())
 
 
 @pytest.fixture

@@ -1,25 +1,25 @@
+"""Fixtures of the cost and budget tests: an agent whose demo model has a price, and alice's
+conversation with it. (The agent, the conversation and the sample trace are shared by every app,
+in ``tests/conftest.py``.)"""
+
 from __future__ import annotations
 
 import pytest
 
 
 @pytest.fixture
-def demo_agent(team_a):
-    from agents.models import Agent, Provider
+def priced_agent(make_agent, team_a):
+    """Team A's "Helper", its demo model priced for the team (``cost_helpers.priced_demo``)."""
+    from .cost_helpers import priced_demo
 
-    provider = Provider.objects.create(team=team_a, name="Demo", kind="demo")
-    return Agent.objects.create(team=team_a, name="Demo assistant", provider=provider, model="demo")
+    priced_demo(team_a)
+    return make_agent()
 
 
 @pytest.fixture
-def conversation(demo_agent, alice):
+def chat(priced_agent, alice):
+    """alice's conversation with ``priced_agent``."""
     from agents.models import Conversation
 
-    return Conversation.objects.create(team=demo_agent.team, agent=demo_agent, created_by=alice, title="Sample")
-
-
-@pytest.fixture
-def sample_trace(conversation, alice):
-    from traces.sample import make_sample_trace
-
-    return make_sample_trace(conversation=conversation, user=alice, steps=12)
+    return Conversation.objects.create(team=priced_agent.team, agent=priced_agent, created_by=alice,
+                                       title="Alice's chat")

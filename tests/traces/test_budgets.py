@@ -21,17 +21,6 @@ from .cost_helpers import priced_demo, run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def agent(make_agent, team_a):
-    priced_demo(team_a)
-    return make_agent()
-
-
-@pytest.fixture
-def chat(agent, alice):
-    return Conversation.objects.create(team=agent.team, agent=agent, created_by=alice)
-
-
 def spend(team, user, usd: str, *, days_ago: int = 0, model: str = "demo"):
     CostRollup.objects.create(team=team, day=timezone.localdate() - timedelta(days=days_ago), user_id=user.pk,
                               provider="Demo", model=model, calls=1,
@@ -91,7 +80,7 @@ def test_the_block_message_says_what_was_spent_of_which_budget_and_what_to_do(te
 
 
 # -- in turns -------------------------------------------------------------------------------------------
-def test_a_blocked_turn_is_refused_before_any_model_request(agent, chat, team_a, alice, sent_turns, use_redis):
+def test_a_blocked_turn_is_refused_before_any_model_request(priced_agent, chat, team_a, alice, sent_turns, use_redis):
     spend(team_a, alice, "0.02")
     budget(team_a, "0.01")
     trace = run(chat, alice)
@@ -102,7 +91,7 @@ def test_a_blocked_turn_is_refused_before_any_model_request(agent, chat, team_a,
     assert trace.routing["budget"]["status"] == "blocked" and trace.routing["budget"]["message"] == trace.error
 
 
-def test_a_budget_is_checked_before_every_model_request_inside_a_turn(agent, chat, team_a, alice, sent_turns,
+def test_a_budget_is_checked_before_every_model_request_inside_a_turn(priced_agent, chat, team_a, alice, sent_turns,
                                                                       use_redis):
     # One request of the demo model costs about $0.0004 here: the first goes, the second would not fit.
     budget(team_a, "0.0005")
@@ -113,7 +102,7 @@ def test_a_budget_is_checked_before_every_model_request_inside_a_turn(agent, cha
                                                        "daily budget of $0.0005,")
 
 
-def test_warn_mode_lets_the_turn_run_notes_it_and_shows_a_banner(agent, chat, team_a, alice, bob, sent_turns,
+def test_warn_mode_lets_the_turn_run_notes_it_and_shows_a_banner(priced_agent, chat, team_a, alice, bob, sent_turns,
                                                                  use_redis, client_for):
     spend(team_a, bob, "8.5")
     budget(team_a, "10", mode="warn")
@@ -146,17 +135,17 @@ def test_the_banner_costs_one_query_and_shows_only_the_viewers_budgets(team_a, a
     assert lines == ["Your daily budget is 90% used ($0.90 of $1.00); then new requests are refused until it resets."]
 
 
-def test_route_down_sends_the_rest_of_the_turn_to_the_cheaper_route(agent, chat, team_a, alice, sent_turns,
+def test_route_down_sends_the_rest_of_the_turn_to_the_cheaper_route(priced_agent, chat, team_a, alice, sent_turns,
                                                                     use_redis, client_for):
     priced_demo(team_a, model="demo-fast", inp="0.1", out="0.2", aliases=())
-    ModelRoute.objects.create(team=team_a, hint="cheap", provider=agent.provider, model="demo-fast")
+    ModelRoute.objects.create(team=team_a, hint="cheap", provider=priced_agent.provider, model="demo-fast")
     spend(team_a, alice, "5")
     budget(team_a, "1", mode="route_down", route_down_hint="cheap")
     trace = run(chat, alice)
     assert trace.status == "completed"
     models = set(trace.steps.filter(kind="llm_request").values_list("model", flat=True))
     assert models == {"demo-fast"}
-    assert (trace.model, trace.provider_name) == ("demo-fast", agent.provider.name)
+    assert (trace.model, trace.provider_name) == ("demo-fast", priced_agent.provider.name)
     note = trace.routing["budget"]
     assert note["status"] == "routed_down" and note["from"] == "demo" and note["to"].endswith("/ demo-fast")
     assert note["message"].startswith("The team's daily budget was exceeded ($5.00 of $1.00), so the rest "
@@ -165,17 +154,17 @@ def test_route_down_sends_the_rest_of_the_turn_to_the_cheaper_route(agent, chat,
     assert "so the rest of this turn uses demo-fast" in page  # Why this model
 
 
-def test_route_down_to_another_provider_mid_turn(agent, chat, team_a, alice, sent_turns, use_redis):
+def test_route_down_to_another_provider_mid_turn(priced_agent, chat, team_a, alice, sent_turns, use_redis):
     cheap = Provider.objects.create(team=team_a, name="Cheap demo", kind="demo")
     budget(team_a, "0.0005", mode="route_down", route_down_provider=cheap, route_down_model="demo-careful")
     trace = run(chat, alice)
     assert trace.status == "completed"
     steps = list(trace.steps.filter(kind="llm_request").order_by("seq").values_list("provider", "model"))
-    assert steps[0] == (agent.provider.name, "demo") and set(steps[1:]) == {("Cheap demo", "demo-careful")}
+    assert steps[0] == (priced_agent.provider.name, "demo") and set(steps[1:]) == {("Cheap demo", "demo-careful")}
     assert trace.provider_name == "Cheap demo"
 
 
-def test_a_route_down_without_a_usable_route_refuses_instead(agent, chat, team_a, alice, sent_turns, use_redis):
+def test_a_route_down_without_a_usable_route_refuses_instead(priced_agent, chat, team_a, alice, sent_turns, use_redis):
     spend(team_a, alice, "5")
     budget(team_a, "1", mode="route_down", route_down_hint="nowhere")
     trace = run(chat, alice)
@@ -183,22 +172,22 @@ def test_a_route_down_without_a_usable_route_refuses_instead(agent, chat, team_a
     assert any("routes down to a route that does not exist" in w for w in trace.meta.get("warnings", []))
 
 
-def test_a_persons_budget_blocks_them_and_not_their_team(agent, chat, team_a, alice, bob, sent_turns, use_redis):
+def test_a_persons_budget_blocks_them_and_not_their_team(priced_agent, chat, team_a, alice, bob, sent_turns, use_redis):
     spend(team_a, bob, "3")
     budget(team_a, "2", user=bob)
-    bobs = Conversation.objects.create(team=team_a, agent=agent, created_by=bob)
+    bobs = Conversation.objects.create(team=team_a, agent=priced_agent, created_by=bob)
     assert run(bobs, bob).error.startswith("Budget exceeded: $3.00 spent of your daily budget of $2.00,")
     assert run(chat, alice).status == "completed"
 
 
-def test_the_agents_per_turn_limits_still_stop_a_turn(agent, chat, alice, sent_turns, use_redis):
-    agent.max_cost_per_turn = Decimal("0.0001")
-    agent.save(update_fields=["max_cost_per_turn"])
+def test_the_agents_per_turn_limits_still_stop_a_turn(priced_agent, chat, alice, sent_turns, use_redis):
+    priced_agent.max_cost_per_turn = Decimal("0.0001")
+    priced_agent.save(update_fields=["max_cost_per_turn"])
     trace = run(chat, alice)
     assert trace.status == "failed" and "reached the agent's limit of $0.0001 per turn" in trace.error
     assert trace.steps.filter(kind="llm_request").count() == 1
-    agent.max_cost_per_turn, agent.max_tokens_per_turn = None, 10
-    agent.save(update_fields=["max_cost_per_turn", "max_tokens_per_turn"])
+    priced_agent.max_cost_per_turn, priced_agent.max_tokens_per_turn = None, 10
+    priced_agent.save(update_fields=["max_cost_per_turn", "max_tokens_per_turn"])
     trace = run(chat, alice, "call the current_time tool 2 times")
     assert "reached the agent's limit of 10 tokens per turn" in trace.error
 

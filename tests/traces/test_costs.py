@@ -4,19 +4,17 @@ and its access rules; re-pricing a trace or a range; the live cost so far."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Conversation
 from agentsite.models import AuditEvent
+from tests.helpers import drain, listen
 from traces.models import ConversationCostRollup, CostRollup, ModelPrice, Trace
 from traces.rollups import rollups_rebuild
 
@@ -34,17 +32,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def agent(make_agent, team_a):
-    priced_demo(team_a)
-    return make_agent()
-
-
-@pytest.fixture
-def chat(agent, alice):
-    return Conversation.objects.create(team=agent.team, agent=agent, created_by=alice, title="Alice's chat")
-
-
-@pytest.fixture
 def viewer(team_a, make_member):
     return make_member(team_a, "victor", "viewer")
 
@@ -56,11 +43,11 @@ def page_total(client, **params) -> Decimal:
 
 
 # -- everything adds up ----------------------------------------------------------------------------
-def test_step_costs_trace_costs_rollups_and_the_page_total_add_up(agent, chat, alice, bob, sent_turns,
+def test_step_costs_trace_costs_rollups_and_the_page_total_add_up(priced_agent, chat, alice, bob, sent_turns,
                                                                   use_redis, client_for):
     first = run(chat, alice)
     second = run(chat, alice, "What is 12 * (7 + 5)?")
-    bobs = Conversation.objects.create(team=agent.team, agent=agent, created_by=bob)
+    bobs = Conversation.objects.create(team=priced_agent.team, agent=priced_agent, created_by=bob)
     third = run(bobs, bob, "call the current_time tool 3 times")
     assert all(t.status == "completed" for t in (first, second, third))
     for trace in (first, second, third):
@@ -75,19 +62,19 @@ def test_step_costs_trace_costs_rollups_and_the_page_total_add_up(agent, chat, a
     client = client_for(alice)
     assert page_total(client) == everything
     assert page_total(client, user="bob") == third.cost_usd == ledger_total(user_id=bob.pk)
-    assert page_total(client, agent=str(agent.uuid), model="demo") == everything
+    assert page_total(client, agent=str(priced_agent.uuid), model="demo") == everything
     assert page_total(client, model="gpt-4o") == 0
     yesterday = timezone.localdate() - timedelta(days=1)
     assert page_total(client, date_from=yesterday - timedelta(days=3), date_to=yesterday) == 0
     # the roll-ups kept live equal a rebuild from the steps
     live, live_conv = ledger_rows(), ledger_rows(ConversationCostRollup)
-    rollups_rebuild(team_id=agent.team_id)
+    rollups_rebuild(team_id=priced_agent.team_id)
     assert ledger_rows() == live and ledger_rows(ConversationCostRollup) == live_conv
 
 
-def test_each_model_request_records_its_price_row_and_match(agent, chat, alice, sent_turns, use_redis):
+def test_each_model_request_records_its_price_row_and_match(priced_agent, chat, alice, sent_turns, use_redis):
     trace = run(chat, alice)
-    row = ModelPrice.objects.get(team=agent.team, model="demo")
+    row = ModelPrice.objects.get(team=priced_agent.team, model="demo")
     for step in trace.steps.filter(kind="llm_request"):
         usage = (step.input_tokens * Decimal(3) + step.output_tokens * Decimal(15)) / Decimal(1_000_000)
         assert (step.price_id, step.price_match, step.meta["unpriced"]) == (row.pk, "exact", False)
@@ -129,7 +116,7 @@ def test_a_prefix_match_is_flagged_on_the_step_and_the_trace(make_agent, team_a,
     assert "prefix match" in detail and "team price v1" in detail
 
 
-def test_a_deleted_conversation_keeps_its_spend_in_the_ledger(agent, chat, alice, sent_turns, use_redis):
+def test_a_deleted_conversation_keeps_its_spend_in_the_ledger(priced_agent, chat, alice, sent_turns, use_redis):
     trace = run(chat, alice)
     spent = ledger_total()
     assert spent == trace.cost_usd > 0
@@ -138,25 +125,16 @@ def test_a_deleted_conversation_keeps_its_spend_in_the_ledger(agent, chat, alice
 
 
 # -- live -------------------------------------------------------------------------------------------
-def test_the_cost_so_far_is_announced_as_each_model_request_finishes(agent, chat, alice, sent_turns, use_redis):
+def test_the_cost_so_far_is_announced_as_each_model_request_finishes(priced_agent, chat, alice, sent_turns, use_redis):
     from agents.turns.services import turn_start
     from agents.turns.tasks import turn_run
 
     trace = turn_start(conversation=chat, user=alice, text="call the current_time tool 2 times")
-    layer = get_channel_layer()
-    async_to_sync(layer.group_add)(trace.group_name, "test-costs")
+    channel = listen(trace.group_name)
     turn_run(trace.pk)
     trace.refresh_from_db()
 
-    async def drain() -> list[dict]:
-        found = []
-        while True:
-            try:
-                found.append((await asyncio.wait_for(layer.receive("test-costs"), 0.05))["payload"])
-            except TimeoutError:
-                return found
-
-    events = [e for e in async_to_sync(drain)() if e["event"] != "delta"]
+    events = [e for e in drain(channel) if e["event"] != "delta"]
     costs = [Decimal(e["totals"]["cost_usd"]) for e in events if e["event"] == "trace"]
     llm_steps = trace.steps.filter(kind="llm_request").count()
     running = [c for c in costs if c > 0]
@@ -168,7 +146,7 @@ def test_the_cost_so_far_is_announced_as_each_model_request_finishes(agent, chat
 
 
 # -- the page -----------------------------------------------------------------------------------------
-def test_members_and_viewers_read_costs_and_charlie_sees_nothing_of_team_a(agent, chat, alice, bob, viewer,
+def test_members_and_viewers_read_costs_and_charlie_sees_nothing_of_team_a(priced_agent, chat, alice, bob, viewer,
                                                                            charlie, sent_turns, use_redis,
                                                                            client_for):
     trace = run(chat, alice)
@@ -176,7 +154,7 @@ def test_members_and_viewers_read_costs_and_charlie_sees_nothing_of_team_a(agent
         assert page_total(client_for(person)) == trace.cost_usd
     response = client_for(charlie).get(reverse("costs"))
     assert response.status_code == 200 and response.context["totals"].cost == 0
-    assert agent.name.encode() not in response.content and b"Alice&#x27;s chat" not in response.content
+    assert priced_agent.name.encode() not in response.content and b"Alice&#x27;s chat" not in response.content
     for url in (reverse("trace_reprice", args=[trace.uuid]), reverse("trace_reprice", args=[trace.uuid]) + "?target=table"):
         assert client_for(charlie).get(url).status_code == 404
     assert client_for(charlie).post(reverse("trace_reprice_apply", args=[trace.uuid])).status_code == 404
@@ -186,7 +164,7 @@ def test_members_and_viewers_read_costs_and_charlie_sees_nothing_of_team_a(agent
     assert client_for(bob).post(reverse("cost_reprice_apply"), {"date_from": "2026-01-01"}).status_code == 403
 
 
-def test_the_page_draws_svg_charts_without_inline_styles_and_with_a_table(agent, chat, alice, sent_turns,
+def test_the_page_draws_svg_charts_without_inline_styles_and_with_a_table(priced_agent, chat, alice, sent_turns,
                                                                          use_redis, client_for):
     run(chat, alice)
     body = client_for(alice).get(reverse("costs")).content.decode()
@@ -233,7 +211,7 @@ def test_the_page_runs_a_bounded_number_of_queries(team_a, alice, client_for, ma
 
 
 # -- re-pricing ---------------------------------------------------------------------------------------
-def test_a_trace_is_repriced_under_another_model_beside_what_was_recorded(agent, chat, alice, viewer,
+def test_a_trace_is_repriced_under_another_model_beside_what_was_recorded(priced_agent, chat, alice, viewer,
                                                                           sent_turns, use_redis, client_for):
     trace = run(chat, alice)
     gpt = ModelPrice.objects.get(team__isnull=True, model="gpt-4o")
@@ -250,7 +228,7 @@ def test_a_trace_is_repriced_under_another_model_beside_what_was_recorded(agent,
     assert Trace.objects.get(pk=trace.pk).cost_usd == trace.cost_usd
 
 
-def test_an_admin_corrects_recorded_costs_to_the_updated_table_and_it_is_audited(agent, chat, alice, team_a,
+def test_an_admin_corrects_recorded_costs_to_the_updated_table_and_it_is_audited(priced_agent, chat, alice, team_a,
                                                                                   sent_turns, use_redis,
                                                                                   client_for):
     trace = run(chat, alice)
@@ -288,7 +266,7 @@ def test_an_admin_corrects_recorded_costs_to_the_updated_table_and_it_is_audited
         (r.day, r.cost_units, r.calls) for r in CostRollup.objects.filter(team=team_a))
 
 
-def test_the_inspector_links_to_re_pricing_and_shows_price_provenance(agent, chat, alice, sent_turns, use_redis,
+def test_the_inspector_links_to_re_pricing_and_shows_price_provenance(priced_agent, chat, alice, sent_turns, use_redis,
                                                                       client_for):
     trace = run(chat, alice)
     c = client_for(alice)

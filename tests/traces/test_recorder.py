@@ -8,8 +8,6 @@ import json
 from decimal import Decimal
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
 from agents.runtime.builtin import builtin_tools
 from agents.runtime.events import (
@@ -26,6 +24,7 @@ from agents.runtime.providers.demo import DemoProvider
 from agents.turns.execution import TurnDb
 from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
+from tests.helpers import listen, receive_all
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.recorder import TraceRecorder, step_cost
 
@@ -113,29 +112,20 @@ def test_payloads_are_scrubbed_and_sized(claimed, turn_db):
 
 
 def test_deltas_are_coalesced_into_frames_and_the_first_goes_at_once(claimed, turn_db):
-    layer = get_channel_layer()
-    async_to_sync(layer.group_add)(claimed.group_name, "test-deltas")
+    channel = listen(claimed.group_name)
     sent: list[dict] = []
 
     async def go() -> None:
         recorder = TraceRecorder(trace=claimed, attempt=claimed.attempts, db=turn_db)
         await recorder.emit(LlmRequestStarted(iteration=1, provider="demo", model="demo", messages_count=1))
         await recorder.emit(TextDelta(iteration=1, text="Hel"))
-        sent.extend(await drain(layer))  # the first piece is out before any other arrives
+        sent.extend(await receive_all(channel, quiet=0.01))  # the first piece is out before any other arrives
         for piece in ["lo", ", ", "wor", "ld"]:
             await recorder.emit(TextDelta(iteration=1, text=piece))
         await asyncio.sleep(0.08)  # one frame later, the rest goes as one
         await recorder.emit(TextDelta(iteration=1, text="!"))
         await recorder.emit(LlmRequestFinished(iteration=1, provider="demo", model="demo", success=True))
-        sent.extend(await drain(layer))
-
-    async def drain(layer) -> list[dict]:
-        found = []
-        while True:
-            try:
-                found.append((await asyncio.wait_for(layer.receive("test-deltas"), 0.01))["payload"])
-            except TimeoutError:
-                return found
+        sent.extend(await receive_all(channel, quiet=0.01))
 
     asyncio.run(go())
     deltas = [e for e in sent if e["event"] == "delta"]

@@ -345,8 +345,7 @@ def test_charlie_gets_404_on_versions_diff_and_revert(client_for, charlie, versi
     assert versioned.name == "Helper" and versioned.version == 3
 
 
-def test_members_and_viewers_never_reach_agent_pages(client_for, bob, versioned, team_a, make_member):
-    vera = make_member(team_a, "vera", "viewer")
+def test_members_and_viewers_never_reach_agent_pages(client_for, bob, versioned, vera):
     for user in (bob, vera):
         c = client_for(user)
         for url in (change_url(versioned), reverse("admin:agents_agent_versions", args=[versioned.pk])):

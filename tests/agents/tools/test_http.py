@@ -16,7 +16,8 @@ from agents.tools.forms import ToolAdminForm
 from agents.tools.http import REDACTED, TemplateError, UrlTemplate, headers_decrypt, headers_encrypt
 from agents.tools.net import Fetcher, FetchRefused
 from agents.tools.services import tool_run_once
-from tests.agents.test_tools_net import PUBLIC_IP, FakeResolver
+
+from .fakes import PUBLIC_IP, FakeResolver
 
 WEATHER_SCHEMA = {"type": "object",
                   "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},

@@ -303,8 +303,7 @@ def test_a_provider_cannot_be_created_in_another_team(client_for, charlie, team_
     assert not Provider.objects.exists()
 
 
-def test_members_and_viewers_never_reach_provider_pages(client_for, bob, keyed, team_a, make_member):
-    vera = make_member(team_a, "vera", "viewer")
+def test_members_and_viewers_never_reach_provider_pages(client_for, bob, keyed, vera):
     for user in (bob, vera):
         c = client_for(user)
         for url in (reverse("admin:agents_provider_changelist"),

@@ -13,11 +13,6 @@ from agents.turns.signals import cancel_key
 from traces.models import Step, Trace
 
 
-@pytest.fixture
-def viewer(team_a, make_member):
-    return make_member(team_a, "vera", "viewer")
-
-
 def test_turn_start_stores_the_message_and_a_queued_trace_and_sends_the_task_on_commit(
         conversation, alice, sent_turns, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -48,8 +43,8 @@ def test_turn_start_refuses_a_message_over_the_limit_and_takes_one_at_it(convers
     assert len(trace.user_message.text) == MAX_MESSAGE_CHARS
 
 
-def test_a_viewer_cannot_chat_and_nor_can_another_team(conversation, viewer, charlie, sent_turns):
-    for user in (viewer, charlie):
+def test_a_viewer_cannot_chat_and_nor_can_another_team(conversation, vera, charlie, sent_turns):
+    for user in (vera, charlie):
         with pytest.raises(PermissionDenied):
             turn_start(conversation=conversation, user=user, text="hello")
     assert not Trace.objects.exists() and sent_turns == []
@@ -67,13 +62,13 @@ def test_an_archived_conversation_takes_no_messages(conversation, alice, sent_tu
         turn_start(conversation=conversation, user=alice, text="hello")
 
 
-def test_conversation_create_checks_the_team(agent, alice, charlie, team_b, viewer):
+def test_conversation_create_checks_the_team(agent, alice, charlie, team_b, vera):
     conversation = conversation_create(team=agent.team, agent=agent, user=alice, title="  Plans ")
     assert (conversation.title, conversation.created_by, conversation.agent) == ("Plans", alice, agent)
     with pytest.raises(PermissionDenied):
         conversation_create(team=team_b, agent=agent, user=charlie)  # another team's agent
     with pytest.raises(PermissionDenied):
-        conversation_create(team=agent.team, agent=agent, user=viewer)
+        conversation_create(team=agent.team, agent=agent, user=vera)
 
 
 # -- one turn in flight ------------------------------------------------------------------------------
@@ -137,10 +132,10 @@ def test_stopping_a_running_turn_sets_the_flag_and_the_signal(conversation, bob,
 
 @pytest.mark.django_db(transaction=True)
 def test_a_viewer_cannot_stop_a_turn_and_stopping_an_ended_turn_does_nothing(
-        conversation, alice, viewer, sent_turns):
+        conversation, alice, vera, sent_turns):
     trace = turn_start(conversation=conversation, user=alice, text="one")
     with pytest.raises(PermissionDenied):
-        turn_cancel(trace=trace, user=viewer)
+        turn_cancel(trace=trace, user=vera)
     assert Trace.objects.get(pk=trace.pk).status == "queued"
 
     Trace.objects.filter(pk=trace.pk).update(status="completed")
@@ -150,7 +145,7 @@ def test_a_viewer_cannot_stop_a_turn_and_stopping_an_ended_turn_does_nothing(
 
 # -- approvals --------------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_a_decision_needs_a_call_that_waits_and_a_member(conversation, alice, viewer, sent_turns, use_redis):
+def test_a_decision_needs_a_call_that_waits_and_a_member(conversation, alice, vera, sent_turns, use_redis):
     from agents.turns.lifecycle import trace_claim
 
     trace = turn_start(conversation=conversation, user=alice, text="one")
@@ -160,7 +155,7 @@ def test_a_decision_needs_a_call_that_waits_and_a_member(conversation, alice, vi
     Step.objects.create(trace=trace, seq=1, kind="approval", status="waiting", call_id="call_1",
                         started_at=trace.created_at)
     with pytest.raises(PermissionDenied):
-        approval_decide(trace=trace, call_id="call_1", approved=True, user=viewer)
+        approval_decide(trace=trace, call_id="call_1", approved=True, user=vera)
     with pytest.raises(ValidationError):
         approval_decide(trace=trace, call_id="call_2", approved=True, user=alice)
 

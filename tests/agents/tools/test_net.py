@@ -14,7 +14,7 @@ import pytest
 
 from agents.tools.net import Fetcher, FetchFailed, FetchRefused, address_problem
 
-PUBLIC_IP = "93.184.216.34"
+from .fakes import PUBLIC_IP, FakeResolver
 
 # (address, what the refusal says about it)
 REFUSED = [
@@ -51,20 +51,6 @@ REFUSED = [
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo tunnel address"),
 ]
 IDS = [address for address, _ in REFUSED]
-
-
-class FakeResolver:
-    """Names to addresses, recording every lookup."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        self.calls.append(host)
-        if host not in self.table:
-            raise OSError(f"no such host: {host}")
-        return list(self.table[host])
 
 
 def url_for(address: str, path: str = "/") -> str:

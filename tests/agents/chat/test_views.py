@@ -1,4 +1,5 @@
-"""The chat pages and the turn endpoints (send, stop, approve), by role and team."""
+"""The chat pages and their actions (send, manage, branch), by role and team; the stop and
+approve buttons too where a page shows them. (The turn endpoints alone: ``tests/agents/turns``.)"""
 
 from __future__ import annotations
 
@@ -51,39 +52,18 @@ def test_message_text_is_escaped(client_for, alice, conversation, sent_turns):
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
-def test_viewer_reads_but_cannot_send_or_stop(client_for, alice, conversation, team_a, make_member, sent_turns):
-    vera = make_member(team_a, "vera", "viewer")
+def test_viewer_reads_but_cannot_send_or_stop(client_for, alice, conversation, queued_trace, vera):
     c = client_for(vera)
     assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
     assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}).status_code == 403
-    trace = _queued_trace(client_for(alice), conversation)
+    trace = queued_trace(client_for(alice))
     assert c.post(reverse("trace_cancel", args=[trace.uuid])).status_code == 403
     trace.refresh_from_db()
     assert trace.status == "queued"
 
 
-def _queued_trace(client, conversation) -> Trace:
-    client.post(reverse("message_send", args=[conversation.uuid]), {"text": "hello"})
-    return Trace.objects.latest("id")
-
-
-def test_member_stops_a_queued_turn(client_for, alice, conversation, sent_turns):
-    c = client_for(alice)
-    trace = _queued_trace(c, conversation)
-    assert c.post(reverse("trace_cancel", args=[trace.uuid]), HTTP_HX_REQUEST="true").status_code == 204
-    trace.refresh_from_db()
-    assert trace.status == "cancelled"
-
-
-def test_approval_of_a_call_that_is_not_waiting_says_so(client_for, alice, conversation, sent_turns):
-    c = client_for(alice)
-    trace = _queued_trace(c, conversation)
-    response = c.post(reverse("approval_decision", args=[trace.uuid, "call_1"]), {"approved": "1"}, HTTP_HX_REQUEST="true")
-    assert response.status_code == 409 and b"not waiting for approval" in response.content
-
-
-def test_charlie_gets_404_on_team_a_chat(client_for, alice, charlie, conversation, sent_turns):
-    trace = _queued_trace(client_for(alice), conversation)
+def test_charlie_gets_404_on_team_a_chat(client_for, alice, charlie, conversation, queued_trace):
+    trace = queued_trace(client_for(alice))
     c = client_for(charlie)
     assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 404
     assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}).status_code == 404
@@ -167,10 +147,9 @@ def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sen
     assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}).status_code == 404
 
 
-def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, bob, conversation, team_a, make_member):
+def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, bob, conversation, team_a, make_member, vera):
     assert client_for(bob).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "mine now"}).status_code == 403
     assert client_for(bob).post(reverse("conversation_delete", args=[conversation.uuid])).status_code == 403
-    vera = make_member(team_a, "vera", "viewer")
     assert client_for(vera).post(reverse("conversation_archive", args=[conversation.uuid])).status_code == 403
     conversation.refresh_from_db()
     assert conversation.title == "" and conversation.deleted_at is None and not conversation.archived
@@ -198,12 +177,11 @@ def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conve
     assert str(conversation.uuid) not in c.get(reverse("chat"), {"q": "hello", "scope": "team"}).content.decode()
 
 
-def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, team_a, make_member, sent_turns):
+def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, sent_turns, vera):
     from agents.turns import services as turns
 
     trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
-    vera = make_member(team_a, "vera", "viewer")
     c = client_for(vera)
     page = c.get(reverse("conversation", args=[conversation.uuid]), {"at": trace.uuid.hex})
     assert page.status_code == 200 and "hello" in page.content.decode()

@@ -10,8 +10,6 @@ import time
 from decimal import Decimal
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
 from agents.models import Message, Tool
 from agents.runtime.providers import registry
@@ -19,31 +17,12 @@ from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.tools import FunctionTool
 from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
-from tests.agents.conftest import wait_for
+from tests.helpers import drain, listen, wait_for
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 USAGE = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "reasoning_tokens")
-
-
-def listen(group: str) -> str:
-    channel = f"test-{group}"
-    async_to_sync(get_channel_layer().group_add)(group, channel)
-    return channel
-
-
-def drain(channel: str) -> list[dict]:
-    async def collect() -> list[dict]:
-        layer, found = get_channel_layer(), []
-        while True:
-            try:
-                message = await asyncio.wait_for(layer.receive(channel), 0.05)
-            except TimeoutError:
-                return found
-            found.append(message["payload"])
-
-    return async_to_sync(collect)()
 
 
 def status_of(trace: Trace) -> str:
@@ -270,7 +249,8 @@ def test_cancelling_a_queued_turn_ends_it_at_once_and_starts_the_next(conversati
 
 # -- approvals ------------------------------------------------------------------------------------------
 def _wait_for_approval(trace: Trace) -> Step:
-    return wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first())
+    return wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first(),
+                    what="a tool call waiting for approval")
 
 
 @pytest.mark.parametrize(("approved", "answer"), [

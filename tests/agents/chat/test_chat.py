@@ -205,8 +205,7 @@ def test_new_starts_a_conversation_with_the_same_agent(client_for, alice, conver
     assert plain.status_code == 302 and Conversation.objects.count() == 3
 
 
-def test_viewers_cannot_run_commands(client_for, conversation, team_a, make_member):
-    vera = make_member(team_a, "vera", "viewer")
+def test_viewers_cannot_run_commands(client_for, conversation, vera):
     response = client_for(vera).post(reverse("message_send", args=[conversation.uuid]), {"text": "/new"})
     assert response.status_code == 403 and Conversation.objects.count() == 1
 
@@ -293,7 +292,7 @@ def test_an_approval_card_waits_with_a_countdown_then_shows_the_outcome(conversa
     assert card.error == "Nobody decided in time, so the call was denied."
 
 
-def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, conversation, team_a, make_member, sent_turns):
+def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, conversation, sent_turns, vera):
     trace = send(conversation, alice, "What is 2 + 3?")
     Trace.objects.filter(pk=trace.pk).update(status="running")
     _step(trace, 1, "approval", "waiting", meta={"timeout_s": 60}, args={"expression": "2+3"})
@@ -303,7 +302,6 @@ def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, co
     assert 'class="approval-actions chat-only"' in member_page and 'class="can-chat"' in member_page
     assert ">Approve</button>" in member_page and ">Deny</button>" in member_page
 
-    vera = make_member(team_a, "vera", "viewer")
     viewer_page = client_for(vera).get(url).content.decode()
     assert 'class="can-chat"' not in viewer_page  # .chat-only hides the buttons
     assert "A team member who can chat decides." in viewer_page

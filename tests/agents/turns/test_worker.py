@@ -1,0 +1,64 @@
+"""Turns through a real Celery worker in a subprocess, on the test database and a Redis no other
+worker listens on: queued turns run in order; a worker killed mid-turn leaves no trace running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from agents.chat.services import conversation_create
+from agents.turns.reaper import trace_reap
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run
+from tests.helpers import wait_for
+from traces.models import Step, Trace
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_real_worker_runs_queued_turns_one_after_the_other(conversation, alice, start_worker):
+    start_worker()
+    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    second = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+
+    wait_for(lambda: Trace.objects.filter(pk=second.pk, status="completed").exists(), timeout=20)
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, first.answer) == ("completed", "2 + 3 = 5.")
+    assert second.answer == "Called current_time 2 times." and second.step_count == 5
+    assert second.started_at >= first.finished_at
+    assert first.worker.startswith("turns-") and first.attempts == 1
+
+
+def test_a_worker_killed_mid_turn_leaves_the_trace_interrupted_and_the_chat_usable(
+        make_agent, alice, start_worker):
+    agent = make_agent(name="Slow worker", max_tool_iterations=40,
+                       provider_options={"request_latency_s": 0.3})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    worker = start_worker()
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+    wait_for(lambda: Step.objects.filter(trace=trace).count() >= 3, timeout=20)
+
+    os.killpg(worker.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    worker.wait(timeout=5)
+    assert Trace.objects.get(pk=trace.pk).status == "running"
+
+    # the heartbeat goes stale; the reaper (what beat runs every 15 s) then settles the trace
+    wait_for(lambda: trace.pk in trace_reap(stale_after_s=2).interrupted, timeout=30, interval=0.5)
+    assert time.monotonic() - killed < 60
+
+    trace.refresh_from_db()
+    assert trace.status == "interrupted" and "worker running this turn stopped" in trace.error
+    assert not trace.steps.filter(status__in=["running", "waiting"]).exists()
+
+    # the conversation goes on: the next message gets a turn that completes
+    agent.provider.options = {}
+    agent.provider.save()
+    following = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    assert turn_run(following.pk) == "completed"
+    assert Trace.objects.get(pk=following.pk).answer == "6 × 7 = 42."

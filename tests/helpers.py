@@ -1,0 +1,152 @@
+"""Plain helpers shared by every test session: the unit suite (through ``tests/conftest.py``)
+and the browser tests (``tests/e2e``, a session of its own that sees no unit-test fixtures).
+
+Waiting for a condition, listening on the channel layer, and starting a real Celery worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02,
+             what: str = "a condition") -> T:
+    """Poll ``predicate`` until it returns something truthy and return that; fail after
+    ``timeout`` seconds naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+# -- the channel layer ------------------------------------------------------------------------------
+def listen(group: str) -> str:
+    """Join ``group`` with a test channel of its own; returns the channel's name."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    channel = f"test-{group}"
+    async_to_sync(get_channel_layer().group_add)(group, channel)
+    return channel
+
+
+async def receive_all(channel: str, *, quiet: float = 0.05) -> list[dict]:
+    """The payloads waiting on ``channel``, until it stays quiet for ``quiet`` seconds."""
+    from channels.layers import get_channel_layer
+
+    layer, found = get_channel_layer(), []
+    while True:
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), quiet)
+        except TimeoutError:
+            return found
+        found.append(message["payload"])
+
+
+def drain(channel: str, *, quiet: float = 0.05) -> list[dict]:
+    """``receive_all`` from synchronous code."""
+    from asgiref.sync import async_to_sync
+
+    return async_to_sync(receive_all)(channel, quiet=quiet)
+
+
+# -- websockets --------------------------------------------------------------------------------------
+def session_cookie(user) -> str:
+    """The session cookie of ``user`` logged in, for a websocket."""
+    from django.db import connection
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    # This runs on a helper thread of the async test: its connection would outlive the test
+    # and keep PostgreSQL from dropping the test database.
+    connection.close()
+    return f"sessionid={client.cookies['sessionid'].value}"
+
+
+def communicator(path: str, *, cookie: str | None = None, origin: str | None = "http://localhost:8000") -> Any:
+    """A ``WebsocketCommunicator`` to ``path`` through the whole ASGI application."""
+    from channels.testing import WebsocketCommunicator
+
+    from agentsite.asgi import application
+
+    headers = []
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    if cookie:
+        headers.append((b"cookie", cookie.encode()))
+    headers.append((b"host", b"localhost:8000"))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def announce_delta(trace, *, text: str) -> None:
+    """A model's text delta as a running turn announces it (``TraceRecorder.announce_delta``)."""
+    from agents.chat.live import groups_for
+    from traces import live
+
+    payload = live.delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=3, index=0, text=text)
+    await live.publish(groups_for(trace), payload)
+
+
+# -- a real Celery worker ---------------------------------------------------------------------------
+def worker_start(*, redis_url: str, log_path: Path, name: str | None = None, threads: int = 4,
+                 env: dict[str, str] | None = None, timeout: float = 30.0) -> subprocess.Popen:
+    """A Celery worker (thread pool) in a subprocess and a session of its own, consuming both
+    queues of ``redis_url``; returns once it logs that it is ready. Its node name is
+    ``process.node``; stop it with ``worker_stop``."""
+    name = name or f"test-{uuid.uuid4().hex[:8]}@localhost"
+    log = open(log_path, "w")  # noqa: SIM115 - closed by worker_stop
+    process = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "celery", "-A", "agentsite", "worker", "-Q", "turns,maintenance",
+         "-P", "threads", "-c", str(threads), "-n", name, "--without-gossip", "--without-mingle",
+         "--loglevel", "INFO"],
+        cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url, **(env or {})},
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process.log = log
+    process.node = name
+    deadline = time.monotonic() + timeout
+    while " ready." not in log_path.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            state = "exited early" if process.returncode is not None else f"was not ready within {timeout:g} s"
+            worker_stop(process)
+            raise RuntimeError(f"celery worker {state}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return process
+
+
+def worker_stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+    process.log.close()
+
+
+def database_url(settings_dict: dict[str, Any]) -> str:
+    """The URL of the database of ``settings_dict`` (a connection's), for another process."""
+    from urllib.parse import quote
+
+    if settings_dict["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = quote(settings_dict["USER"] or "")
+    password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict["PASSWORD"] else ""
+    host, port = settings_dict["HOST"] or "localhost", settings_dict["PORT"] or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
