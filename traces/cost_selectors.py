@@ -23,6 +23,7 @@ from agentsite.models import Membership, Team
 from .models import ConversationCostRollup, CostRollup, Trace
 from .pricing import units_usd
 from .rollups import AMOUNT_FIELDS
+from .selectors import date_param
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 366
@@ -47,14 +48,7 @@ class CostFilters:
         errors: dict[str, str] = {}
 
         def day(name: str, default: date) -> date:
-            raw = (params.get(name) or "").strip()
-            if not raw:
-                return default
-            try:
-                return date.fromisoformat(raw)
-            except ValueError:
-                errors[name] = "Use a date like 2026-11-21."
-                return default
+            return date_param(params, name, default, errors)
 
         date_to = day("date_to", today)
         date_from = day("date_from", date_to - timedelta(days=DEFAULT_DAYS - 1))

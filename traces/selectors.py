@@ -32,6 +32,19 @@ LIST_COLUMNS = (
 )
 
 
+def date_param(params: Any, name: str, default: date | None, errors: dict[str, str]) -> Any:
+    """The date in GET parameter ``name`` (YYYY-MM-DD), else ``default``; a value that is not
+    a date is reported in ``errors`` and replaced by ``default``."""
+    raw = (params.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        errors[name] = "Use a date like 2026-11-21."
+        return default
+
+
 @dataclass(frozen=True)
 class TraceFilters:
     agent: str = ""
@@ -49,14 +62,7 @@ class TraceFilters:
         errors: dict[str, str] = {}
 
         def day(name: str) -> date | None:
-            raw = (params.get(name) or "").strip()
-            if not raw:
-                return None
-            try:
-                return date.fromisoformat(raw)
-            except ValueError:
-                errors[name] = "Use a date like 2026-11-21."
-                return None
+            return date_param(params, name, None, errors)
 
         min_cost = None
         raw_cost = (params.get("min_cost") or "").strip()
