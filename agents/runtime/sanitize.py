@@ -23,6 +23,7 @@ from .parsing import (
     _JsonScanner,
     _literal_seeker,
     _rust_lines,
+    _strip_leading_close_tags,
     _trim,
 )
 from .parsing import strip_think_tags as _strip_think_tags
@@ -134,19 +135,6 @@ _STRIP_OPEN_TAGS = ("<function_calls>", "<function_call>", "<tool_call>", "<tool
 _STRIP_OPEN_RE = re.compile("|".join(map(re.escape, _STRIP_OPEN_TAGS)))
 
 
-def _skip_leading_close_tags(text: str, pos: int) -> int:
-    n = len(text)
-    while True:
-        while pos < n and text[pos] in RUST_WS:
-            pos += 1
-        if not text.startswith("</", pos):
-            return pos
-        close_end = text.find(">", pos)
-        if close_end < 0:
-            return n
-        pos = close_end + 1
-
-
 def strip_tool_call_tags(text: str) -> str:
     """Remove ``<tool_call>``-style blocks (and ``<function_calls>``, ``<tool>``, ``<invoke>``):
     a block ends at its close tag, or after the JSON value that follows an unclosed tag; an
@@ -171,7 +159,7 @@ def strip_tool_call_tags(text: str) -> str:
             lead += 1
         found = scanner.first_value_from(lead)
         if found is not None:
-            pos = _skip_leading_close_tags(text, found[1])
+            pos = _strip_leading_close_tags(text, found[1])
             continue
         kept.append(text[m.start():])
         break

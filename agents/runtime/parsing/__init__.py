@@ -91,6 +91,7 @@ from ._parser import _parse_raw as _parse_raw
 from ._parser import parse_tool_calls
 from ._perl_and_function_call import _parse_perl_style_tool_calls as _parse_perl_style_tool_calls
 from ._tag_loop import _ParseState as _ParseState
+from ._tag_loop import _strip_leading_close_tags as _strip_leading_close_tags
 from ._text import RUST_WS as RUST_WS
 from ._text import _ascii_lower as _ascii_lower
 from ._text import _literal_seeker as _literal_seeker
