@@ -5,8 +5,7 @@
 daphne (HTTP and websockets) and a Celery worker; ``stop`` ends them all. Django's own
 ``live_server`` cannot serve websockets, hence real processes.
 
-``Stack.seed(spec)`` fills it through ``python -m agentsite.stack seed`` (in the stack's
-environment): the personas of ``agentsite.personas`` (alice, bob and vera in Team A, charlie
+``Stack.seed(spec)`` fills it through ``manage.py seed_stack`` (in the stack's environment): the personas of ``agentsite.personas`` (alice, bob and vera in Team A, charlie
 in Team B) and demo agents as the spec says. The test process itself never opens the database.
 """
 
@@ -127,8 +126,8 @@ class Stack:
             return ""
 
     def seed(self, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Create the people, team and agents (see ``seed``); returns their public ids."""
-        done = subprocess.run([sys.executable, "-m", "agentsite.stack", "seed", json.dumps(spec or {})],  # noqa: S603
+        """Create the people, team and agents (``manage.py seed_stack``); their public ids."""
+        done = subprocess.run([sys.executable, "manage.py", "seed_stack", json.dumps(spec or {})],  # noqa: S603
                               cwd=ROOT, env=self.env, check=True, capture_output=True, text=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -147,56 +146,3 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def seed(spec: dict[str, Any]) -> dict[str, Any]:
-    """People and agents for a test run (inside a configured Django).
-
-    ``spec``: ``{"agents": [{"name": ..., "provider_options": {...}, "tools": [...],
-    "fields": {...}}], "approval": [tool names that need approval]}`` (tools belong to the team,
-    so approval is per tool for every agent). The demo provider answers every agent; people:
-    alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
-    with the password ``PASSWORD``."""
-    from agents.models import Agent, Provider, Tool
-    from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
-
-    from .personas import TEAM_A, personas_seed, team_get_or_create
-
-    people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
-    team_a = team_get_or_create(name=TEAM_A)
-    specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
-    agents = {}
-    for entry in spec.get("agents") or [{"name": "Helper"}]:
-        name = entry["name"]
-        provider = Provider.objects.create(team=team_a, name=f"Demo for {name}", kind="demo",
-                                           options=entry.get("provider_options") or {})
-        tools = []
-        for tool_name in entry.get("tools", ["calculator", "current_time"]):
-            cls = specs[tool_name]
-            row, _ = Tool.objects.update_or_create(
-                team=team_a, name=tool_name,
-                defaults={"kind": "builtin", "description": cls.description,
-                          "parameters": cls.parameters,
-                          "requires_approval": tool_name in spec.get("approval", [])})
-            tools.append(row)
-        agent = Agent.objects.create(team=team_a, name=name, provider=provider, model="demo",
-                                     **(entry.get("fields") or {}))
-        agent.tools.set(tools)
-        agents[name] = str(agent.uuid)
-    return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people}
-
-
-def _main(argv: list[str]) -> int:
-    if len(argv) >= 1 and argv[0] == "seed":
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
-        import django
-
-        django.setup()
-        print(json.dumps(seed(json.loads(argv[1]) if len(argv) > 1 else {})))
-        return 0
-    print("usage: python -m agentsite.stack seed '<json spec>'", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

@@ -28,7 +28,8 @@ def test_seeding_again_changes_nothing(db):
 @pytest.mark.django_db
 def test_the_stacks_seed_creates_the_personas_with_one_password_and_the_agents():
     from agents.models import Agent
-    from agentsite.stack import PASSWORD, seed
+    from agentsite.management.commands.seed_stack import seed
+    from agentsite.stack import PASSWORD
 
     ids = seed({"agents": [{"name": "Helper", "tools": ["current_time"]}, {"name": "Slow", "tools": []}],
                 "approval": ["calculator"]})

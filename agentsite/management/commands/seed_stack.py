@@ -1,0 +1,57 @@
+"""``manage.py seed_stack '<json spec>'``: people and agents for a throwaway stack
+(``agentsite.stack.Stack.seed``, browser tests and benchmarks); prints their public ids as JSON.
+Part of the dev/test stack, so of the composition root: it may import the apps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from agents.models import Agent, Provider, Tool
+from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
+from agentsite.personas import TEAM_A, personas_seed, team_get_or_create
+from agentsite.stack import PASSWORD
+
+
+def seed(spec: dict[str, Any]) -> dict[str, Any]:
+    """People and agents for a test run (inside a configured Django).
+
+    ``spec``: ``{"agents": [{"name": ..., "provider_options": {...}, "tools": [...],
+    "fields": {...}}], "approval": [tool names that need approval]}`` (tools belong to the team,
+    so approval is per tool for every agent). The demo provider answers every agent; people:
+    alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
+    with the password ``PASSWORD``."""
+    people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
+    team_a = team_get_or_create(name=TEAM_A)
+    specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
+    agents = {}
+    for entry in spec.get("agents") or [{"name": "Helper"}]:
+        name = entry["name"]
+        provider = Provider.objects.create(team=team_a, name=f"Demo for {name}", kind="demo",
+                                           options=entry.get("provider_options") or {})
+        tools = []
+        for tool_name in entry.get("tools", ["calculator", "current_time"]):
+            cls = specs[tool_name]
+            row, _ = Tool.objects.update_or_create(
+                team=team_a, name=tool_name,
+                defaults={"kind": "builtin", "description": cls.description,
+                          "parameters": cls.parameters,
+                          "requires_approval": tool_name in spec.get("approval", [])})
+            tools.append(row)
+        agent = Agent.objects.create(team=team_a, name=name, provider=provider, model="demo",
+                                     **(entry.get("fields") or {}))
+        agent.tools.set(tools)
+        agents[name] = str(agent.uuid)
+    return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people}
+
+
+class Command(BaseCommand):
+    help = "Create the personas and demo agents of a throwaway stack (browser tests, benchmarks)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("spec", nargs="?", default="{}", help="JSON: agents and tools needing approval")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.stdout.write(json.dumps(seed(json.loads(options["spec"]))))
