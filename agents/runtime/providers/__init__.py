@@ -7,13 +7,16 @@ from .base import (
     ChatRequest,
     ChatResponse,
     ErrorKind,
+    Outcome,
     Provider,
     ProviderError,
     StreamDone,
     StreamEvent,
+    StreamRestart,
     StreamText,
     StreamThinking,
     SystemBlock,
+    outcome_of,
 )
 from .registry import PROVIDER_CLASSES, build_provider, get_provider_class
 
@@ -23,13 +26,16 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ErrorKind",
+    "Outcome",
     "Provider",
     "ProviderError",
     "StreamDone",
     "StreamEvent",
+    "StreamRestart",
     "StreamText",
     "StreamThinking",
     "SystemBlock",
     "build_provider",
     "get_provider_class",
+    "outcome_of",
 ]

@@ -68,6 +68,14 @@ class ChatResponse:
     stop_reason: str | None = None
     # The provider's own payload (or, for a stream, its reassembly), kept for the trace.
     raw: Any = None
+    # True when the server reported no usage and ``usage`` is the runtime's estimate.
+    usage_estimated: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the answer ended, in one vocabulary for every wire format (``stop_reason`` keeps
+        the provider's own word)."""
+        return outcome_of(self.stop_reason)
 
     @property
     def text(self) -> str:
@@ -76,6 +84,36 @@ class ChatResponse:
     @property
     def tool_calls(self) -> list[ToolUseBlock]:
         return self.message.tool_uses
+
+
+class Outcome(StrEnum):
+    """How a model's answer ended. Only ``COMPLETE`` and ``TOOL_USE`` are whole answers: a
+    ``LENGTH`` answer was cut at the output limit, a ``REFUSAL`` was declined by the model, a
+    ``FILTERED`` one was stopped by the provider's content filter."""
+
+    COMPLETE = "complete"
+    TOOL_USE = "tool_use"
+    LENGTH = "length"
+    REFUSAL = "refusal"
+    FILTERED = "filtered"
+
+
+_OUTCOMES = {
+    "stop": Outcome.COMPLETE, "end_turn": Outcome.COMPLETE, "stop_sequence": Outcome.COMPLETE,
+    "pause_turn": Outcome.COMPLETE, "eos": Outcome.COMPLETE,
+    "tool_calls": Outcome.TOOL_USE, "function_call": Outcome.TOOL_USE,
+    "tool_use": Outcome.TOOL_USE,
+    "length": Outcome.LENGTH, "max_tokens": Outcome.LENGTH,
+    "model_context_window_exceeded": Outcome.LENGTH,
+    "refusal": Outcome.REFUSAL,
+    "content_filter": Outcome.FILTERED,
+}
+
+
+def outcome_of(stop_reason: str | None) -> Outcome:
+    """The ``Outcome`` of a provider's stop reason; an unknown or missing one counts as complete
+    (a provider that finished without saying why)."""
+    return _OUTCOMES.get((stop_reason or "").strip().lower(), Outcome.COMPLETE)
 
 
 # -- streaming events -------------------------------------------------------------------------
@@ -90,11 +128,25 @@ class StreamThinking:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamRestart:
+    """The answer streamed so far is void: the stream broke off and the request is being sent
+    again (to the same provider or a fallback), so the answer starts over. ``partial_text`` is
+    what had been streamed, for the trace; ``reason`` the error, one plain sentence."""
+
+    reason: str
+    partial_text: str = ""
+    provider: str = ""
+    model: str = ""
+    next_provider: str = ""
+    next_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDone:
     response: ChatResponse
 
 
-StreamEvent = StreamText | StreamThinking | StreamDone
+StreamEvent = StreamText | StreamThinking | StreamRestart | StreamDone
 
 
 # -- errors -------------------------------------------------------------------------------------
