@@ -38,6 +38,17 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
 
 
 @pytest.fixture(autouse=True)
+def _no_cool_downs() -> Iterator[None]:
+    """Providers that a test could not reach cool down for the process; no test inherits
+    another's."""
+    from agents.runtime.providers.reliable import COOL_DOWNS
+
+    COOL_DOWNS.reset()
+    yield
+    COOL_DOWNS.reset()
+
+
+@pytest.fixture(autouse=True)
 def _test_settings(settings) -> None:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Hashing strength is not under test; a fast hasher keeps the suite quick.

@@ -164,7 +164,9 @@ class ErrorKind(StrEnum):
 
 class ProviderError(Exception):
     """A failed model request. ``retryable`` says whether the same request may succeed later;
-    ``retry_after`` is the server's hint in seconds, when it gave one."""
+    ``retry_after`` is the server's hint in seconds, when it gave one. ``message`` is what a
+    person is shown; ``details`` the log behind it (every attempt of a failover), for the
+    trace only."""
 
     def __init__(
         self,
@@ -176,6 +178,7 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         provider: str = "",
         model: str = "",
+        details: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -185,6 +188,7 @@ class ProviderError(Exception):
         self.retry_after = retry_after
         self.provider = provider
         self.model = model
+        self.details = details
 
     @property
     def permanent(self) -> bool:

@@ -26,9 +26,14 @@ from .fakes import FakeLLMServer, json_response
 KEY = "sk-live-0123456789abcdefghijklmnop"
 
 
-def server_error(status: int = 500, **kwargs) -> ProviderError:
-    return ProviderError(f"server error ({status})", retryable=True, kind=ErrorKind.SERVER,
-                         status=status, **kwargs)
+def server_error(status: int = 500, said: str = "", **kwargs) -> ProviderError:
+    return ProviderError(f"server error ({status}){said}", retryable=True,
+                         kind=ErrorKind.SERVER, status=status, **kwargs)
+
+
+def flaky(count: int = 3) -> list[ProviderError]:
+    """Server errors that differ each time (a server under load), so every one is retried."""
+    return [server_error(said=f" busy #{n}") for n in range(1, count + 1)]
 
 
 def auth_error() -> ProviderError:
@@ -121,8 +126,8 @@ async def test_500_then_success_retries_after_half_a_second():
 
 
 async def test_attempts_go_model_chain_then_providers_then_retries():
-    primary = FakeProvider("primary", server_error())
-    fallback = FakeProvider("fallback", server_error())
+    primary = FakeProvider("primary", *flaky())
+    fallback = FakeProvider("fallback", *flaky())
     wrapper, _, _ = reliable(primary, fallback, model_fallbacks={"m1": ["m2"]})
 
     with pytest.raises(ProviderError) as caught:
@@ -130,17 +135,17 @@ async def test_attempts_go_model_chain_then_providers_then_retries():
 
     assert primary.calls == ["m1"] * 3 + ["m2"] * 3
     assert fallback.calls == ["m1"] * 3 + ["m2"] * 3
-    lines = caught.value.message.splitlines()
-    assert lines[0] == "All providers/models failed. Attempts:"
-    assert lines[1] == "provider=primary model=m1 attempt 1/3: retryable; error=server error (500)"
-    assert [line.split(" attempt")[0] for line in lines[1:]] == (
+    lines = caught.value.details.splitlines()
+    assert lines[0] == ("provider=primary model=m1 attempt 1/3: retryable; "
+                        "error=server error (500) busy #1")
+    assert [line.split(" attempt")[0] for line in lines] == (
         ["provider=primary model=m1"] * 3 + ["provider=fallback model=m1"] * 3
         + ["provider=primary model=m2"] * 3 + ["provider=fallback model=m2"] * 3)
     assert caught.value.retryable and caught.value.kind == ErrorKind.SERVER
 
 
 async def test_backoff_doubles_from_500_ms_to_a_10_s_cap():
-    wrapper, sleep, _ = reliable(FakeProvider("p", server_error()), max_retries=7)
+    wrapper, sleep, _ = reliable(FakeProvider("p", *flaky(8)), max_retries=7)
 
     with pytest.raises(ProviderError):
         await wrapper.chat(request())
@@ -165,7 +170,7 @@ async def test_retry_after_is_honoured_up_to_30_s_but_never_below_the_backoff(re
 async def test_failover_goes_to_the_fallback_model_then_the_fallback_provider():
     missing = ProviderError("The model 'm1' was not found (404).", retryable=False,
                             kind=ErrorKind.MODEL_NOT_FOUND, status=404)
-    primary = FakeProvider("primary", by_model={"m1": [missing], "m2": [server_error()]})
+    primary = FakeProvider("primary", by_model={"m1": [missing], "m2": flaky()})
     fallback = FakeProvider("fallback", by_model={"m1": [missing], "m2": ["from fallback"]})
     wrapper, sleep, log = reliable(primary, fallback, model_fallbacks={"m1": ["m2"]})
 
@@ -219,7 +224,7 @@ async def test_foreign_exceptions_are_classified_by_their_text():
     with pytest.raises(ProviderError) as caught:
         await wrapper.chat(request())
     assert primary.calls == ["m1"] and sleep.waits == []
-    assert "non_retryable" in caught.value.message
+    assert "non_retryable" in caught.value.details
 
     wrapper, _, _ = reliable(overflowing)
     with pytest.raises(ProviderError) as caught:
@@ -234,7 +239,7 @@ async def test_the_final_error_never_contains_a_key():
     with pytest.raises(ProviderError) as caught:
         await wrapper.chat(request())
 
-    assert KEY not in caught.value.message
+    assert KEY not in caught.value.message and KEY not in caught.value.details
     assert all(KEY not in e.error for e in log.events)
 
 
@@ -276,23 +281,33 @@ async def test_stream_retries_before_the_first_event():
 
 
 class FakeBrokenStream(FakeProvider):
+    """Streams "partial", then fails with ``error`` (a server error by default)."""
+
+    def __init__(self, name: str, *script: Exception | str, error: Exception | None = None,
+                 **kwargs) -> None:
+        super().__init__(name, *script, **kwargs)
+        self.error = error
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         self.calls.append(request.model)
         yield StreamText("partial")
-        raise server_error()
+        raise self.error or server_error()
 
 
-async def test_stream_errors_after_the_first_event_propagate_without_retry():
-    broken = FakeBrokenStream("broken")
+async def test_a_permanent_error_after_the_first_event_is_raised_with_the_text_so_far():
+    refused = ProviderError("bad request (400)", retryable=False, kind=ErrorKind.BAD_REQUEST,
+                            status=400)
+    broken = FakeBrokenStream("broken", error=refused)
     wrapper, sleep, _ = reliable(broken, FakeProvider("fallback", "unused"))
     seen = []
 
-    with pytest.raises(ProviderError):
+    with pytest.raises(ProviderError) as caught:
         async for event in wrapper.stream(request()):
             seen.append(event)
 
     assert [e.text for e in seen] == ["partial"]
     assert broken.calls == ["m1"] and sleep.waits == []
+    assert caught.value.partial_text == "partial"
 
 
 async def test_stream_fails_over_to_the_next_provider():
