@@ -50,11 +50,12 @@ def render(partial: str, context: dict[str, Any]) -> str:
 
 # -- payloads (plain dicts: the consumers forward them as JSON) ----------------------------------
 def step_payload(step: Any) -> dict[str, Any]:
-    """The inspector's row for ``step``."""
+    """The inspector's row for ``step``. A restart of a streamed answer also names the model
+    request whose streamed text is void (``restarted_step``) and says why (``notice``)."""
     if not hasattr(step, "bar_x"):
         # The client rescales every bar to the trace's current length; this is a first guess.
         decorate_steps([step], scale=step.offset_ms + (step.duration_ms or 0) or 1.0)
-    return {
+    payload = {
         "event": "step",
         "trace": step.trace.uuid.hex,
         "seq": step.event_seq,
@@ -63,6 +64,11 @@ def step_payload(step: Any) -> dict[str, Any]:
         "status": step.status,
         "html": render("traces/trace_detail.html#step-row", {"step": step, "trace": step.trace, "live": True}),
     }
+    meta = step.meta if isinstance(step.meta, dict) else {}
+    if step.kind == "retry" and meta.get("restart"):
+        payload["restarted_step"] = meta.get("restarted_step")
+        payload["notice"] = step.error
+    return payload
 
 
 def state_payload(state: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from agents.runtime.events import (
     FinalAnswer,
     LlmRequestFinished,
     LlmRequestStarted,
+    LlmStreamRestarted,
     LoopDetected,
     Retry,
     TextDelta,
@@ -160,6 +161,7 @@ class TraceRecorder:
         self.llm_count: dict[int, int] = {}     # iteration -> model requests started in it
         self.llm_last: dict[int, int] = {}      # iteration -> seq of its latest model request
         self.tool_last: dict[tuple[int, str], int] = {}  # (iteration, tool) -> latest call's seq
+        self.restarts: dict[int, int] = {}      # model request's seq -> restarts of its answer
         # Prices of the trace's team (and its providers' kinds by name), loaded at start, so a
         # request is priced when it finishes without a query.
         self.prices: PriceTable | None = None
@@ -177,6 +179,7 @@ class TraceRecorder:
             TrajectoryStateRecorded: self._state,
             Compacted: self._compacted,
             Retry: self._retry,
+            LlmStreamRestarted: self._restarted,
             LoopDetected: self._loop_detected,
             ToolCallParseIssue: self._parse_issue,
             FinalAnswer: self._final_answer,
@@ -404,8 +407,27 @@ class TraceRecorder:
             "iteration": max(self.llm_count, default=0),
             "meta": {"attempt": event.attempt, "backoff_ms": event.backoff_ms,
                      "failover": event.failover, "next_provider": event.next_provider,
-                     "next_model": event.next_model},
+                     "next_model": event.next_model, **({"skipped": True} if event.skipped else {})},
         })
+
+    async def _restarted(self, event: LlmStreamRestarted) -> None:
+        """A streamed answer broke off and starts over: a retry step holding what had been
+        streamed, announced so that live views drop that text (``restarted_step``)."""
+        await self.flush()  # the void text's frames go out before the step that voids them
+        seq = self.llm_open.get(event.iteration) or self.llm_last.get(event.iteration, 0)
+        count = self.restarts[seq] = self.restarts.get(seq, 0) + 1
+        if event.next_provider:
+            self.answering = event.next_provider
+        await self._write(f"restart:{seq}:{count}", {
+            "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
+            "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
+            "model": event.model[:200], "error": scrub_credentials(event.reason),
+            "iteration": event.iteration,
+            "meta": {"restart": True, "restarted_step": seq, "failover": (
+                         (event.next_provider, event.next_model) != (event.provider, event.model)),
+                     "next_provider": event.next_provider, "next_model": event.next_model,
+                     "partial_chars": len(event.partial_text)},
+        }, {"output": payload_text(event.partial_text)})
 
     async def _final_answer(self, event: FinalAnswer) -> None:
         self.final_text = event.text
@@ -417,7 +439,7 @@ class TraceRecorder:
             "kind": Kind.ERROR, "name": name[:200], "iteration": event.iteration,
             "status": StepStatus.ERROR, "success": False,
             "error": scrub_credentials(event.message), "meta": {"error_kind": event.error_kind},
-        })
+        }, {"output": payload_text(event.details)} if event.details else None)
 
     async def record_error(self, *, message: str, error_kind: str) -> None:
         """An error step for a failure outside the loop (setup, an internal error)."""

@@ -42,8 +42,9 @@ class LlmRequestFinished(Event):
     model: str
     success: bool
     usage: Usage = field(default_factory=Usage)
-    # True when the provider never reported usage (a stream cut off by a cancel or a timeout)
-    # and ``usage`` is the runtime's estimate of what the provider still bills.
+    # True when ``usage`` is (or includes) the runtime's estimate: the server reported none, a
+    # stream was cut off by a cancel or a timeout, or an answer was restarted after part of it
+    # had been streamed (and billed).
     usage_estimated: bool = False
     latency_ms: float = 0.0
     first_token_ms: float | None = None
@@ -58,6 +59,21 @@ class TextDelta(Event):
     kind: ClassVar[str] = "text_delta"
     iteration: int
     text: str
+
+
+@dataclass(kw_only=True, slots=True)
+class LlmStreamRestarted(Event):
+    """The answer being streamed broke off and starts over (on the same provider or a
+    fallback): the text streamed so far is void. ``reason`` is one plain sentence."""
+
+    kind: ClassVar[str] = "llm_stream_restarted"
+    iteration: int
+    reason: str
+    partial_text: str = ""
+    provider: str = ""
+    model: str = ""
+    next_provider: str = ""
+    next_model: str = ""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -150,6 +166,8 @@ class Retry(Event):
     failover: bool = False
     next_provider: str = ""
     next_model: str = ""
+    # The target was not tried: its endpoint could not be reached earlier (``error`` says so).
+    skipped: bool = False
 
 
 @dataclass(kw_only=True, slots=True)
@@ -166,6 +184,9 @@ class TurnError(Event):
     message: str
     error_kind: str = "error"  # "cancelled", "timeout", "provider", "loop_detected", "budget", ...
     iteration: int = 0
+    # What lies behind ``message`` (a failover's attempt log), for the trace; never shown in
+    # the chat.
+    details: str = ""
 
 
 class Observer(Protocol):

@@ -77,6 +77,11 @@
       if (empty) { empty.remove(); }
       rescaleBars();
       if (payload.status !== "running") { hideLiveText(payload.step); }
+      // A streamed answer that broke off starts over: the text shown so far is void.
+      if (payload.restarted_step && payload.restarted_step === live.step) {
+        var box = document.getElementById("live-text");
+        if (box) { box.textContent = ""; }
+      }
     } else if (payload.event === "state") {
       var none = root.querySelector(".empty-states");
       if (none) { none.remove(); }
@@ -303,11 +308,31 @@
     if (line && line.textContent !== text) { line.textContent = text; }
   }
 
+  // A streamed answer broke off and starts over: clear its text and say why, above it.
+  function restartAnswer(payload) {
+    var answer = document.getElementById("answer-" + payload.trace);
+    if (!answer) { return; }
+    var body = answer.querySelector(".answer-body");
+    var step = String(payload.restarted_step);
+    var segment = body.querySelector(".stream-text[data-step='" + step + "']");
+    if (segment) { segment.textContent = ""; }
+    var note = body.querySelector(".restart-notice[data-step='" + step + "']");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "restart-notice small muted";
+      note.setAttribute("data-step", step);
+      note.setAttribute("data-seq", step);
+      if (segment) { segment.before(note); } else { placeBySeq(body, note); }
+    }
+    note.textContent = payload.notice || "The answer restarted.";
+  }
+
   function onStep(payload) {
     if (payload.kind === "llm") {
       chat.usage[payload.trace + ":" + payload.step] = { tokens: payload.tokens || 0, cost: parseFloat(payload.cost || "0") || 0 };
       drawMeter();
     }
+    if (payload.restarted_step) { restartAnswer(payload); }
     var answer = document.getElementById("answer-" + payload.trace);
     if (!answer) { return; }
     if (payload.kind === "llm" && payload.status === "running") { setStatus(answer, "Thinking…"); }

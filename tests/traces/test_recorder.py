@@ -13,10 +13,12 @@ from agents.runtime.builtin import builtin_tools
 from agents.runtime.events import (
     LlmRequestFinished,
     LlmRequestStarted,
+    LlmStreamRestarted,
     RecordingObserver,
     TextDelta,
     ToolFinished,
     ToolStarted,
+    TurnError,
 )
 from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.pricing import Usage
@@ -167,3 +169,51 @@ def test_a_cut_off_stream_is_recorded_with_its_estimated_tokens_and_flagged(clai
     assert (cut.input_tokens, cut.output_tokens, cut.success) == (700, 12, False)
     assert cut.meta["usage_estimated"] is True
     assert failed.total_tokens == 0 and "usage_estimated" not in failed.meta
+
+
+def test_a_restarted_answer_is_a_retry_step_with_the_void_text_and_is_announced(claimed, turn_db):
+    channel = listen(claimed.group_name)
+    sent: list[dict] = []
+    reason = "The answer from “primary” broke off (connection failed) and starts over on “backup”."
+
+    async def go() -> None:
+        recorder = TraceRecorder(trace=claimed, attempt=claimed.attempts, db=turn_db)
+        await recorder.start()
+        for event in [
+            LlmRequestStarted(iteration=1, provider="primary", model="m1", messages_count=1),
+            TextDelta(iteration=1, text="Half an "),
+            LlmStreamRestarted(iteration=1, reason=reason, partial_text="Half an ",
+                               provider="primary", model="m1", next_provider="backup",
+                               next_model="m2"),
+            TextDelta(iteration=1, text="The whole answer."),
+            LlmRequestFinished(iteration=1, provider="primary", model="m2", success=True),
+        ]:
+            await recorder.emit(event)
+        await recorder.flush()
+        sent.extend(await receive_all(channel, quiet=0.05))
+
+    asyncio.run(go())
+
+    llm, restart = Step.objects.filter(trace=claimed).order_by("seq")
+    assert (restart.kind, restart.status, restart.error) == ("retry", "error", reason)
+    assert restart.meta["restart"] is True and restart.meta["restarted_step"] == llm.seq
+    assert (restart.meta["next_provider"], restart.meta["failover"]) == ("backup", True)
+    assert StepPayload.objects.get(step=restart, kind="output").content == "Half an "
+    assert llm.provider == "backup"  # the fallback answered and is priced
+    # Live: the void text goes out first, then the restart that voids it, then the new text.
+    order = [(p["event"], p.get("text") or p.get("restarted_step")) for p in sent
+             if p["event"] == "delta" or p.get("restarted_step")]
+    assert order == [("delta", "Half an "), ("step", llm.seq), ("delta", "The whole answer.")]
+    notice = next(p for p in sent if p.get("restarted_step"))
+    assert notice["notice"] == reason
+
+
+def test_a_provider_errors_details_are_in_the_trace_not_in_its_message(claimed, turn_db):
+    details = "provider=primary model=m1 attempt 1/3: retryable; error=Could not connect"
+    record(claimed, turn_db, [TurnError(message="The model provider “primary” could not be "
+                                                "reached. Try again in a minute.",
+                                        error_kind="provider", details=details)])
+
+    step = Step.objects.get(trace=claimed, kind="error")
+    assert "attempt" not in step.error
+    assert StepPayload.objects.get(step=step, kind="output").content == details

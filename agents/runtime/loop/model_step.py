@@ -3,9 +3,12 @@
 Before each request the budget hook may block the turn or move it to another model, and the
 history is compacted when it has grown too large. The request is streamed (text deltas are
 reported as they arrive, tool-call markup hidden), cancellable and under the step timeout. A
+stream that breaks off and starts over (``StreamRestart``) voids the text streamed so far. A
 context overflow is recovered from once by shortening the history; other provider errors end
-the turn. A request that fails still counts: an estimate of its tokens when it had streamed
-text. A successful response is parsed into text and tool calls by the dispatcher.
+the turn, keeping the text streamed so far. Tokens are never silently zero: a response whose
+server reported no usage, a failed request that had streamed text and an answer that was
+restarted are counted by estimate, and flagged so. A successful response is parsed into text
+and tool calls by the dispatcher.
 """
 
 from __future__ import annotations
@@ -16,16 +19,19 @@ import time
 from dataclasses import dataclass, field
 
 from .. import history as history_ops
+from .. import tokenizer
 from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
 from ..dispatch import ParsedResponse, VisibleTextFilter, select_dispatcher
 from ..events import (
     Compacted,
     LlmRequestFinished,
     LlmRequestStarted,
+    LlmStreamRestarted,
     Observer,
     TextDelta,
     ToolCallParseIssue,
 )
+from ..history.shapes import content_text
 from ..messages import Message, Role, ToolUseBlock
 from ..pricing import Usage
 from ..providers.base import (
@@ -35,6 +41,7 @@ from ..providers.base import (
     Provider,
     ProviderError,
     StreamDone,
+    StreamRestart,
     StreamText,
     StreamThinking,
 )
@@ -49,13 +56,28 @@ STREAM_INCOMPLETE = "assistant stream ended without a message stop event"
 PARSE_EXCERPT_CHARS = 600
 
 
+# Tokens a chat format adds around each message (role, delimiters), as the history counts them.
+MESSAGE_FRAMING_TOKENS = 4
+
+
 def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
-    """Tokens a request and a partial answer come to, by the runtime's estimate (the history's
-    per-block estimate, ceil(characters / 4) for the system prompt, tool specs and output)."""
+    """Tokens a request and an answer come to, by the runtime's estimate: counted with the
+    model family's tokenizer where one is available (``tokenizer``), else the history's
+    per-block estimate for the messages and ceil(characters / 4) for the system prompt, tool
+    specs and output."""
     specs = json.dumps([t.to_dict() for t in request.tools]) if request.tools else ""
-    prompt = history_ops.estimate_tokens(request.messages)
-    fixed = -(-len(request.system_text) // 4) + -(-len(specs) // 4)
-    return Usage(input_tokens=prompt + fixed, output_tokens=-(-len(output) // 4))
+    count = tokenizer.counter_for(request.model)
+    if count is None:
+        count = tokenizer.approximate_tokens
+        prompt = history_ops.estimate_tokens(request.messages)
+    else:
+        prompt = sum(count(content_text(m)) + MESSAGE_FRAMING_TOKENS for m in request.messages)
+    return Usage(input_tokens=prompt + count(request.system_text) + count(specs),
+                 output_tokens=count(output))
+
+
+def _has_content(response: ChatResponse) -> bool:
+    return bool(content_text(response.message).strip())
 
 
 def assistant_message(response: ChatResponse, parsed: ParsedResponse) -> Message:
@@ -71,6 +93,8 @@ class _Stream:
     thinking: list[str] = field(default_factory=list)
     response: ChatResponse | None = None
     first_token_at: float | None = None
+    # The estimate of answers that broke off and were started over: billed, never reported.
+    voided: Usage = field(default_factory=Usage)
 
     @property
     def text(self) -> str:
@@ -123,7 +147,7 @@ class ModelStep:
                     continue
                 status, message, kind = failure or (TurnStatus.FAILED, exc.message or str(exc),
                                                      "provider")
-                raise EndTurn(status, message, kind) from exc
+                raise EndTurn(status, message, kind, details=exc.details) from exc
 
     def apply_decision(self, decision: LlmCallDecision | None) -> None:
         if decision is None:
@@ -179,7 +203,10 @@ class ModelStep:
             self.keep_partial(stream)
             raise EndTurn(TurnStatus.TIMED_OUT, message, "timeout") from None
         except ProviderError as exc:
-            await self.model_failed(iteration, request, provider_name, started, stream, str(exc))
+            await self.model_failed(iteration, request, provider_name, started, stream, str(exc),
+                                    details=exc.details)
+            if exc.kind != ErrorKind.CONTEXT_OVERFLOW:
+                self.keep_partial(stream)
             raise
         except Exception as exc:  # noqa: BLE001 - a provider bug must end the turn cleanly
             await self.model_failed(iteration, request, provider_name, started, stream, str(exc))
@@ -187,6 +214,7 @@ class ModelStep:
                                 kind=ErrorKind.MALFORMED, provider=provider_name) from exc
 
         latency_ms = (time.perf_counter() - started) * 1000
+        self.settle_usage(request, response, stream)
         if with_tools:
             parsed = self.conversation.dispatcher.parse_response(
                 response, new_id=self.conversation.new_call_id, known_tools=self.known)
@@ -200,8 +228,8 @@ class ModelStep:
         first_ms = ((stream.first_token_at - started) * 1000) if stream.first_token_at else None
         await self.observer.emit(LlmRequestFinished(
             iteration=iteration, provider=provider_name, model=call.model, success=True,
-            usage=usage, latency_ms=latency_ms, first_token_ms=first_ms,
-            stop_reason=response.stop_reason,
+            usage=usage, usage_estimated=response.usage_estimated, latency_ms=latency_ms,
+            first_token_ms=first_ms, stop_reason=response.stop_reason,
             tool_calls=[{"id": c.id, "name": c.name, "arguments": c.input} for c in parsed.calls],
             response={"message": response.message.to_dict(), "stop_reason": response.stop_reason,
                       "model": response.model}))
@@ -230,6 +258,9 @@ class ModelStep:
                         await self.observer.emit(TextDelta(iteration=iteration, text=shown))
                 elif isinstance(event, StreamThinking):
                     stream.thinking.append(event.text)
+                elif isinstance(event, StreamRestart):
+                    await self.restarted(iteration, request, stream, event)
+                    visible = VisibleTextFilter()
                 elif isinstance(event, StreamDone):
                     stream.response = event.response
         tail = visible.flush()
@@ -240,26 +271,56 @@ class ModelStep:
                                 provider=_provider_name(provider), model=request.model)
         return stream.response
 
+    async def restarted(self, iteration: int, request: ChatRequest, stream: _Stream,
+                        event: StreamRestart) -> None:
+        """The answer broke off and starts over: what was streamed is void (but was billed)."""
+        partial = event.partial_text or stream.text
+        if partial:
+            stream.voided = stream.voided + estimate_request_usage(request, partial)
+        stream.parts.clear()
+        stream.thinking.clear()
+        await self.observer.emit(LlmStreamRestarted(
+            iteration=iteration, reason=event.reason, partial_text=partial,
+            provider=event.provider, model=event.model, next_provider=event.next_provider,
+            next_model=event.next_model))
+
+    def settle_usage(self, request: ChatRequest, response: ChatResponse, stream: _Stream) -> None:
+        """Never a silent zero: a server that reported no usage for an answer with content is
+        counted by estimate, and answers voided by a restart are added to it; either way
+        ``usage_estimated`` says so."""
+        if response.usage.is_zero() and _has_content(response):
+            output = content_text(response.message) or stream.text
+            response.usage = estimate_request_usage(request, output)
+            response.usage_estimated = True
+        if not stream.voided.is_zero():
+            response.usage = response.usage + stream.voided
+            response.usage_estimated = True
+
     async def model_failed(self, iteration: int, request: ChatRequest, provider_name: str,
-                           started: float, stream: _Stream, error: str) -> None:
+                           started: float, stream: _Stream, error: str, *,
+                           details: str = "") -> None:
         latency_ms = (time.perf_counter() - started) * 1000
         # A stream that already produced text was read and partly answered: the provider bills
         # it though it never reports usage. Count an estimate rather than nothing.
         usage = estimate_request_usage(request, stream.text) if stream.parts else Usage()
+        usage = usage + stream.voided
         self.usage = self.usage + usage
         call = LlmCall(iteration, provider_name, request.model, usage, latency_ms, False,
                        scrub_credentials(error))
         self.llm_calls.append(call)
+        response: dict[str, str] = {"partial_text": stream.text} if stream.parts else {}
+        if details:
+            response["attempts"] = scrub_credentials(details)
         await self.observer.emit(LlmRequestFinished(
             iteration=iteration, provider=provider_name, model=request.model, success=False,
-            usage=usage, usage_estimated=bool(stream.parts),
-            latency_ms=latency_ms, error=call.error,
-            response={"partial_text": stream.text} if stream.parts else {}))
+            usage=usage, usage_estimated=not usage.is_zero(),
+            latency_ms=latency_ms, error=call.error, response=response))
         if self.hooks is not None:
             await self.hooks.after_llm_call(call)
 
     def keep_partial(self, stream: _Stream) -> None:
-        """Text streamed before a cancel or timeout stays in the conversation."""
+        """Text streamed before a cancel, a timeout or a provider error stays in the
+        conversation (and so in the chat)."""
         if stream.text:
             self.conversation.append(Message.assistant(stream.text))
 

@@ -116,7 +116,7 @@ class Turn:
                                                "loop_detected")
                 return await self.exhausted()
             except EndTurn as end:
-                return await self.stop(end.status, end.message, end.kind)
+                return await self.stop(end.status, end.message, end.kind, details=end.details)
         except TurnCancelled as exc:
             return await self.stop(TurnStatus.CANCELLED, exc.reason, "cancelled")
         except Exception as exc:
@@ -162,12 +162,14 @@ class Turn:
             return await self.complete(response.text, TurnStatus.MAX_ITERATIONS)
         return await self.stop(TurnStatus.MAX_ITERATIONS, message, "max_iterations")
 
-    async def stop(self, status: TurnStatus, message: str, kind: str) -> TurnResult:
+    async def stop(self, status: TurnStatus, message: str, kind: str, *,
+                   details: str = "") -> TurnResult:
         self.conversation.close_open_calls(
             CANCELLED_OUTPUT if status is TurnStatus.CANCELLED else INTERRUPTED_OUTPUT)
         message = scrub_credentials(message)  # provider errors may quote a key
         await self.observer.emit(TurnError(message=message, error_kind=kind,
-                                           iteration=self.iteration))
+                                           iteration=self.iteration,
+                                           details=scrub_credentials(details)))
         new_messages = self.conversation.new_messages
         partial = new_messages[-1] if len(new_messages) > 1 else None
         raw = partial.text if partial is not None and partial.role is Role.ASSISTANT and not partial.tool_uses else ""

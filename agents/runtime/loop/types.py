@@ -131,11 +131,12 @@ class EndTurn(Exception):  # noqa: N818 - control flow, not an error
     """Raised by a step to end the turn early; the turn answers open calls, reports the error
     and returns a result with this status."""
 
-    def __init__(self, status: TurnStatus, message: str, kind: str) -> None:
+    def __init__(self, status: TurnStatus, message: str, kind: str, *, details: str = "") -> None:
         super().__init__(status)
         self.status = status
         self.message = message
         self.kind = kind
+        self.details = details
 
 
 def clip(text: str, limit: int) -> str:
