@@ -344,7 +344,7 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
     from agents.models import Message
     from agents.turns.services import turn_start
     from agents.turns.tasks import turn_run
-    from traces.models import Step, Trace
+    from traces.models import Step, StepPayload, Trace
 
     headers: list[str] = []
 
@@ -364,8 +364,11 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
 
     assert headers and all(h == f"Bearer {RAW_KEY}" for h in headers)
     trace.refresh_from_db()
-    assert "The API key was rejected" in trace.error
-    stored = serializers.serialize("json", [*Trace.objects.all(), *Step.objects.all(), *Message.objects.all()])
+    assert "rejected its API key (401)" in trace.error and "attempt" not in trace.error
+    details = StepPayload.objects.get(step__trace=trace, step__kind="error", kind="output").content
+    assert "The API key was rejected" in details  # the provider's own words, in the trace
+    stored = serializers.serialize("json", [*Trace.objects.all(), *Step.objects.all(),
+                                            *StepPayload.objects.all(), *Message.objects.all()])
     assert RAW_KEY not in stored
 
 
