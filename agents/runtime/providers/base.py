@@ -164,7 +164,10 @@ class ErrorKind(StrEnum):
 
 class ProviderError(Exception):
     """A failed model request. ``retryable`` says whether the same request may succeed later;
-    ``retry_after`` is the server's hint in seconds, when it gave one."""
+    ``retry_after`` is the server's hint in seconds, when it gave one. ``detail`` is the
+    provider's own words about the failure (redacted, up to a few thousand characters), for the
+    trace; ``partial_text`` is the answer text streamed before a stream failed, so a caller can
+    keep it."""
 
     def __init__(
         self,
@@ -176,9 +179,13 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         provider: str = "",
         model: str = "",
+        detail: str = "",
+        partial_text: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = detail
+        self.partial_text = partial_text
         self.retryable = retryable
         self.kind = kind
         self.status = status

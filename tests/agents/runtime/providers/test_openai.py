@@ -134,9 +134,17 @@ def test_history_converts_tool_calls_results_and_drops_thinking():
     ]
 
 
-def test_an_assistant_message_with_only_tool_calls_has_null_content():
-    wire = messages_to_openai([], [Message.assistant(blocks=[ToolUseBlock("c", "t", {})])])
-    assert wire[0]["content"] is None
+def test_an_assistant_message_with_only_tool_calls_has_empty_string_content():
+    # llama-cpp-python's server answers "content": null with a 500; "" is accepted everywhere.
+    wire = messages_to_openai([], [Message.assistant(blocks=[
+        ThinkingBlock("plan"), ToolUseBlock("c", "t", {})])])
+    assert wire == [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}]
+
+
+def test_an_assistant_message_without_tool_calls_sends_no_tool_calls_key():
+    wire = messages_to_openai([], [Message.assistant(blocks=[ThinkingBlock("only thinking")])])
+    assert wire == [{"role": "assistant", "content": ""}]
 
 
 def test_system_role_history_messages_join_the_one_system_message():
