@@ -215,7 +215,7 @@ async def anthropic_sdk_stream(body: bytes, read_size: int | None, *,
     """The SDK's own reading: ``messages.stream(...).get_final_message()``, or its snapshot
     when the stream failed."""
     client = _anthropic_client(body, read_size, broken=broken)
-    async with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64,
+    async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64,
                                       messages=[{"role": "user", "content": "hi"}]) as stream:
         try:
             message = await stream.get_final_message()
@@ -227,7 +227,7 @@ async def anthropic_sdk_stream(body: bytes, read_size: int | None, *,
 
 async def anthropic_sdk_create(body: bytes) -> AnthropicReading:
     client = _anthropic_client(body, None, content_type="application/json")
-    message = await client.messages.create(model="claude-sonnet-4-5", max_tokens=64,
+    message = await client.messages.create(model="claude-sonnet-4-6", max_tokens=64,
                                            messages=[{"role": "user", "content": "hi"}])
     return _anthropic_reading(message, None)
 
