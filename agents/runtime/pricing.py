@@ -31,15 +31,20 @@ MILLION = Decimal(1_000_000)
 COST_QUANTUM = Decimal("0.0000000001")
 
 
+# No request comes near this many tokens; a larger count is junk (and would overflow the cost's
+# decimal precision).
+MAX_TOKEN_COUNT = 10**12
+
+
 def _count(value: Any) -> int:
-    """A token count from a provider payload: missing, null, negative or junk -> 0."""
+    """A token count from a provider payload: missing, null, negative, absurd or junk -> 0."""
     if value is None or isinstance(value, bool):
         return 0
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return 0
-    return max(number, 0)
+    return number if 0 <= number <= MAX_TOKEN_COUNT else 0
 
 
 def _details(value: Any) -> dict[str, Any]:
