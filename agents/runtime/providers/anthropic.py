@@ -250,15 +250,16 @@ class _StreamState:
                      str(kind), "text"))
             if parts.type in ("thinking", "tool_use"):
                 self.after_other_block = True
+        # A delta only counts for a block of its own kind (as the SDK reads them).
         if kind == "text_delta" and delta.get("text") and parts.type == "text":
             return self._text(parts, str(delta["text"]))
-        if kind == "thinking_delta" and delta.get("thinking"):
+        if kind == "thinking_delta" and delta.get("thinking") and parts.type == "thinking":
             parts.text.append(str(delta["thinking"]))
             return [StreamThinking(str(delta["thinking"]))]
-        if kind == "signature_delta":
-            # The whole signature comes in one delta; a later one replaces it (as the SDK reads).
+        if kind == "signature_delta" and parts.type == "thinking":
+            # The whole signature comes in one delta; a later one replaces it.
             parts.signature = str(delta.get("signature") or "") or parts.signature
-        elif kind == "input_json_delta":
+        elif kind == "input_json_delta" and parts.type == "tool_use":
             parts.text.append(str(delta.get("partial_json") or ""))
         return []
 

@@ -129,7 +129,7 @@ def _assistant_to_openai(message: Message) -> dict[str, Any]:
 def _tool_results_to_openai(message: Message) -> list[dict[str, Any]]:
     entries = []
     for result in message.tool_results_blocks:
-        content = result.output
+        content = str(result.output)
         if result.is_error and not content.lower().startswith("error"):
             content = f"Error: {content}"
         entries.append({"role": "tool", "tool_call_id": result.tool_use_id, "content": content})

@@ -379,3 +379,24 @@ async def test_cancelling_an_anthropic_stream_closes_it():
 
     assert time.perf_counter() - started < 0.1
     assert stream.closed.is_set()
+
+
+async def test_a_delta_for_another_kind_of_block_is_ignored():
+    events = [
+        STREAM_EVENTS[0],
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": "not text"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+         "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    server = FakeLLMServer(sse_response(sse(*events, done=False)))
+
+    events_out = await collect(provider(server), request())
+
+    assert events_out[-1].response.message.blocks == [TextBlock("Hi")]
+    assert not [e for e in events_out if isinstance(e, StreamThinking)]
