@@ -90,6 +90,10 @@ class ToolResultBlock:
 
 Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
 
+# Between two runs of text that another block (a tool call, thinking) separates: they are
+# separate paragraphs, not one sentence ("First." + tool call + "Second.").
+TEXT_RUN_SEPARATOR = "\n\n"
+
 
 def block_from_dict(data: dict[str, Any]) -> Block:
     kind = data.get("type")
@@ -151,8 +155,22 @@ class Message:
     # -- views ----------------------------------------------------------------------------------
     @property
     def text(self) -> str:
-        """The text blocks joined; thinking, tool use and results are left out."""
-        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+        """The text blocks joined; thinking, tool use and results are left out. Adjacent text
+        blocks (one answer split for citations) are joined as they are; text blocks with another
+        block between them are joined with ``TEXT_RUN_SEPARATOR``."""
+        parts: list[str] = []
+        separated = False
+        for block in self.blocks:
+            if not isinstance(block, TextBlock):
+                separated = True
+                continue
+            if not block.text:
+                continue
+            if parts and separated:
+                parts.append(TEXT_RUN_SEPARATOR)
+            parts.append(block.text)
+            separated = False
+        return "".join(parts)
 
     @property
     def tool_uses(self) -> list[ToolUseBlock]:

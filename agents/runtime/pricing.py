@@ -10,10 +10,14 @@ Usage is normalised once, at the provider boundary, so that the four buckets nev
 ``reasoning_tokens`` is reported beside the buckets, as a part of ``output_tokens``; it is never
 added to a total or priced a second time.
 
-OpenAI reports cached tokens *inside* ``prompt_tokens`` (``prompt_tokens_details.cached_tokens``)
-and reasoning inside ``completion_tokens``; Anthropic reports ``cache_creation_input_tokens``
-and ``cache_read_input_tokens`` *beside* ``input_tokens``. The two constructors below are the
-only places that know this.
+OpenAI reports cache reads and writes *inside* ``prompt_tokens``
+(``prompt_tokens_details.cached_tokens`` and ``.cache_write_tokens``) and reasoning inside
+``completion_tokens`` (``completion_tokens_details.reasoning_tokens``); Anthropic reports
+``cache_creation_input_tokens`` and ``cache_read_input_tokens`` *beside* ``input_tokens``, and
+reasoning inside ``output_tokens`` (``output_tokens_details.thinking_tokens``). The two
+constructors below are the only places that know this. The other details both APIs give
+(audio, image and text parts of the prompt, accepted and rejected prediction tokens, the cache
+writes by lifetime) are parts of the totals above and have no bucket of their own.
 """
 
 from __future__ import annotations
@@ -27,15 +31,25 @@ MILLION = Decimal(1_000_000)
 COST_QUANTUM = Decimal("0.0000000001")
 
 
+# No request comes near this many tokens; a larger count is junk (and would overflow the cost's
+# decimal precision).
+MAX_TOKEN_COUNT = 10**12
+
+
 def _count(value: Any) -> int:
-    """A token count from a provider payload: missing, null, negative or junk -> 0."""
+    """A token count from a provider payload: missing, null, negative, absurd or junk -> 0."""
     if value is None or isinstance(value, bool):
         return 0
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return 0
-    return max(number, 0)
+    return number if 0 <= number <= MAX_TOKEN_COUNT else 0
+
+
+def _details(value: Any) -> dict[str, Any]:
+    """A ``*_tokens_details`` object; null or junk reads as empty."""
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +91,15 @@ class Usage:
         usage = usage or {}
         prompt = _count(usage.get("prompt_tokens"))
         completion = _count(usage.get("completion_tokens"))
-        prompt_details = usage.get("prompt_tokens_details") or {}
-        completion_details = usage.get("completion_tokens_details") or {}
+        prompt_details = _details(usage.get("prompt_tokens_details"))
+        completion_details = _details(usage.get("completion_tokens_details"))
         cached = min(_count(prompt_details.get("cached_tokens")), prompt)
+        written = min(_count(prompt_details.get("cache_write_tokens")), prompt - cached)
         reasoning = min(_count(completion_details.get("reasoning_tokens")), completion)
         return cls(
-            input_tokens=prompt - cached,
+            input_tokens=prompt - cached - written,
             output_tokens=completion,
-            cache_write_tokens=0,
+            cache_write_tokens=written,
             cache_read_tokens=cached,
             reasoning_tokens=reasoning,
         )
@@ -93,11 +108,14 @@ class Usage:
     def from_anthropic(cls, usage: dict[str, Any] | None) -> Usage:
         """Anthropic Messages ``usage``: cache fields are reported *beside* ``input_tokens``."""
         usage = usage or {}
+        output = _count(usage.get("output_tokens"))
+        thinking = _count(_details(usage.get("output_tokens_details")).get("thinking_tokens"))
         return cls(
             input_tokens=_count(usage.get("input_tokens")),
-            output_tokens=_count(usage.get("output_tokens")),
+            output_tokens=output,
             cache_write_tokens=_count(usage.get("cache_creation_input_tokens")),
             cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
+            reasoning_tokens=min(thinking, output),
         )
 
 

@@ -147,7 +147,7 @@ class ModelStep:
                     continue
                 status, message, kind = failure or (TurnStatus.FAILED, exc.message or str(exc),
                                                      "provider")
-                raise EndTurn(status, message, kind, details=exc.details) from exc
+                raise EndTurn(status, message, kind, details=exc.trace_details) from exc
 
     def apply_decision(self, decision: LlmCallDecision | None) -> None:
         if decision is None:
@@ -204,7 +204,7 @@ class ModelStep:
             raise EndTurn(TurnStatus.TIMED_OUT, message, "timeout") from None
         except ProviderError as exc:
             await self.model_failed(iteration, request, provider_name, started, stream, str(exc),
-                                    details=exc.details)
+                                    details=exc.trace_details)
             if exc.kind != ErrorKind.CONTEXT_OVERFLOW:
                 self.keep_partial(stream)
             raise

@@ -9,6 +9,7 @@ token is masked as well.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ._redact import redact, sanitize_detail
+from ._redact import ERROR_DETAIL_LIMIT, redact, sanitize_detail
 from .base import ErrorKind, Provider, ProviderError
 from .reliable import (
     is_context_window_exceeded,
@@ -29,6 +30,8 @@ from .reliable import (
 
 DEFAULT_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10.0
+# The provider's own words are kept up to this many characters: long validation errors (a
+# pydantic dump from a local server) name their cause far from the start.
 
 _UNKNOWN_MODEL_HINTS = (
     "model_not_found", "not a valid model", "unknown model", "invalid model", "no such model",
@@ -90,6 +93,18 @@ def _retry_after_in_text(text: str) -> float | None:
     return millis / 1000.0 if millis is not None else None
 
 
+# A 500 whose body is a validation error: the server refused this request's shape and will
+# refuse it again (llama-cpp-python answers a body its pydantic model rejects with a 500).
+_VALIDATION_HINTS = re.compile(
+    r"validation error|validationerror|pydantic|input should be|field required|"
+    r"extra inputs are not permitted|\binvalid\b|\bmust be\b|is not of type|json schema|"
+    r"jsonschema|unprocessable")
+
+
+def is_validation_error(detail: str) -> bool:
+    return bool(_VALIDATION_HINTS.search(detail.lower()))
+
+
 def classify_status(status: int, detail: str) -> tuple[ErrorKind, bool]:
     lower = detail.lower()
     if status == 413 or is_context_window_exceeded(detail) or "context_length_exceeded" in lower:
@@ -100,6 +115,8 @@ def classify_status(status: int, detail: str) -> tuple[ErrorKind, bool]:
         return ErrorKind.RATE_LIMIT, not is_non_retryable_rate_limit(f"429 Too Many Requests {detail}")
     if status == 408:
         return ErrorKind.TIMEOUT, True
+    if status == 500 and is_validation_error(detail):
+        return ErrorKind.BAD_REQUEST, False
     if status >= 500:
         return ErrorKind.SERVER, True
     if is_tool_schema_error(detail):
@@ -134,6 +151,9 @@ def _headline(kind: ErrorKind, status: int, retryable: bool, model: str) -> str:
         return f"The provider timed out ({status}). Try again."
     if kind == ErrorKind.SERVER:
         return f"The provider had a server error ({status}). This is usually temporary; try again."
+    if status >= 500:
+        return (f"The provider could not accept the request ({status}): it reported a "
+                "validation error, so sending it again will not help.")
     if retryable:
         return (f"The provider refused the model's tool call ({status}): the model called a "
                 "tool it was not offered. Trying again usually helps.")
@@ -145,10 +165,13 @@ def _headline(kind: ErrorKind, status: int, retryable: bool, model: str) -> str:
 def status_error(status: int, headers: Mapping[str, str], body: str, *, provider: str,
                  model: str, secrets: Iterable[str] = (), now: datetime | None = None,
                  ) -> ProviderError:
+    """The error for a refused request. The message is a short headline followed by the
+    provider's own words, whole up to ``ERROR_DETAIL_LIMIT`` characters; those words alone are
+    on ``ProviderError.detail``."""
     secrets = tuple(secrets)
-    detail = sanitize_detail(provider_detail(body), secrets)
+    detail = sanitize_detail(provider_detail(body), secrets, limit=ERROR_DETAIL_LIMIT)
     # Classify on the whole body too: codes such as "insufficient_quota" sit beside the message.
-    kind, retryable = classify_status(status, f"{detail} {body[:2000]}")
+    kind, retryable = classify_status(status, f"{detail} {body[:ERROR_DETAIL_LIMIT]}")
     message = _headline(kind, status, retryable, model)
     if detail:
         message = f"{message} Provider said: {detail}"
@@ -156,7 +179,7 @@ def status_error(status: int, headers: Mapping[str, str], body: str, *, provider
     if retry_after is None and retryable:
         retry_after = _retry_after_in_text(detail)
     return ProviderError(redact(message, secrets), retryable=retryable, kind=kind, status=status,
-                         retry_after=retry_after, provider=provider, model=model)
+                         retry_after=retry_after, provider=provider, model=model, detail=detail)
 
 
 def network_error(exc: httpx.HTTPError, *, url: str, provider: str, model: str,
@@ -183,10 +206,21 @@ def network_error(exc: httpx.HTTPError, *, url: str, provider: str, model: str,
                          provider=provider, model=model)
 
 
-def malformed_error(what: str, *, provider: str, model: str) -> ProviderError:
+def malformed_error(what: str, *, provider: str, model: str,
+                    partial_text: str = "") -> ProviderError:
     return ProviderError(f"The provider sent a response that could not be read: {what}. "
                          "Try again.", retryable=True, kind=ErrorKind.MALFORMED,
-                         provider=provider, model=model)
+                         provider=provider, model=model, partial_text=partial_text)
+
+
+def cut_off_error(*, provider: str, model: str, partial_text: str = "") -> ProviderError:
+    """A stream that stopped before the model finished: the answer is incomplete, and the same
+    request may well succeed."""
+    received = " after part of the answer had arrived" if partial_text else ""
+    return ProviderError(f"The provider's answer was cut off: the stream ended{received} "
+                         "without saying the answer was finished. Try again.", retryable=True,
+                         kind=ErrorKind.MALFORMED, provider=provider, model=model,
+                         partial_text=partial_text)
 
 
 def _origin(url: str) -> str:

@@ -7,6 +7,9 @@ from collections.abc import Iterable
 
 REDACTED = "[REDACTED]"
 DETAIL_LIMIT = 500
+# The provider's own words about a failure, kept for the trace: long enough for the part of a
+# long error body that names the cause.
+ERROR_DETAIL_LIMIT = 4000
 
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
 _PREFIXED_KEY = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{12,}")

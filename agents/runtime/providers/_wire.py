@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..messages import Message, Role
+from ..messages import Message, Role, ToolUseBlock
 from ..tools import ToolSpec
 from .base import SystemBlock
 
@@ -75,6 +75,20 @@ def parse_tool_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     if isinstance(value, dict):
         return value, None
     return {}, _arguments_error("were not a JSON object", raw)
+
+
+def cut_tool_use(call_id: str, name: str, raw: Any) -> ToolUseBlock:
+    """A tool call the output limit cut off (the last call of an answer stopped by ``length`` or
+    ``max_tokens``): kept, so the history stays whole, but with an error instead of arguments,
+    so it is never run as if it were complete."""
+    shown = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    shown = shown if len(shown) <= RAW_ARGUMENTS_LIMIT else shown[:RAW_ARGUMENTS_LIMIT] + "..."
+    return ToolUseBlock(
+        id=call_id or new_call_id(), name=name, input={},
+        arguments_error=("The answer reached the output token limit in the middle of this tool "
+                         "call, so its arguments are incomplete and the tool was not run. Make "
+                         "the call again, with shorter arguments if they were long. Raw "
+                         f"arguments: {shown}"))
 
 
 def _arguments_error(problem: str, raw: str) -> str:

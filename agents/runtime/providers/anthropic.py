@@ -10,6 +10,13 @@ Wire mapping (``messages_to_anthropic``):
   consecutive user-side messages are merged, tool results first, as the API requires;
 * thinking blocks are sent back with their signature; unsigned ones (from another provider) are
   dropped, since the API refuses them; empty text blocks are dropped for the same reason.
+
+Reading an answer: blocks keep their order; text blocks that a tool call or thinking separates
+are separate paragraphs (``Message.text`` joins them with a blank line, and the stream sends the
+same blank line as text, so the streamed text and the final text agree). ``max_tokens`` and
+``refusal`` stop reasons are kept; a tool call the output limit cut off keeps an
+``arguments_error`` instead of running. An ``error`` event, a broken connection or a stream that
+ends before the stop reason is a ``ProviderError`` carrying the text streamed so far.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import (
+    TEXT_RUN_SEPARATOR,
     Block,
     Message,
     Role,
@@ -30,19 +38,27 @@ from ..messages import (
 )
 from ..pricing import Usage
 from ..tools import ToolSpec
-from ._http import DEFAULT_TIMEOUT_S, HttpProvider, malformed_error, status_error
+from ._http import (
+    DEFAULT_TIMEOUT_S,
+    HttpProvider,
+    cut_off_error,
+    malformed_error,
+    status_error,
+)
 from ._sse import iter_sse
-from ._wire import loads_object, new_call_id, parse_tool_arguments
+from ._wire import cut_tool_use, loads_object, new_call_id, parse_tool_arguments
 from .base import (
     Capabilities,
     ChatRequest,
     ChatResponse,
+    Outcome,
     ProviderError,
     StreamDone,
     StreamEvent,
     StreamText,
     StreamThinking,
     SystemBlock,
+    outcome_of,
 )
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -55,11 +71,13 @@ EPHEMERAL = {"type": "ephemeral"}
 _ERROR_TYPE_STATUS = {
     "invalid_request_error": 400,
     "authentication_error": 401,
+    "billing_error": 402,
     "permission_error": 403,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
+    "timeout_error": 504,
     "overloaded_error": 529,
 }
 
@@ -131,7 +149,7 @@ def _content_to_anthropic(blocks: Sequence[Block], *, assistant: bool) -> list[d
     return content
 
 
-def message_from_anthropic(content: Any) -> Message:
+def message_from_anthropic(content: Any, stop_reason: str | None = None) -> Message:
     blocks: list[Block] = []
     for item in content if isinstance(content, list) else []:
         if not isinstance(item, dict):
@@ -146,6 +164,16 @@ def message_from_anthropic(content: Any) -> Message:
             blocks.append(ToolUseBlock(id=str(item.get("id") or new_call_id()),
                                        name=str(item.get("name", "")), input=parsed,
                                        arguments_error=error))
+    return _cut_last_tool_use(blocks, stop_reason, content)
+
+
+def _cut_last_tool_use(blocks: list[Block], stop_reason: str | None, raw: Any) -> Message:
+    """In an answer stopped by the output limit, a tool use that is the last block was cut off
+    in its arguments: it is kept, but not runnable."""
+    if blocks and isinstance(blocks[-1], ToolUseBlock) \
+            and outcome_of(stop_reason) is Outcome.LENGTH:
+        last = blocks[-1]
+        blocks[-1] = cut_tool_use(last.id, last.name, raw)
     return Message(Role.ASSISTANT, blocks)
 
 
@@ -167,6 +195,25 @@ class _StreamState:
     stopped: bool = False
     model: str = ""
     id: str = ""
+    # The visible text streamed so far, and whether a thinking or tool-use block came after
+    # it (then the next text opens a new paragraph, as in ``Message.text``).
+    shown: list[str] = field(default_factory=list)
+    after_other_block: bool = False
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.shown)
+
+    def _text(self, parts: _BlockParts, text: str) -> list[StreamEvent]:
+        parts.text.append(text)
+        events: list[StreamEvent] = []
+        if self.shown and self.after_other_block:
+            self.shown.append(TEXT_RUN_SEPARATOR)
+            events.append(StreamText(TEXT_RUN_SEPARATOR))
+        self.after_other_block = False
+        self.shown.append(text)
+        events.append(StreamText(text))
+        return events
 
     def merge_usage(self, usage: Any) -> None:
         # message_start reports input and cache counts, message_delta the (cumulative) output
@@ -178,13 +225,14 @@ class _StreamState:
     def start(self, index: int, block: dict[str, Any]) -> list[StreamEvent]:
         kind = str(block.get("type", ""))
         parts = self.blocks[index] = _BlockParts(kind)
+        if kind in ("thinking", "tool_use"):
+            self.after_other_block = True
         if kind == "tool_use":
             parts.id = str(block.get("id") or "")
             parts.name = str(block.get("name") or "")
             parts.input = block.get("input")
         elif kind == "text" and block.get("text"):
-            parts.text.append(str(block["text"]))
-            return [StreamText(str(block["text"]))]
+            return self._text(parts, str(block["text"]))
         elif kind == "thinking":
             parts.signature = block.get("signature")
             if block.get("thinking"):
@@ -200,15 +248,18 @@ class _StreamState:
                 {"text_delta": "text", "thinking_delta": "thinking",
                  "signature_delta": "thinking", "input_json_delta": "tool_use"}.get(
                      str(kind), "text"))
-        if kind == "text_delta" and delta.get("text"):
-            parts.text.append(str(delta["text"]))
-            return [StreamText(str(delta["text"]))]
-        if kind == "thinking_delta" and delta.get("thinking"):
+            if parts.type in ("thinking", "tool_use"):
+                self.after_other_block = True
+        # A delta only counts for a block of its own kind (as the SDK reads them).
+        if kind == "text_delta" and delta.get("text") and parts.type == "text":
+            return self._text(parts, str(delta["text"]))
+        if kind == "thinking_delta" and delta.get("thinking") and parts.type == "thinking":
             parts.text.append(str(delta["thinking"]))
             return [StreamThinking(str(delta["thinking"]))]
-        if kind == "signature_delta":
-            parts.signature = (parts.signature or "") + str(delta.get("signature") or "")
-        elif kind == "input_json_delta":
+        if kind == "signature_delta" and parts.type == "thinking":
+            # The whole signature comes in one delta; a later one replaces it.
+            parts.signature = str(delta.get("signature") or "") or parts.signature
+        elif kind == "input_json_delta" and parts.type == "tool_use":
             parts.text.append(str(delta.get("partial_json") or ""))
         return []
 
@@ -218,6 +269,7 @@ class _StreamState:
 
     def message(self) -> Message:
         blocks: list[Block] = []
+        raw_last: Any = None
         for index in sorted(self.blocks):
             parts = self.blocks[index]
             text = "".join(parts.text)
@@ -226,11 +278,11 @@ class _StreamState:
             elif parts.type == "thinking":
                 blocks.append(ThinkingBlock(text, parts.signature))
             elif parts.type == "tool_use":
-                raw = text if parts.text else parts.input
-                parsed, error = parse_tool_arguments(raw)
+                raw_last = text if parts.text else parts.input
+                parsed, error = parse_tool_arguments(raw_last)
                 blocks.append(ToolUseBlock(id=parts.id or new_call_id(), name=parts.name,
                                            input=parsed, arguments_error=error))
-        return Message(Role.ASSISTANT, blocks)
+        return _cut_last_tool_use(blocks, self.stop_reason, raw_last)
 
     def raw(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "stop_reason": self.stop_reason,
@@ -304,7 +356,9 @@ class AnthropicProvider(HttpProvider):
             raise self._event_error(data.get("error"), request.model)
         if not isinstance(data.get("content"), list):
             raise malformed_error("it had no content", provider=self.name, model=request.model)
-        message = message_from_anthropic(data["content"])
+        stop_reason = data.get("stop_reason")
+        message = message_from_anthropic(data["content"],
+                                         str(stop_reason) if stop_reason else None)
         usage = Usage.from_anthropic(data.get("usage") if isinstance(data.get("usage"), dict)
                                      else None)
         message.usage = usage
@@ -314,19 +368,29 @@ class AnthropicProvider(HttpProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         state = _StreamState()
-        async with self.open_stream(self.url, self.payload(request, stream=True),
-                                    request.model) as response:
-            async for event in iter_sse(response.aiter_lines()):
-                data = loads_object(event.data)
-                if data is None:
-                    continue
-                for item in self._feed(state, data, event.event, request.model):
-                    yield item
-                if state.stopped:
-                    break
+        try:
+            async with self.open_stream(self.url, self.payload(request, stream=True),
+                                        request.model) as response:
+                async for event in iter_sse(response.aiter_lines()):
+                    data = loads_object(event.data)
+                    if data is None:
+                        continue
+                    for item in self._feed(state, data, event.event, request.model):
+                        yield item
+                    if state.stopped:
+                        break
+        except ProviderError as exc:
+            # An error event or a connection cut mid-answer: the caller may keep what came.
+            exc.partial_text = exc.partial_text or state.partial_text
+            raise
+        # ``message_delta`` carries the stop reason and the final usage; only ``message_stop``
+        # follows it, so an answer with a stop reason is whole even if that last event is lost.
         if not (state.stopped or state.stop_reason):
-            what = "the stream ended early" if state.has_content else "the stream was empty"
-            raise malformed_error(what, provider=self.name, model=request.model)
+            if state.has_content:
+                raise cut_off_error(provider=self.name, model=request.model,
+                                    partial_text=state.partial_text)
+            raise malformed_error("the stream held no answer", provider=self.name,
+                                  model=request.model)
         message = state.message()
         usage = Usage.from_anthropic(state.usage)
         message.usage = usage

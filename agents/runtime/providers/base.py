@@ -165,8 +165,10 @@ class ErrorKind(StrEnum):
 class ProviderError(Exception):
     """A failed model request. ``retryable`` says whether the same request may succeed later;
     ``retry_after`` is the server's hint in seconds, when it gave one. ``message`` is what a
-    person is shown; ``details`` the log behind it (every attempt of a failover), for the
-    trace only."""
+    person is shown. For the trace only: ``detail`` is the provider's own words about this
+    failure (redacted, up to a few thousand characters) and ``details`` the log behind a
+    failover's message (every attempt). ``partial_text`` is the answer text streamed before a
+    stream failed, so a caller can keep it."""
 
     def __init__(
         self,
@@ -178,10 +180,14 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         provider: str = "",
         model: str = "",
+        detail: str = "",
+        partial_text: str = "",
         details: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = detail
+        self.partial_text = partial_text
         self.retryable = retryable
         self.kind = kind
         self.status = status
@@ -193,6 +199,12 @@ class ProviderError(Exception):
     @property
     def permanent(self) -> bool:
         return not self.retryable
+
+    @property
+    def trace_details(self) -> str:
+        """What the trace keeps beside the message: the failover's log, else the provider's
+        own words."""
+        return self.details or self.detail
 
     def __repr__(self) -> str:
         return (f"ProviderError({self.message!r}, kind={self.kind!s}, status={self.status}, "

@@ -4,9 +4,18 @@ Wire mapping (``messages_to_openai``):
 
 * the system blocks, and any system-role history message, become one leading system message;
 * an assistant message's text is ``content`` and its tool uses are ``tool_calls`` with JSON-string
-  arguments; thinking blocks are not sent (Chat Completions has no field for them);
-* a tool message becomes one ``{"role": "tool", "tool_call_id", "content"}`` per result; an
-  error result's content starts with ``Error:`` since the wire has no error flag.
+  arguments; ``content`` is always a string, ``""`` beside tool calls (llama-cpp-python's server
+  answers ``null`` with a 500), and ``tool_calls`` is left out rather than sent empty; thinking
+  blocks are not sent (Chat Completions has no field for them);
+* a tool message becomes one ``{"role": "tool", "tool_call_id", "content"}`` per result, its
+  content a string; an error result's content starts with ``Error:`` since the wire has no
+  error flag.
+
+Reading an answer: a ``refusal`` (``message.refusal``, ``delta.refusal``) is kept as visible text
+and the stop reason becomes ``"refusal"``; an answer stopped by ``length`` keeps that stop reason,
+and a tool call it cut off keeps an ``arguments_error`` instead of running. A stream that ends
+without a finish reason and without ``[DONE]``, or with nothing readable, is a retryable error
+carrying the text received so far (``ProviderError.partial_text``).
 
 Tool-call arguments that are not a JSON object never fail the response: the call is kept with
 ``input={}`` and ``arguments_error`` holding the parse error and the raw text, for the loop to
@@ -24,9 +33,16 @@ from urllib.parse import urlsplit
 from ..messages import Block, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock
 from ..pricing import Usage
 from ..tools import ToolSpec
-from ._http import DEFAULT_TIMEOUT_S, HttpProvider, malformed_error, status_error
+from ._http import (
+    DEFAULT_TIMEOUT_S,
+    HttpProvider,
+    cut_off_error,
+    malformed_error,
+    status_error,
+)
 from ._sse import iter_sse
 from ._wire import (
+    cut_tool_use,
     loads_object,
     new_call_id,
     parse_tool_arguments,
@@ -37,12 +53,14 @@ from .base import (
     Capabilities,
     ChatRequest,
     ChatResponse,
+    Outcome,
     ProviderError,
     StreamDone,
     StreamEvent,
     StreamText,
     StreamThinking,
     SystemBlock,
+    outcome_of,
 )
 
 # Base URLs of well-known OpenAI-compatible servers (local ones at their default ports).
@@ -97,7 +115,7 @@ def messages_to_openai(system: Sequence[SystemBlock], messages: Sequence[Message
 
 def _assistant_to_openai(message: Message) -> dict[str, Any]:
     calls = message.tool_uses
-    entry: dict[str, Any] = {"role": "assistant", "content": message.text or (None if calls else "")}
+    entry: dict[str, Any] = {"role": "assistant", "content": message.text}
     if calls:
         entry["tool_calls"] = [
             {"id": call.id, "type": "function",
@@ -111,7 +129,7 @@ def _assistant_to_openai(message: Message) -> dict[str, Any]:
 def _tool_results_to_openai(message: Message) -> list[dict[str, Any]]:
     entries = []
     for result in message.tool_results_blocks:
-        content = result.output
+        content = str(result.output)
         if result.is_error and not content.lower().startswith("error"):
             content = f"Error: {content}"
         entries.append({"role": "tool", "tool_call_id": result.tool_use_id, "content": content})
@@ -148,21 +166,50 @@ def _tool_use(call_id: Any, name: Any, arguments: Any) -> ToolUseBlock:
                         input=parsed, arguments_error=error)
 
 
-def message_from_openai(data: dict[str, Any]) -> Message:
-    """The assistant message of a non-streaming ``choices[0].message``."""
+def _refusal_text(source: dict[str, Any]) -> str:
+    value = source.get("refusal")
+    return value if isinstance(value, str) else ""
+
+
+def stop_reason_of(finish_reason: Any, refusal: str) -> str | None:
+    """The response's stop reason: the server's ``finish_reason``, except that an answer that
+    carries a refusal and otherwise ended normally is a ``"refusal"``."""
+    finish = str(finish_reason) if finish_reason else None
+    if refusal and outcome_of(finish) is Outcome.COMPLETE:
+        return "refusal"
+    return finish
+
+
+def _assistant_message(reasoning: str, text: str, refusal: str,
+                       calls: Sequence[tuple[Any, Any, Any]], stop_reason: str | None) -> Message:
+    """The assistant message from its parts; ``calls`` are ``(id, name, raw arguments)``. In an
+    answer stopped by the output limit the last call was cut off and is not runnable."""
     blocks: list[Block] = []
-    reasoning = _reasoning_text(data)
     if reasoning:
         blocks.append(ThinkingBlock(reasoning))
-    text = content_text(data.get("content"))
     if text:
         blocks.append(TextBlock(text))
-    for call in data.get("tool_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        function = call.get("function") or {}
-        blocks.append(_tool_use(call.get("id"), function.get("name"), function.get("arguments")))
+    if refusal:
+        blocks.append(TextBlock(refusal))
+    cut = outcome_of(stop_reason) is Outcome.LENGTH
+    for position, (call_id, name, arguments) in enumerate(calls):
+        if cut and position == len(calls) - 1:
+            blocks.append(cut_tool_use(str(call_id or ""), str(name or ""), arguments))
+        else:
+            blocks.append(_tool_use(call_id, name, arguments))
     return Message(Role.ASSISTANT, blocks)
+
+
+def message_from_openai(data: dict[str, Any], finish_reason: Any = None) -> Message:
+    """The assistant message of a non-streaming ``choices[0].message``."""
+    calls = []
+    for call in data.get("tool_calls") or []:
+        if isinstance(call, dict):
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append((call.get("id"), function.get("name"), function.get("arguments")))
+    refusal = _refusal_text(data)
+    return _assistant_message(_reasoning_text(data), content_text(data.get("content")), refusal,
+                              calls, stop_reason_of(finish_reason, refusal))
 
 
 @dataclass(slots=True)
@@ -178,6 +225,7 @@ class _StreamState:
 
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
     calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -211,6 +259,10 @@ class _StreamState:
         if text:
             self.text.append(text)
             events.append(StreamText(text))
+        refusal = _refusal_text(delta)
+        if refusal:
+            self.refusal.append(refusal)
+            events.append(StreamText(refusal))
         for position, call in enumerate(delta.get("tool_calls") or []):
             if isinstance(call, dict):
                 self._feed_call(call, position)
@@ -248,24 +300,27 @@ class _StreamState:
 
     @property
     def has_content(self) -> bool:
-        return bool(self.text or self.reasoning or self.calls)
+        return bool(self.text or self.reasoning or self.refusal or self.calls)
+
+    @property
+    def partial_text(self) -> str:
+        """The visible text streamed so far (what the chat has shown)."""
+        return "".join(self.text) + "".join(self.refusal)
+
+    @property
+    def stop_reason(self) -> str | None:
+        return stop_reason_of(self.finish_reason, "".join(self.refusal))
 
     def message(self) -> Message:
-        blocks: list[Block] = []
-        if self.reasoning:
-            blocks.append(ThinkingBlock("".join(self.reasoning)))
-        if self.text:
-            blocks.append(TextBlock("".join(self.text)))
-        for index in sorted(self.calls):
-            parts = self.calls[index]
-            if parts.name or parts.arguments:
-                blocks.append(_tool_use(parts.id, parts.name, "".join(parts.arguments)))
-        return Message(Role.ASSISTANT, blocks)
+        calls = [(parts.id, parts.name, "".join(parts.arguments))
+                 for _, parts in sorted(self.calls.items()) if parts.name or parts.arguments]
+        return _assistant_message("".join(self.reasoning), "".join(self.text),
+                                  "".join(self.refusal), calls, self.stop_reason)
 
     def raw(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "finish_reason": self.finish_reason,
                 "usage": self.usage, "content": "".join(self.text),
-                "reasoning": "".join(self.reasoning),
+                "refusal": "".join(self.refusal), "reasoning": "".join(self.reasoning),
                 "tool_calls": [{"index": i, "id": c.id, "name": c.name,
                                 "arguments": "".join(c.arguments)}
                                for i, c in sorted(self.calls.items())]}
@@ -353,32 +408,43 @@ class OpenAIProvider(HttpProvider):
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise malformed_error("it had no choices", provider=self.name, model=request.model)
         choice = choices[0]
-        message = message_from_openai(choice.get("message") or {})
+        wire_message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        finish = choice.get("finish_reason")
+        message = message_from_openai(wire_message, finish)
         usage = Usage.from_openai(data.get("usage") if isinstance(data.get("usage"), dict) else None)
         message.usage = usage
         return ChatResponse(message=message, usage=usage,
                             model=str(data.get("model") or request.model), provider=self.name,
-                            stop_reason=choice.get("finish_reason"), raw=data)
+                            stop_reason=stop_reason_of(finish, _refusal_text(wire_message)),
+                            raw=data)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         state = _StreamState()
         finished = False
-        async with self.open_stream(self.url, self.payload(request, stream=True),
-                                    request.model) as response:
-            async for event in iter_sse(response.aiter_lines()):
-                if event.data.strip() == "[DONE]":
-                    finished = True
-                    break
-                chunk = loads_object(event.data)
-                if chunk is None:
-                    continue
-                if chunk.get("error") and not chunk.get("choices"):
-                    raise self._embedded_error(chunk["error"], request.model)
-                for item in state.feed(chunk):
-                    yield item
-        if not state.has_content and not (finished or state.finish_reason):
+        try:
+            async with self.open_stream(self.url, self.payload(request, stream=True),
+                                        request.model) as response:
+                async for event in iter_sse(response.aiter_lines()):
+                    if event.data.strip() == "[DONE]":
+                        finished = True
+                        break
+                    chunk = loads_object(event.data)
+                    if chunk is None:
+                        continue
+                    if chunk.get("error") and not chunk.get("choices"):
+                        raise self._embedded_error(chunk["error"], request.model)
+                    for item in state.feed(chunk):
+                        yield item
+        except ProviderError as exc:
+            # A connection cut or an error chunk mid-answer: the caller may keep what came.
+            exc.partial_text = exc.partial_text or state.partial_text
+            raise
+        if state.finish_reason is None and not finished:
+            raise cut_off_error(provider=self.name, model=request.model,
+                                partial_text=state.partial_text)
+        if state.finish_reason is None and not state.has_content:
             # llama-cpp-python's server, for one, answers a too-long prompt with an empty stream.
-            raise malformed_error("the stream ended before any content or finish (some servers "
+            raise malformed_error("the stream held no answer and no finish reason (some servers "
                                   "do this when the conversation is too long for the model's "
                                   "context window)", provider=self.name, model=request.model)
         message = state.message()
@@ -386,7 +452,7 @@ class OpenAIProvider(HttpProvider):
         message.usage = usage
         yield StreamDone(ChatResponse(message=message, usage=usage,
                                       model=state.model or request.model, provider=self.name,
-                                      stop_reason=state.finish_reason, raw=state.raw()))
+                                      stop_reason=state.stop_reason, raw=state.raw()))
 
     def _embedded_error(self, error: Any, model: str) -> ProviderError:
         """An error object inside a 200 response or a stream (OpenRouter and some local

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..events import Retry
-from ._redact import sanitize_detail
+from ._redact import ERROR_DETAIL_LIMIT, sanitize_detail
 from .base import (
     Capabilities,
     ChatRequest,
@@ -292,8 +292,10 @@ def _judge(error: Exception) -> _Verdict:
 
 
 def _detail(error: Exception) -> str:
+    # The trace's failure lines keep the provider's words whole (up to the wire's own limit):
+    # the cause is often named near the end of a long body.
     text = error.message if isinstance(error, ProviderError) else str(error)
-    return sanitize_detail(text or type(error).__name__)
+    return sanitize_detail(text or type(error).__name__, limit=ERROR_DETAIL_LIMIT)
 
 
 def _signature(error: Exception) -> tuple[int, str] | None:
@@ -301,7 +303,7 @@ def _signature(error: Exception) -> tuple[int, str] | None:
     signatures in a row mean the server answers this request the same way every time."""
     if not isinstance(error, ProviderError) or error.status is None or error.status < 500:
         return None
-    said = getattr(error, "detail", None) or error.message
+    said = error.detail or error.message
     return error.status, str(said)
 
 
@@ -687,14 +689,10 @@ class _Run:
         last = self.last_error
         details = "\n".join(self.failures)
         if isinstance(last, ProviderError):
-            error = ProviderError(
+            return ProviderError(
                 self.sentence(), retryable=last.retryable, kind=last.kind, status=last.status,
                 retry_after=last.retry_after, provider=last.provider, model=last.model,
-                details=details)
-        else:
-            error = ProviderError(self.sentence(), retryable=not is_non_retryable(last or ""),
-                                  model=self.request.model, details=details)
-        if partial_text:
-            # The text streamed before the failure, as the wire's own errors carry it.
-            setattr(error, "partial_text", partial_text)  # noqa: B010
-        return error
+                details=details, partial_text=partial_text)
+        return ProviderError(self.sentence(), retryable=not is_non_retryable(last or ""),
+                             model=self.request.model, details=details,
+                             partial_text=partial_text)

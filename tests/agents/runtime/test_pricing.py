@@ -66,11 +66,11 @@ junk = st.one_of(st.none(), st.integers(min_value=-10**6, max_value=10**9), st.t
                  st.floats(allow_nan=True), st.booleans())
 
 
-@given(junk, junk, junk, junk)
+@given(junk, junk, junk, junk, junk)
 def test_openai_details_never_add_tokens(prompt: object, completion: object, cached: object,
-                                         reasoning: object) -> None:
+                                         written: object, reasoning: object) -> None:
     payload = {"prompt_tokens": prompt, "completion_tokens": completion,
-               "prompt_tokens_details": {"cached_tokens": cached},
+               "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
                "completion_tokens_details": {"reasoning_tokens": reasoning}}
     usage = Usage.from_openai(payload)
     totals_only = Usage.from_openai({"prompt_tokens": prompt, "completion_tokens": completion})
@@ -78,14 +78,48 @@ def test_openai_details_never_add_tokens(prompt: object, completion: object, cac
     assert usage.reasoning_tokens <= usage.output_tokens
 
 
-@given(tokens, tokens, tokens, tokens)
+@given(tokens, tokens, tokens, tokens, tokens)
 def test_openai_usage_never_exceeds_prompt_plus_completion(prompt: int, completion: int,
-                                                           cached: int, reasoning: int) -> None:
+                                                           cached: int, written: int,
+                                                           reasoning: int) -> None:
     usage = Usage.from_openai({"prompt_tokens": prompt, "completion_tokens": completion,
-                               "prompt_tokens_details": {"cached_tokens": cached},
+                               "prompt_tokens_details": {"cached_tokens": cached,
+                                                         "cache_write_tokens": written},
                                "completion_tokens_details": {"reasoning_tokens": reasoning}})
     assert usage.total_tokens == prompt + completion
-    assert usage.cache_read_tokens <= prompt
+    assert usage.cache_read_tokens + usage.cache_write_tokens <= prompt
+    assert usage.input_tokens >= 0
+
+
+def test_openai_cache_writes_leave_the_input_bucket_and_are_priced_at_the_write_rate() -> None:
+    usage = Usage.from_openai({"prompt_tokens": 1000, "completion_tokens": 0,
+                               "prompt_tokens_details": {"cached_tokens": 300,
+                                                         "cache_write_tokens": 600}})
+    price = Price(Decimal("2"), Decimal("8"), cache_write=Decimal("2.5"), cache_read=Decimal("0.2"))
+
+    assert usage == Usage(input_tokens=100, cache_write_tokens=600, cache_read_tokens=300)
+    # 100 at $2 + 600 written at $2.50 + 300 read at $0.20, per million.
+    assert cost_usd(usage, price) == Decimal("0.0002") + Decimal("0.0015") + Decimal("0.00006")
+
+
+@given(junk, junk)
+def test_anthropic_thinking_tokens_are_a_part_of_output_never_more(output: object,
+                                                                   thinking: object) -> None:
+    usage = Usage.from_anthropic({"input_tokens": 5, "output_tokens": output,
+                                  "output_tokens_details": {"thinking_tokens": thinking}})
+    plain = Usage.from_anthropic({"input_tokens": 5, "output_tokens": output})
+
+    assert usage.total_tokens == plain.total_tokens
+    assert 0 <= usage.reasoning_tokens <= usage.output_tokens
+    assert cost_usd(usage, Price(Decimal(3), Decimal(15))) == cost_usd(plain,
+                                                                      Price(Decimal(3), Decimal(15)))
+
+
+def test_anthropic_thinking_tokens_are_recorded_as_reasoning() -> None:
+    usage = Usage.from_anthropic({"input_tokens": 10, "output_tokens": 400,
+                                  "output_tokens_details": {"thinking_tokens": 350}})
+
+    assert usage == Usage(input_tokens=10, output_tokens=400, reasoning_tokens=350)
 
 
 def test_openai_cached_tokens_are_priced_once_at_the_cache_rate() -> None:

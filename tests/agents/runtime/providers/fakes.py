@@ -26,15 +26,19 @@ def sse(*events: Any, done: bool = True, event_names: bool = False) -> bytes:
 
 
 class FakeChunkedStream(httpx.AsyncByteStream):
-    """Sends a body in small pieces, so lines and JSON are split across reads."""
+    """Sends a body in small pieces, so lines and JSON are split across reads; with ``error``,
+    the connection then breaks with that exception instead of ending."""
 
-    def __init__(self, body: bytes, size: int = 7) -> None:
+    def __init__(self, body: bytes, size: int = 7, error: Exception | None = None) -> None:
         self.body = body
         self.size = size
+        self.error = error
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for start in range(0, len(self.body), self.size):
             yield self.body[start:start + self.size]
+        if self.error is not None:
+            raise self.error
 
 
 class FakeEndlessStream(httpx.AsyncByteStream):

@@ -22,6 +22,7 @@ from agents.runtime.providers.anthropic import (
 from agents.runtime.providers.base import (
     ChatRequest,
     ErrorKind,
+    Outcome,
     ProviderError,
     StreamDone,
     StreamText,
@@ -267,22 +268,37 @@ async def test_a_stream_that_ends_without_a_stop_is_malformed():
     assert caught.value.kind == ErrorKind.MALFORMED and caught.value.retryable
 
 
-async def test_malformed_tool_input_json_keeps_the_call_with_an_error():
-    events = [
+def _tool_stream(partial_json: str, stop: str) -> list[dict]:
+    return [
         STREAM_EVENTS[0],
         {"type": "content_block_start", "index": 0, "content_block": {
             "type": "tool_use", "id": "toolu_1", "name": "calculator", "input": {}}},
         {"type": "content_block_delta", "index": 0,
-         "delta": {"type": "input_json_delta", "partial_json": '{"expression": '}},
-        {"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
-         "usage": {"output_tokens": 9}},
+         "delta": {"type": "input_json_delta", "partial_json": partial_json}},
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 9}},
         {"type": "message_stop"},
     ]
-    server = FakeLLMServer(sse_response(sse(*events, done=False)))
+
+
+async def test_malformed_tool_input_json_keeps_the_call_with_an_error():
+    server = FakeLLMServer(sse_response(sse(*_tool_stream('{"expression": 2+', "tool_use"),
+                                            done=False)))
 
     (call,) = (await collect(provider(server), request()))[-1].response.tool_calls
 
     assert call.input == {} and "not valid JSON" in call.arguments_error
+
+
+async def test_a_tool_call_cut_by_max_tokens_is_kept_but_not_runnable():
+    server = FakeLLMServer(sse_response(sse(*_tool_stream('{"expression": ', "max_tokens"),
+                                            done=False)))
+
+    response = (await collect(provider(server), request()))[-1].response
+
+    (call,) = response.tool_calls
+    assert call.input == {} and "output token limit" in call.arguments_error
+    assert '{"expression": ' in call.arguments_error
+    assert response.outcome == Outcome.LENGTH
 
 
 # -- errors -----------------------------------------------------------------------------------------
@@ -363,3 +379,24 @@ async def test_cancelling_an_anthropic_stream_closes_it():
 
     assert time.perf_counter() - started < 0.1
     assert stream.closed.is_set()
+
+
+async def test_a_delta_for_another_kind_of_block_is_ignored():
+    events = [
+        STREAM_EVENTS[0],
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": "not text"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+         "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    server = FakeLLMServer(sse_response(sse(*events, done=False)))
+
+    events_out = await collect(provider(server), request())
+
+    assert events_out[-1].response.message.blocks == [TextBlock("Hi")]
+    assert not [e for e in events_out if isinstance(e, StreamThinking)]

@@ -19,6 +19,7 @@ from agents.runtime.pricing import Usage
 from agents.runtime.providers.base import (
     ChatRequest,
     ErrorKind,
+    Outcome,
     ProviderError,
     StreamDone,
     StreamText,
@@ -134,9 +135,17 @@ def test_history_converts_tool_calls_results_and_drops_thinking():
     ]
 
 
-def test_an_assistant_message_with_only_tool_calls_has_null_content():
-    wire = messages_to_openai([], [Message.assistant(blocks=[ToolUseBlock("c", "t", {})])])
-    assert wire[0]["content"] is None
+def test_an_assistant_message_with_only_tool_calls_has_empty_string_content():
+    # llama-cpp-python's server answers "content": null with a 500; "" is accepted everywhere.
+    wire = messages_to_openai([], [Message.assistant(blocks=[
+        ThinkingBlock("plan"), ToolUseBlock("c", "t", {})])])
+    assert wire == [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}]
+
+
+def test_an_assistant_message_without_tool_calls_sends_no_tool_calls_key():
+    wire = messages_to_openai([], [Message.assistant(blocks=[ThinkingBlock("only thinking")])])
+    assert wire == [{"role": "assistant", "content": ""}]
 
 
 def test_system_role_history_messages_join_the_one_system_message():
@@ -375,6 +384,35 @@ async def test_an_error_chunk_in_the_stream_raises():
     assert caught.value.kind == ErrorKind.RATE_LIMIT and caught.value.retryable
 
 
+async def test_a_stream_with_text_and_done_but_no_finish_reason_is_a_whole_answer():
+    server = FakeLLMServer(sse_response(sse(chunk({"content": "Hi there"}))))
+
+    response = (await collect(provider(server), request()))[-1].response
+
+    assert response.text == "Hi there" and response.stop_reason is None
+
+
+async def test_a_stream_with_text_but_no_finish_and_no_done_is_cut_off():
+    server = FakeLLMServer(sse_response(sse(chunk({"content": "Half an ans"}), done=False)))
+
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider(server), request())
+
+    error = caught.value
+    assert error.kind == ErrorKind.MALFORMED and error.retryable
+    assert "cut off" in error.message and error.partial_text == "Half an ans"
+
+
+async def test_a_refusal_in_a_whole_response_is_text_and_flagged():
+    server = FakeLLMServer(json_response(200, completion(
+        {"content": None, "refusal": "I can't help with that."})))
+
+    response = await provider(server).chat(request())
+
+    assert response.text == "I can't help with that."
+    assert response.stop_reason == "refusal" and response.outcome == Outcome.REFUSAL
+
+
 async def test_stream_usage_can_be_turned_off_for_servers_that_reject_it():
     server = FakeLLMServer(sse_response(sse(chunk({"content": "x"}, finish="stop"))))
 
@@ -438,6 +476,36 @@ async def test_500_is_a_retryable_server_error():
     error = await error_for(json_response(500, {"error": {"message": "The server had an error"}}))
 
     assert error.kind == ErrorKind.SERVER and error.retryable and error.status == 500
+
+
+async def test_a_500_that_is_really_a_validation_error_is_not_retried():
+    # llama-cpp-python's server wraps a body its pydantic model refuses in a 500.
+    detail = ("2 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'messages', 2, "
+              "'content'), 'msg': 'Input should be a valid string', 'input': None}")
+    error = await error_for(json_response(500, {"error": {
+        "message": detail, "type": "internal_server_error", "param": None, "code": None}}))
+
+    assert error.kind == ErrorKind.BAD_REQUEST and not error.retryable and error.status == 500
+    assert error.message.startswith("The provider could not accept the request (500)")
+
+
+async def test_a_long_error_body_keeps_the_part_that_names_the_cause():
+    cause = "'msg': 'Input should be a valid string', 'input': None"
+    detail = "1 validation error: " + "{'loc': ('body', 'messages')} " * 60 + cause
+    assert detail.index(cause) > 1000
+
+    error = await error_for(json_response(500, {"error": {"message": detail}}))
+
+    assert cause in error.detail and cause in error.message
+    assert error.message.split(" Provider said: ")[0].count(".") <= 2  # a short headline
+    assert error.detail == " ".join(detail.split())
+
+
+async def test_an_error_body_longer_than_the_limit_is_shortened_on_the_error():
+    error = await error_for(json_response(502, {"error": {"message": "x" * 10_000}}))
+
+    assert 4000 <= len(error.detail) <= 4003 and error.detail.endswith("...")
+    assert error.kind == ErrorKind.SERVER and error.retryable
 
 
 async def test_401_is_a_permanent_auth_error_in_plain_words():
