@@ -330,7 +330,8 @@ AGENT_HELP = {
     "model": "The model name the provider knows, e.g. gpt-4o-mini or claude-sonnet-4-5. The demo "
              "model answers to any name.",
     "temperature": "0 to 2. Empty: the provider's default. Lower is more deterministic.",
-    "max_output_tokens": "Longest answer per model request. Empty: the provider's default.",
+    "max_output_tokens": "Longest answer per model request. Empty: the provider's setting for "
+                         "the model, else the server's default.",
     "system_prompt": "The instructions every turn starts with.",
     "tools": "What the agent may call. Only the team's tools are listed; disabled tools are "
              "left out of turns.",

@@ -6,6 +6,7 @@ trace list and the live totals. Never a silent figure."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from django.urls import reverse
@@ -108,6 +109,10 @@ def test_the_trace_page_flags_each_estimated_step_and_the_trace(estimated_trace,
     assert "≈ input 700" in detail and "Tokens estimated: the server reported no usage" in detail
     listing = c.get(reverse("traces")).content.decode()
     assert "≈ 2.7k" in listing and '<span class="flag estimated">estimated</span>' in listing
+
+    exported = json.loads(b"".join(c.get(reverse("trace_export", args=[trace.uuid])).streaming_content))
+    assert exported["usage_estimated_requests"] == 2
+    assert [s["meta"].get("usage_estimated", False) for s in exported["steps"]][:3] == [True, False, True]
 
     assert client_for(charlie).get(reverse("trace_detail", args=[trace.uuid])).status_code == 404
 
