@@ -4,12 +4,31 @@ and messages). Everything belongs to a team."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models.functions import Lower
 
+from agents.runtime.providers.base import PER_MODEL_OVERRIDES
 from agentsite.models import Team
+
+# The capabilities a provider or one of its models can be told it has or lacks (the runtime's
+# ``Capabilities``); anything else in ``Provider.capabilities`` is kept but not used.
+CAPABILITY_NAMES = ("native_tool_calling", "vision", "prompt_caching", "streaming")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What is configured for one model of a provider: its own row over the provider's
+    values. None: nothing configured (the model's own limit, or the catalogue's)."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    # Capability overrides only (on/off); a capability not named keeps the kind's default.
+    capabilities: dict[str, bool] = field(default_factory=dict)
 
 
 class Provider(models.Model):
@@ -31,6 +50,14 @@ class Provider(models.Model):
         default=dict, blank=True,
         help_text='Overrides of what the model can do, e.g. {"native_tool_calling": false, "vision": true}.',
     )
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Tokens the models of this provider read at most. Empty: the model's own, "
+                  "from the catalogue.")
+    max_output_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Longest answer per model request, unless the agent sets its own. Empty: the "
+                  "server's default.")
     extra_headers = models.JSONField(default=dict, blank=True)
     options = models.JSONField(
         default=dict, blank=True,
@@ -50,6 +77,163 @@ class Provider(models.Model):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key_encrypted)
+
+    def capability_overrides(self) -> dict[str, bool]:
+        """The capabilities set on or off for every model of the provider."""
+        caps = self.capabilities if isinstance(self.capabilities, dict) else {}
+        return {name: bool(caps[name]) for name in CAPABILITY_NAMES if caps.get(name) is not None}
+
+    def model_row(self, model: str) -> ProviderModel | None:
+        """The settings row of ``model`` (names compare without case). Reads
+        ``model_settings.all()``, so a prefetch serves it without a query."""
+        name = (model or "").strip().lower()
+        return next((row for row in self.model_settings.all() if row.model.strip().lower() == name),
+                    None)
+
+    def settings_for(self, model: str) -> ModelSettings:
+        """What is configured for ``model``: its row's values over the provider's."""
+        row = self.model_row(model)
+        capabilities = self.capability_overrides()
+        if row is None:
+            return ModelSettings(self.context_window, self.max_output_tokens, capabilities)
+        capabilities.update(row.capability_overrides())
+        return ModelSettings(row.context_window or self.context_window,
+                             row.max_output_tokens or self.max_output_tokens, capabilities)
+
+    def runtime_capabilities(self) -> dict[str, Any]:
+        """The capability overrides the runtime provider is built with: the provider's, and
+        each model row's under ``PER_MODEL_OVERRIDES``."""
+        overrides: dict[str, Any] = self.capability_overrides()
+        per_model = {row.model.strip().lower(): row.capability_overrides()
+                     for row in self.model_settings.all()}
+        per_model = {name: caps for name, caps in per_model.items() if caps}
+        if per_model:
+            overrides[PER_MODEL_OVERRIDES] = per_model
+        return overrides
+
+
+class ProviderModel(models.Model):
+    """Settings of one model a provider serves, over the provider's own: its context window,
+    its longest answer and what it can do."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="model_settings")
+    model = models.CharField(max_length=200, help_text="The model name, as the agents use it.")
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Tokens the model reads at most. Empty: the provider's setting.")
+    max_output_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Longest answer per request. Empty: the provider's setting.")
+    # Capabilities: None keeps the provider's (or the kind's) default.
+    native_tool_calling = models.BooleanField(null=True, blank=True)
+    vision = models.BooleanField(null=True, blank=True)
+    prompt_caching = models.BooleanField(null=True, blank=True)
+    streaming = models.BooleanField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["provider_id", "model"]
+        constraints = [models.UniqueConstraint(Lower("model"), "provider",
+                                               name="providermodel_unique_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model} on {self.provider}" if self.provider_id else self.model
+
+    @property
+    def team(self) -> Any:
+        return self.provider.team
+
+    def capability_overrides(self) -> dict[str, bool]:
+        return {name: getattr(self, name) for name in CAPABILITY_NAMES
+                if getattr(self, name) is not None}
+
+
+# -- moving context windows out of the capabilities JSON (migration agents 0004) -------------------
+@dataclass
+class LegacyWindows:
+    """``capabilities["context_window"]`` read apart: the provider's window (an int, or a
+    per-model dict's "*"), each model's, and the capabilities without what was moved (a value
+    that is not a positive whole number stays where it was: nothing is lost)."""
+
+    provider: int | None
+    per_model: dict[str, int]
+    capabilities: dict[str, Any]
+
+
+def _window(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def legacy_windows_split(capabilities: Any) -> LegacyWindows:
+    caps = dict(capabilities) if isinstance(capabilities, dict) else {}
+    if "context_window" not in caps:
+        return LegacyWindows(None, {}, caps)
+    value = caps.pop("context_window")
+    if not isinstance(value, dict):
+        window = _window(value)
+        if window is None:
+            caps["context_window"] = value
+        return LegacyWindows(window, {}, caps)
+    provider, per_model, kept = None, {}, {}
+    for name, size in value.items():
+        window = _window(size)
+        if window is None or not str(name).strip():
+            kept[name] = size
+        elif str(name).strip() == "*":
+            provider = window
+        else:
+            per_model[str(name).strip()[:200]] = window
+    if kept:
+        caps["context_window"] = kept
+    return LegacyWindows(provider, per_model, caps)
+
+
+def legacy_windows_move(*, provider_model: Any, model_row_model: Any) -> int:
+    """Move every provider's ``capabilities["context_window"]`` into ``context_window`` and
+    per-model rows (a model's existing row keeps its own window). ``provider_model`` and
+    ``model_row_model`` are the Provider and ProviderModel classes (a migration passes its
+    historical ones). Returns the providers changed."""
+    changed = 0
+    for provider in provider_model.objects.exclude(capabilities={}).iterator():
+        split = legacy_windows_split(provider.capabilities)
+        if split.provider is None and not split.per_model:
+            continue
+        if split.provider is not None and provider.context_window is None:
+            provider.context_window = split.provider
+        existing = {m.model.strip().lower(): m for m in model_row_model.objects.filter(provider=provider)}
+        for name, window in split.per_model.items():
+            row = existing.get(name.lower())
+            if row is None:
+                existing[name.lower()] = model_row_model.objects.create(
+                    provider=provider, model=name, context_window=window)
+            elif row.context_window is None:
+                row.context_window = window
+                row.save(update_fields=["context_window"])
+        provider.capabilities = split.capabilities
+        provider.save(update_fields=["capabilities", "context_window"])
+        changed += 1
+    return changed
+
+
+def legacy_windows_restore(*, provider_model: Any, model_row_model: Any) -> None:
+    """The reverse: windows back into ``capabilities["context_window"]``."""
+    for provider in provider_model.objects.all().iterator():
+        windows = {m.model: m.context_window
+                   for m in model_row_model.objects.filter(provider=provider, context_window__isnull=False)}
+        if not windows and provider.context_window is None:
+            continue
+        caps = dict(provider.capabilities) if isinstance(provider.capabilities, dict) else {}
+        if windows:
+            if provider.context_window is not None:
+                windows["*"] = provider.context_window
+            caps["context_window"] = windows
+        else:
+            caps["context_window"] = provider.context_window
+        provider.capabilities = caps
+        provider.save(update_fields=["capabilities"])
 
 
 class Tool(models.Model):
@@ -245,12 +429,23 @@ class Message(models.Model):
         ASSISTANT = "assistant", "Assistant"
         TOOL = "tool", "Tool"
 
+    class Outcome(models.TextChoices):
+        """How an assistant message ended when it is not a whole answer (the runtime's
+        ``Outcome``, and a turn that stopped while the text streamed). Empty: complete."""
+
+        COMPLETE = "", "Complete"
+        LENGTH = "length", "Cut off (output limit)"
+        REFUSAL = "refusal", "Refused"
+        FILTERED = "filtered", "Stopped by the content filter"
+        INTERRUPTED = "interrupted", "Interrupted"
+
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=16, choices=Role.choices)
     blocks = models.JSONField(default=list)
     text = models.TextField(blank=True, help_text="The visible text, for search and lists.")
     usage = models.JSONField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
     # The turn that stored it (a user message's own turn, or the turn that produced it).
     trace = models.ForeignKey("traces.Trace", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")

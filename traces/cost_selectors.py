@@ -138,6 +138,7 @@ class Amounts:
 
     calls: int = 0
     unpriced_calls: int = 0
+    estimated_calls: int = 0
     cost_units: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -260,7 +261,7 @@ def top_traces(*, team: Team, filters: CostFilters, resolved: Resolved, limit: i
         traces = traces.filter(model=filters.model)
     return list(traces.select_related("agent", "user", "user_message")
                 .only("uuid", "created_at", "cost_usd", "model", "status", "unpriced_calls",
-                      "prefix_priced_calls", "input_tokens", "output_tokens", "cache_write_tokens",
+                      "prefix_priced_calls", "estimated_calls", "input_tokens", "output_tokens", "cache_write_tokens",
                       "cache_read_tokens", "agent__name", "user__username", "user_message__text",
                       "team_id")
                 .order_by("-cost_usd", "-id")[:limit])

@@ -27,6 +27,8 @@ def trace_record(trace: Trace) -> dict[str, Any]:
         "provider": trace.provider_name,
         "model": trace.model,
         "usage": trace.usage_dict(),
+        # model requests whose usage is the runtime's estimate (each step's meta says which)
+        "usage_estimated_requests": trace.estimated_calls,
         "cost_usd": str(trace.cost_usd),
         "duration_ms": trace.duration_ms,
         "iterations": trace.iterations,

@@ -105,6 +105,7 @@ def trace_totals(trace: Any) -> dict[str, Any]:
         "reasoning_tokens": trace.reasoning_tokens, "total_tokens": trace.total_tokens,
         "unpriced_calls": getattr(trace, "unpriced_calls", 0),
         "prefix_priced_calls": getattr(trace, "prefix_priced_calls", 0),
+        "estimated_calls": getattr(trace, "estimated_calls", 0),
     }
 
 

@@ -85,6 +85,9 @@ class Trace(TokenBuckets):
     # prefix match: the flags behind the cost figure.
     unpriced_calls = models.PositiveIntegerField(default=0)
     prefix_priced_calls = models.PositiveIntegerField(default=0)
+    # Model requests whose tokens are the runtime's estimate (the server reported no usage, or
+    # the stream was cut off before it did): the flag behind the token figures.
+    estimated_calls = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     iterations = models.PositiveIntegerField(default=0)
     step_count = models.PositiveIntegerField(default=0)
@@ -350,6 +353,7 @@ class CostAmounts(models.Model):
 
     calls = models.PositiveBigIntegerField(default=0)
     unpriced_calls = models.PositiveBigIntegerField(default=0)
+    estimated_calls = models.PositiveBigIntegerField(default=0)
     cost_units = models.BigIntegerField(default=0)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)

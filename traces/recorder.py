@@ -44,6 +44,7 @@ from agents.runtime.events import (
     TurnError,
 )
 from agents.runtime.pricing import Price, Usage
+from agents.runtime.providers.base import Outcome, outcome_of
 from agents.runtime.providers.registry import PROVIDER_CLASSES
 from agents.runtime.scrub import scrub_credentials
 
@@ -154,6 +155,8 @@ class TraceRecorder:
         self.stop_cause: str | None = None
         self.decided_by: Callable[[str], str | None] = lambda call_id: None
         self.final_text = ""
+        # How the latest successful model request's answer ended.
+        self.last_outcome: Outcome | None = None
         self.keys: dict[str, int] = {}
         self.last_seq = 0
         self.values: dict[int, dict[str, Any]] = {}
@@ -285,6 +288,11 @@ class TraceRecorder:
         }
         if event.usage_estimated:
             meta["usage_estimated"] = True
+        if event.success:
+            # How the answer ended (complete, tool_use, length, refusal, filtered): a cut-off or
+            # refused answer must not read as a whole one, here or in the chat.
+            self.last_outcome = outcome_of(event.stop_reason)
+            meta["outcome"] = str(self.last_outcome)
         updates: dict[str, Any] = {
             "kind": Kind.LLM_REQUEST, "iteration": iteration, "model": event.model[:200],
             "provider": provider[:100],

@@ -1,8 +1,8 @@
 """The cost ledger: daily roll-ups of model requests, kept exact.
 
 A finished model request (an ``llm_request`` step that is ``ok`` or ``error``) has a *share*:
-its day (in ``TIME_ZONE``), provider, model, one call, whether it was unpriced, its cost and its
-tokens. Whenever a step is written or corrected, the difference between its share before and
+its day (in ``TIME_ZONE``), provider, model, one call, whether it was unpriced, whether its
+tokens are an estimate, its cost and its tokens. Whenever a step is written or corrected, the difference between its share before and
 after is added, in the same transaction, to its trace's totals and to the two roll-up tables
 (``CostRollup`` per agent/user/provider/model, ``ConversationCostRollup`` per conversation). So
 at every commit: sum of step costs = trace cost = roll-up total, to the 1e-10 USD.
@@ -31,7 +31,7 @@ from .models import ConversationCostRollup, CostRollup, Step, Trace
 from .pricing import cost_units
 
 FINISHED = ("ok", "error")
-AMOUNT_FIELDS = ("calls", "unpriced_calls", "cost_units", *TOKEN_FIELDS)
+AMOUNT_FIELDS = ("calls", "unpriced_calls", "estimated_calls", "cost_units", *TOKEN_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Share:
     model: str
     calls: int = 1
     unpriced_calls: int = 0
+    estimated_calls: int = 0
     prefix_calls: int = 0
     cost_units: int = 0
     input_tokens: int = 0
@@ -66,6 +67,7 @@ def step_share(step: Step) -> Share | None:
     return Share(
         day=timezone.localdate(step.started_at), provider=step.provider or "",
         model=step.model or "", unpriced_calls=1 if meta.get("unpriced") else 0,
+        estimated_calls=1 if meta.get("usage_estimated") else 0,
         prefix_calls=1 if step.price_match == "prefix" else 0, cost_units=cost_units(step.cost_usd),
         **{name: int(getattr(step, name) or 0) for name in TOKEN_FIELDS})
 
@@ -99,6 +101,8 @@ def _totals_changes(total: dict[str, int]) -> dict[str, Any]:
             changes[name] = F(name) + total[name]
     if total["unpriced_calls"]:
         changes["unpriced_calls"] = F("unpriced_calls") + total["unpriced_calls"]
+    if total["estimated_calls"]:
+        changes["estimated_calls"] = F("estimated_calls") + total["estimated_calls"]
     if total["prefix_calls"]:
         changes["prefix_priced_calls"] = F("prefix_priced_calls") + total["prefix_calls"]
     return changes
@@ -175,12 +179,14 @@ def _ledger_rows(steps: Any, dims: tuple[str, ...]) -> Any:
             .values(*dims, "day").order_by()
             .annotate(n_calls=Count("id"),
                       n_unpriced=Count("id", filter=Q(meta__unpriced=True)),
+                      n_estimated=Count("id", filter=Q(meta__usage_estimated=True)),
                       n_units=Coalesce(Sum(units), 0),
                       **{f"n_{name}": Coalesce(Sum(name), 0) for name in TOKEN_FIELDS}))
 
 
 def _amounts(row: dict[str, Any]) -> dict[str, int]:
     return {"calls": row["n_calls"], "unpriced_calls": row["n_unpriced"],
+            "estimated_calls": row["n_estimated"],
             "cost_units": int(row["n_units"]),
             **{name: int(row[f"n_{name}"]) for name in TOKEN_FIELDS}}
 
@@ -214,6 +220,30 @@ def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] 
     return len(rows) + len(conv_rows)
 
 
+@transaction.atomic
+def estimated_calls_backfill(*, models: tuple[Any, Any, Any, Any]) -> None:
+    """Count the model requests with estimated tokens into their traces and the roll-ups they
+    are already in (the migration that added the counts; the rest of the ledger is left as it
+    is). ``models``: the Trace, Step, CostRollup and ConversationCostRollup classes."""
+    trace_model, step_model, rollup_model, conversation_model = models
+    steps = step_model.objects.filter(kind="llm_request", status__in=FINISHED,
+                                      meta__usage_estimated=True)
+    for row in steps.values("trace_id").order_by().annotate(n=Count("id")):
+        trace_model.objects.filter(pk=row["trace_id"]).update(estimated_calls=row["n"])
+    dims = ("trace__team_id", "trace__agent_id", "trace__user_id", "provider", "model")
+    for r in _ledger_rows(steps, dims):
+        rollup_model.objects.filter(
+            team_id=r["trace__team_id"], day=r["day"], agent_id=r["trace__agent_id"] or 0,
+            user_id=r["trace__user_id"] or 0, provider=r["provider"][:100], model=r["model"][:200],
+        ).update(estimated_calls=r["n_estimated"])
+    for r in _ledger_rows(steps, ("trace__conversation_id", *dims)):
+        conversation_model.objects.filter(
+            team_id=r["trace__team_id"], day=r["day"], conversation_id=r["trace__conversation_id"] or 0,
+            agent_id=r["trace__agent_id"] or 0, user_id=r["trace__user_id"] or 0,
+            provider=r["provider"][:100], model=r["model"][:200],
+        ).update(estimated_calls=r["n_estimated"])
+
+
 def trace_totals_from_steps(trace_id: int) -> dict[str, Any]:
     """The totals a trace must show: the sums of its steps (used when a trace ends or is
     corrected)."""
@@ -223,9 +253,12 @@ def trace_totals_from_steps(trace_id: int) -> dict[str, Any]:
         unpriced=Count("id", filter=Q(kind=Step.Kind.LLM_REQUEST, status__in=FINISHED,
                                       meta__unpriced=True)),
         prefix=Count("id", filter=Q(kind=Step.Kind.LLM_REQUEST, status__in=FINISHED,
-                                    price_match="prefix")))
+                                    price_match="prefix")),
+        estimated=Count("id", filter=Q(kind=Step.Kind.LLM_REQUEST, status__in=FINISHED,
+                                       meta__usage_estimated=True)))
     return {
         **{name: int(data[name]) for name in TOKEN_FIELDS},
         "cost_usd": data["cost"] or Decimal(0), "step_count": data["count"],
         "unpriced_calls": data["unpriced"], "prefix_priced_calls": data["prefix"],
+        "estimated_calls": data["estimated"],
     }

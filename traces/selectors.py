@@ -26,7 +26,7 @@ PAYLOAD_PREVIEW_CHARS = 16_000
 
 LIST_COLUMNS = (
     "id", "uuid", "status", "created_at", "started_at", "finished_at", "duration_ms", "iterations", "step_count",
-    "model", "provider_name", "cost_usd", "unpriced_calls", "prefix_priced_calls", "input_tokens", "output_tokens", "cache_write_tokens",
+    "model", "provider_name", "cost_usd", "unpriced_calls", "prefix_priced_calls", "estimated_calls", "input_tokens", "output_tokens", "cache_write_tokens",
     "cache_read_tokens", "reasoning_tokens", "error", "answer", "team_id", "agent_id", "user_id", "conversation_id",
     "routing",
 )

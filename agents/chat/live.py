@@ -25,7 +25,9 @@ def step_fragment(step: Any) -> dict[str, Any]:
     """What the chat shows of ``step``: a tool card for tool calls and approvals, tokens and
     cost for model requests."""
     if step.kind == "llm_request":
-        return {"kind": "llm", "tokens": step.total_tokens, "cost": str(step.cost_usd or 0)}
+        meta = step.meta if isinstance(step.meta, dict) else {}
+        return {"kind": "llm", "tokens": step.total_tokens, "cost": str(step.cost_usd or 0),
+                "estimated": bool(meta.get("usage_estimated"))}
     card = tool_card_for_step(step)
     if card is None:
         return {"kind": step.kind}

@@ -56,10 +56,10 @@ ARGUMENTS_MAX_CHARS = 4000
 TRACE_FIELDS = (
     "id", "uuid", "status", "conversation_id", "user_message_id", "created_at", "started_at",
     "error", "error_kind", "cancel_reason", "model", "provider_kind", "duration_ms", "cost_usd",
-    "event_seq", *TOKEN_FIELDS,
+    "event_seq", "estimated_calls", *TOKEN_FIELDS,
 )
 MESSAGE_FIELDS = ("id", "uuid", "role", "text", "blocks", "trace_id", "conversation_id",
-                  "parent_turn_id", "created_at", "author_id")
+                  "parent_turn_id", "created_at", "author_id", "outcome")
 STEP_FIELDS = ("id", "trace_id", "seq", "kind", "name", "status", "success", "duration_ms",
                "error", "call_id", "meta", "started_at")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
@@ -209,6 +209,8 @@ class Meter:
     cost_usd: Decimal = Decimal(0)
     context_tokens: int = 0
     context_window: int = 1
+    # Model requests whose tokens are estimates (the server reported no usage).
+    estimated_calls: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -237,6 +239,12 @@ class TurnView:
     @property
     def has_text(self) -> bool:
         return any(kind == "text" for kind, _ in self.parts)
+
+    @property
+    def interrupted(self) -> bool:
+        """The answer holds text streamed before the turn stopped (marked on that text)."""
+        return any(kind == "text" and part.outcome == Message.Outcome.INTERRUPTED
+                   for kind, part in self.parts)
 
 
 @dataclass
@@ -342,11 +350,13 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     """``history``: the branch's messages, oldest first (what the next turn would continue)."""
     agent = conversation.agent
     model = conversation.model_override or agent.model
-    meter = Meter(model=model, context_window=context_window(model, agent.provider.capabilities))
+    configured = agent.provider.settings_for(model).context_window
+    meter = Meter(model=model, context_window=context_window(model, configured))
     for trace in traces:
         for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
             setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))
         meter.cost_usd += trace.cost_usd or Decimal(0)
+        meter.estimated_calls += trace.estimated_calls or 0
     limit = agent.history_max_messages
     recent = history[-limit:] if limit > 0 else history
     messages = []

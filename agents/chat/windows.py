@@ -1,18 +1,12 @@
 """How many tokens a model's context window holds, for the chat's meter.
 
-A small table of known model families, matched by the longest prefix of the model name (a
-provider prefix such as ``openai/`` or ``anthropic/`` is ignored). A provider can say better in
-its capabilities (admin, Provider → Capabilities), either for every model it serves or per model:
-
-    {"context_window": 131072}
-    {"context_window": {"llama3.1:8b": 131072, "*": 8192}}
-
-Unknown models get ``DEFAULT_CONTEXT_WINDOW``.
+What the admin configured wins (``configured``: the model's row of its provider, else the
+provider's own setting; ``Provider.settings_for``); then a small table of known model families,
+matched by the longest prefix of the model name (a provider prefix such as ``openai/`` or
+``anthropic/`` is ignored). Unknown models get ``DEFAULT_CONTEXT_WINDOW``.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 DEFAULT_CONTEXT_WINDOW = 32_768
 
@@ -43,25 +37,11 @@ KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
 )
 
 
-def _positive_int(value: Any) -> int | None:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
-
-
-def context_window(model: str, capabilities: dict[str, Any] | None = None) -> int:
-    """The context window of ``model``: the provider's configured value, else the table's."""
+def context_window(model: str, configured: int | None = None) -> int:
+    """The context window of ``model``: the configured value, else the table's."""
+    if configured is not None and configured > 0:
+        return configured
     name = (model or "").strip().lower()
-    configured = (capabilities or {}).get("context_window") if isinstance(capabilities, dict) else None
-    if isinstance(configured, dict):
-        lowered = {str(k).lower(): v for k, v in configured.items()}
-        found = _positive_int(lowered.get(name)) or _positive_int(lowered.get("*"))
-        if found:
-            return found
-    elif configured is not None and _positive_int(configured):
-        return _positive_int(configured) or DEFAULT_CONTEXT_WINDOW
     bare = name.rsplit("/", 1)[-1]
     best = 0
     tokens = DEFAULT_CONTEXT_WINDOW

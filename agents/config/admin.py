@@ -25,7 +25,12 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from agents.config.forms import CAPABILITY_FIELDS, ProviderAdminForm
+from agents.config.forms import (
+    CAPABILITY_FIELDS,
+    ProviderAdminForm,
+    ProviderModelForm,
+    ProviderModelFormSet,
+)
 from agents.config.providers import (
     KeyChange,
     provider_save,
@@ -33,7 +38,7 @@ from agents.config.providers import (
     provider_test_connections,
     provider_test_model,
 )
-from agents.models import Agent, Provider
+from agents.models import Agent, Provider, ProviderModel
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin, audit_record, snapshot
 from agentsite.models import AuditEvent, Team
@@ -83,9 +88,39 @@ class ListChangeList(ChangeList):
 
 
 # -- providers ------------------------------------------------------------------------------------
+class ProviderModelInline(admin.TabularInline):
+    """Settings per model of the provider. Edited with the provider, by whoever may change it
+    (team roles, not Django permissions: the provider's admin decides)."""
+
+    model = ProviderModel
+    form = ProviderModelForm
+    formset = ProviderModelFormSet
+    extra = 0
+    verbose_name = "model setting"
+    verbose_name_plural = "Settings per model"
+
+    def _parent(self) -> TeamScopedAdmin:
+        return self.admin_site.get_model_admin(Provider)
+
+    def has_view_permission(self, request: HttpRequest, obj: Provider | None = None) -> bool:
+        return self._parent().has_view_permission(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, obj: Provider | None = None) -> bool:
+        return self.has_change_permission(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Provider | None = None) -> bool:
+        parent = self._parent()
+        return (parent.has_change_permission(request, obj) if obj is not None
+                else parent.has_add_permission(request))
+
+    def has_delete_permission(self, request: HttpRequest, obj: Provider | None = None) -> bool:
+        return self.has_change_permission(request, obj)
+
+
 @admin.register(Provider)
 class ProviderAdmin(AuditedAdmin, TeamScopedAdmin):
     form = ProviderAdminForm
+    inlines = [ProviderModelInline]
     list_display = ("name", "team", "kind", "base_url", "key_status", "timeout_s", "updated_at")
     list_display_links = ("name",)
     list_filter = (TeamFilter, "kind")
@@ -101,9 +136,13 @@ class ProviderAdmin(AuditedAdmin, TeamScopedAdmin):
             ("API key", {"fields": key_fields,
                          "description": "Stored encrypted. It is sent only to this provider and "
                                         "never shown on any page, in the history or in traces."}),
+            ("Limits", {"fields": ["context_window", "max_output_tokens"],
+                        "description": "For every model of the provider; a model listed under "
+                                       "“Settings per model” below has its own."}),
             ("Capabilities", {"fields": CAPABILITY_FIELDS,
                               "description": "Override what the provider kind says the model can "
-                                             "do. Default fits most models."}),
+                                             "do. Default fits most models; a model listed "
+                                             "below may differ."}),
             ("Advanced", {"fields": ["timeout_s", "extra_headers", "options"]}),
         ]
 
@@ -137,6 +176,26 @@ class ProviderAdmin(AuditedAdmin, TeamScopedAdmin):
         request._provider_key_change = provider_save(
             provider=obj, api_key=form.cleaned_data.get("api_key") or "",
             clear_api_key=bool(form.cleaned_data.get("clear_api_key")), user=request.user)
+
+    def save_formset(self, request: HttpRequest, form: ProviderAdminForm, formset: Any,
+                     change: bool) -> None:
+        """Per-model rows are audited like the provider: created, changed, deleted."""
+        provider = form.instance
+        before = {row.pk: snapshot(row) for row in ProviderModel.objects.filter(provider=provider)}
+        # A deleted row loses its pk; keep it to name the row in the trail.
+        deleted = {id(f.instance): f.instance.pk for f in formset.deleted_forms}
+        super().save_formset(request, form, formset, change)
+        Action = AuditEvent.Action
+        for row in formset.new_objects:
+            audit_record(actor=request.user, action=Action.CREATE, instance=row, after=snapshot(row),
+                         team=provider.team)
+        for row, _ in formset.changed_objects:
+            audit_record(actor=request.user, action=Action.UPDATE, instance=row,
+                         before=before.get(row.pk), after=snapshot(row), team=provider.team)
+        for row in formset.deleted_objects:
+            pk = row.pk = deleted.get(id(row), row.pk)
+            audit_record(actor=request.user, action=Action.DELETE, instance=row,
+                         before=before.get(pk), team=provider.team)
 
     def render_delete_form(self, request: HttpRequest, context: dict) -> HttpResponse:
         provider = context.get("object")

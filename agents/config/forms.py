@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from agents.models import Agent, Provider, Tool
+from agents.models import Agent, Provider, ProviderModel, Tool
 from agents.runtime.providers import build_provider, get_provider_class
 from agentsite.crypto import SecretUnreadable, decrypt
 from agentsite.models import Team
@@ -77,9 +77,16 @@ class ProviderAdminForm(forms.ModelForm):
 
     class Meta:
         model = Provider
-        fields = ["team", "name", "kind", "base_url", "timeout_s", "extra_headers", "options"]
-        labels = {"timeout_s": "Timeout (seconds)"}
+        fields = ["team", "name", "kind", "base_url", "context_window", "max_output_tokens",
+                  "timeout_s", "extra_headers", "options"]
+        labels = {"timeout_s": "Timeout (seconds)", "context_window": "Context window (tokens)",
+                  "max_output_tokens": "Max output tokens"}
         help_texts = {
+            "context_window": "How many tokens a model of this provider reads at most, prompt and "
+                              "answer together; the chat's context meter uses it. Empty: the "
+                              "model's own, from the catalogue. A model row below wins.",
+            "max_output_tokens": "Longest answer per model request, for agents that set none. "
+                                 "Empty: the server's default. A model row below wins.",
             "timeout_s": "Longest wait for one model request, 1 to 3600 seconds.",
             "extra_headers": 'Extra HTTP headers sent with every request, as a JSON object, e.g. '
                              '{"HTTP-Referer": "https://example.com"}. Stored and shown in clear: '
@@ -153,6 +160,10 @@ class ProviderAdminForm(forms.ModelForm):
         data = super().clean()
         if data.get("api_key") and data.get("clear_api_key"):
             self.add_error("clear_api_key", "Either enter a new key or remove the stored one, not both.")
+        window, longest = data.get("context_window"), data.get("max_output_tokens")
+        if window and longest and longest > window:
+            self.add_error("max_output_tokens", "The longest answer cannot be longer than the "
+                                                "context window, which holds it.")
         kind, options = data.get("kind"), data.get("options")
         if kind and isinstance(options, dict) and "options" not in self.errors:
             self._check_options(kind, options)
@@ -181,8 +192,53 @@ class ProviderAdminForm(forms.ModelForm):
         return chosen
 
     def save(self, commit: bool = True) -> Provider:
-        self.instance.capabilities = self.capability_overrides()
+        # The form shows four capabilities; anything else stored beside them stays as it was.
+        stored = self.instance.capabilities if isinstance(self.instance.capabilities, dict) else {}
+        kept = {k: v for k, v in stored.items() if k not in CAPABILITY_LABELS}
+        self.instance.capabilities = {**kept, **self.capability_overrides()}
         return super().save(commit=commit)
+
+
+class TriStateSelect(forms.NullBooleanSelect):
+    """A capability of one model: the provider's default, on or off."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.choices = [("unknown", "Default"), ("true", "On"), ("false", "Off")]
+
+
+class ProviderModelForm(forms.ModelForm):
+    class Meta:
+        model = ProviderModel
+        fields = ["model", "context_window", "max_output_tokens", *CAPABILITY_LABELS]
+        labels = {"context_window": "Context window", "max_output_tokens": "Max output tokens",
+                  **{name: label for name, (label, _) in CAPABILITY_LABELS.items()}}
+        widgets = {name: TriStateSelect for name in CAPABILITY_LABELS}
+        error_messages = {"model": {"required": "Enter the model's name, as the agents use it."}}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        window, longest = data.get("context_window"), data.get("max_output_tokens")
+        if window and longest and longest > window:
+            self.add_error("max_output_tokens", "The longest answer cannot be longer than the "
+                                                "context window, which holds it.")
+        return data
+
+
+class ProviderModelFormSet(forms.BaseInlineFormSet):
+    def clean(self) -> None:
+        super().clean()
+        seen: dict[str, str] = {}
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):
+                continue
+            name = (form.cleaned_data.get("model") or "").strip()
+            if not name:
+                continue
+            if name.lower() in seen:
+                raise ValidationError(f"“{name}” is listed twice (names compare without case): "
+                                      "keep one row per model.")
+            seen[name.lower()] = name
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -274,7 +330,8 @@ AGENT_HELP = {
     "model": "The model name the provider knows, e.g. gpt-4o-mini or claude-sonnet-4-5. The demo "
              "model answers to any name.",
     "temperature": "0 to 2. Empty: the provider's default. Lower is more deterministic.",
-    "max_output_tokens": "Longest answer per model request. Empty: the provider's default.",
+    "max_output_tokens": "Longest answer per model request. Empty: the provider's setting for "
+                         "the model, else the server's default.",
     "system_prompt": "The instructions every turn starts with.",
     "tools": "What the agent may call. Only the team's tools are listed; disabled tools are "
              "left out of turns.",

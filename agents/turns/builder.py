@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, prefetch_related_objects
 
-from agents.models import Agent, Conversation, Message
+from agents.models import Agent, Conversation, Message, ModelSettings
 from agents.runtime.history import estimate_tokens
 from agents.runtime.loop import (
     CompactionSettings,
@@ -77,7 +77,12 @@ def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
         trace_id=trace.pk)
 
 
-def turn_config(agent: Agent, model: str) -> TurnConfig:
+def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | None = None,
+                streaming: bool = True) -> TurnConfig:
+    """The loop's configuration for ``agent`` answering with ``model``. ``model_settings``: what the
+    provider configures for the model (its longest answer, when the agent sets none);
+    ``streaming``: whether the model streams (off: one request per answer, no deltas)."""
+    configured = model_settings or ModelSettings()
     return TurnConfig(
         model=model,
         system_prompt=agent.system_prompt,
@@ -85,7 +90,8 @@ def turn_config(agent: Agent, model: str) -> TurnConfig:
         parallel_tools=agent.parallel_tools,
         dispatcher=agent.tool_dispatcher,
         temperature=agent.temperature,
-        max_tokens=agent.max_output_tokens,
+        max_tokens=agent.max_output_tokens or configured.max_output_tokens,
+        stream=streaming,
         history_max_messages=agent.history_max_messages,
         compaction=CompactionSettings(enabled=agent.compaction_enabled,
                                       preserve_recent=agent.compaction_preserve_recent,
@@ -155,6 +161,7 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
         raise TurnSetupError("The message of this turn was deleted, so there is nothing to answer.")
     user_text = message.text
     choice = route_turn(agent=agent, conversation=conversation, text=user_text)
+    prefetch_related_objects([choice.provider], "model_settings")
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
     tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace,
@@ -180,7 +187,9 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
             attempt=trace.attempts, db=db,
             prompt_tokens=estimate_tokens([{"role": "system", "content": agent.system_prompt},
                                            {"role": "user", "content": user_text}]))
-    config = turn_config(agent, choice.model)
+    config = turn_config(agent, choice.model,
+                         model_settings=choice.provider.settings_for(choice.model),
+                         streaming=provider.capabilities_for(choice.model).streaming)
     config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     branch = turn_branch_before(trace=trace)

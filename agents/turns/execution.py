@@ -33,10 +33,12 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
+from agents.models import Message
 from agents.runtime.cancel import CancelToken
 from agents.runtime.loop import TurnResult, TurnStatus, run_turn
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role
+from agents.runtime.providers.base import Outcome
 from agents.runtime.sanitize import sanitize_response
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
@@ -295,12 +297,27 @@ class TurnRun:
         tool_names = [t.name for t in setup.tools]
         return TurnOutcome(status=status, error=error, error_kind=error_kind,
                            answer=result.text, iterations=result.iterations,
-                           messages=stored_messages(result.new_messages, tool_names))
+                           messages=stored_messages(result.new_messages, tool_names,
+                                                    ending=self._ending(result, status)))
+
+    def _ending(self, result: TurnResult, status: str) -> str:
+        """How the turn's last answer ended, when it is not a whole answer: the text streamed
+        before the turn stopped (the runtime keeps it as the last message), or an answer the
+        model cut off, refused, or had filtered."""
+        if status != Status.COMPLETED:
+            return Message.Outcome.INTERRUPTED if result.raw_text.strip() else ""
+        outcome = self.recorder.last_outcome
+        return outcome.value if outcome in INCOMPLETE_OUTCOMES else ""
 
 
-def stored_messages(messages: list[RuntimeMessage], tool_names: list[str]) -> list[NewMessage]:
+INCOMPLETE_OUTCOMES = (Outcome.LENGTH, Outcome.REFUSAL, Outcome.FILTERED)
+
+
+def stored_messages(messages: list[RuntimeMessage], tool_names: list[str], *,
+                    ending: str = "") -> list[NewMessage]:
     """The turn's new messages as rows to store: everything after the user's own message
-    (which the turn's start stored), with the text a reader sees."""
+    (which the turn's start stored), with the text a reader sees. ``ending`` (a
+    ``Message.Outcome``) marks the last message, when it is the assistant's."""
     rows = []
     for index, message in enumerate(messages):
         if index == 0 and message.role is Role.USER:
@@ -312,6 +329,8 @@ def stored_messages(messages: list[RuntimeMessage], tool_names: list[str]) -> li
             text = ""
         rows.append(NewMessage(role=str(message.role), blocks=message.to_dict()["blocks"],
                                text=text, usage=message.usage.to_dict() if message.usage else None))
+    if ending and rows and rows[-1].role == Message.Role.ASSISTANT:
+        rows[-1].outcome = ending
     return rows
 
 

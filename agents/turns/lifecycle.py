@@ -114,6 +114,7 @@ class NewMessage:
     blocks: list[dict[str, Any]]
     text: str = ""
     usage: dict[str, Any] | None = None
+    outcome: str = ""  # Message.Outcome: how an assistant answer ended, when not whole
 
 
 @dataclass
@@ -153,7 +154,7 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             return None
         messages = Message.objects.bulk_create([
             Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
-                    text=m.text, usage=m.usage, trace_id=trace_id)
+                    text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
             for m in outcome.messages
         ])
         Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)

@@ -31,11 +31,12 @@ def provider_api_key(provider: Provider) -> str:
 
 
 def runtime_provider(row: Provider) -> RuntimeProvider:
+    """``row`` as a runtime provider, with its capability overrides and its models' own."""
     options: dict[str, Any] = dict(row.options or {}) if isinstance(row.options, dict) else {}
     options.update(
         name=row.name, base_url=row.base_url or None, api_key=provider_api_key(row) or None,
         timeout=row.timeout_s, extra_headers=row.extra_headers or None,
-        capabilities=row.capabilities or None)
+        capabilities=row.runtime_capabilities() or None)
     try:
         return build_provider(row.kind, **options)
     except (TypeError, ValueError) as exc:
@@ -52,7 +53,8 @@ def reliable_provider(*, agent: Agent, primary: Provider,
     warnings: list[str] = []
     entries = agent.fallbacks if isinstance(agent.fallbacks, list) else []
     names = {str(e.get("provider", "")) for e in entries if isinstance(e, dict)}
-    rows = {p.name: p for p in Provider.objects.filter(team_id=agent.team_id, name__in=names)}
+    rows = {p.name: p for p in Provider.objects.filter(team_id=agent.team_id, name__in=names)
+            .prefetch_related("model_settings")}
     for entry in entries:
         if not isinstance(entry, dict):
             continue

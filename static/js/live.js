@@ -329,7 +329,7 @@
 
   function onStep(payload) {
     if (payload.kind === "llm") {
-      chat.usage[payload.trace + ":" + payload.step] = { tokens: payload.tokens || 0, cost: parseFloat(payload.cost || "0") || 0 };
+      chat.usage[payload.trace + ":" + payload.step] = { tokens: payload.tokens || 0, cost: parseFloat(payload.cost || "0") || 0, estimated: !!payload.estimated };
       drawMeter();
     }
     if (payload.restarted_step) { restartAnswer(payload); }
@@ -409,11 +409,17 @@
     if (!meter) { return; }
     var tokens = parseInt(meter.getAttribute("data-tokens") || "0", 10);
     var cost = parseFloat(meter.getAttribute("data-cost") || "0") || 0;
-    Object.keys(chat.usage).forEach(function (key) { tokens += chat.usage[key].tokens; cost += chat.usage[key].cost; });
+    var estimated = parseInt(meter.getAttribute("data-estimated") || "0", 10) > 0;
+    Object.keys(chat.usage).forEach(function (key) {
+      tokens += chat.usage[key].tokens; cost += chat.usage[key].cost;
+      estimated = estimated || chat.usage[key].estimated;
+    });
     var t = meter.querySelector("[data-meter='tokens']");
     var c = meter.querySelector("[data-meter='cost']");
     if (t) { t.textContent = formatTokens(tokens); }
     if (c) { c.textContent = formatUsd(cost); }
+    // Tokens a server did not report are estimates: the meter says so, never a silent figure.
+    meter.querySelectorAll("[data-meter='approx'], [data-meter='estimated']").forEach(function (el) { el.hidden = !estimated; });
   }
 
   // -- approvals: a countdown to the agent's timeout --

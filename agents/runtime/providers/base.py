@@ -211,6 +211,10 @@ class ProviderError(Exception):
                 f"retryable={self.retryable})")
 
 
+# The key of ``Provider(capabilities=...)`` that holds overrides per model name.
+PER_MODEL_OVERRIDES = "models"
+
+
 class Provider(abc.ABC):
     """Base class. Subclasses set ``kind`` and ``default_capabilities`` and implement ``chat``;
     those that stream override ``stream``."""
@@ -220,16 +224,24 @@ class Provider(abc.ABC):
 
     def __init__(self, *, name: str = "", capabilities: dict[str, Any] | None = None) -> None:
         self.name = name or self.kind
-        self.capability_overrides: dict[str, Any] = dict(capabilities or {})
+        overrides = dict(capabilities or {})
+        per_model = overrides.pop(PER_MODEL_OVERRIDES, None)
+        self.capability_overrides: dict[str, Any] = overrides
+        self.model_overrides: dict[str, dict[str, Any]] = {
+            str(m).strip().lower(): dict(o) for m, o in per_model.items() if isinstance(o, dict)
+        } if isinstance(per_model, dict) else {}
         self.capabilities = self.capabilities_for()
 
     def capabilities_for(self, model: str | dict[str, Any] | None = None) -> Capabilities:
         """What this provider can do for ``model``: the kind's defaults, then per-model rules
-        (``model_capabilities``), then the configured overrides. A dict argument is the older
-        call form (explicit overrides on the kind's defaults) and is still accepted."""
+        (``model_capabilities``), then the configured overrides, then those configured for
+        this model (``capabilities["models"][model]``; names compare without case). A dict
+        argument is the older call form (explicit overrides on the kind's defaults) and is
+        still accepted."""
         if isinstance(model, dict):
             return self.default_capabilities.with_overrides(model)
-        return self.model_capabilities(model).with_overrides(self.capability_overrides)
+        configured = self.model_capabilities(model).with_overrides(self.capability_overrides)
+        return configured.with_overrides(self.model_overrides.get((model or "").strip().lower()))
 
     def model_capabilities(self, model: str | None) -> Capabilities:
         """Per-model rules before configuration; subclasses refine by model name."""

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from agents.chat import live, selectors, services
 from agents.chat.windows import DEFAULT_CONTEXT_WINDOW, context_window
-from agents.models import Conversation, Message
+from agents.models import Conversation, Message, ProviderModel
 from agents.runtime.commands import HELP_TEXT
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
@@ -239,15 +239,30 @@ def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(convers
     assert selectors.chat_view(conversation).meter.context_tokens == estimate
 
 
-def test_context_windows_come_from_the_table_or_the_provider():
+def test_context_windows_come_from_the_table_or_the_configuration():
     assert context_window("gpt-4o-mini") == 128_000
     assert context_window("openai/gpt-4.1-nano") == 1_047_576
     assert context_window("gpt-4") == 8_192 and context_window("claude-sonnet-4-5") == 200_000
     assert context_window("my-local-model") == DEFAULT_CONTEXT_WINDOW
-    assert context_window("my-local-model", {"context_window": 4096}) == 4096
-    assert context_window("a", {"context_window": {"a": 2048, "*": 1024}}) == 2048
-    assert context_window("b", {"context_window": {"a": 2048, "*": 1024}}) == 1024
-    assert context_window("gpt-4o", {"context_window": "junk"}) == 128_000
+    assert context_window("my-local-model", 4096) == 4096
+    assert context_window("gpt-4o", None) == 128_000
+
+
+def test_the_meter_uses_the_model_row_over_the_provider_over_the_table(conversation, agent):
+    provider = agent.provider
+    assert selectors.chat_view(conversation).meter.context_window == 8192  # the table's "demo"
+    provider.context_window = 20_000
+    provider.save()
+    conversation.refresh_from_db()
+    assert selectors.chat_view(conversation).meter.context_window == 20_000
+    ProviderModel.objects.create(provider=provider, model="DEMO", context_window=4096)
+    ProviderModel.objects.create(provider=provider, model="other", context_window=1000)
+    conversation.refresh_from_db()
+    assert selectors.chat_view(conversation).meter.context_window == 4096
+    # a conversation on another model (/model) reads that model's row
+    Conversation.objects.filter(pk=conversation.pk).update(model_override="other")
+    conversation.refresh_from_db()
+    assert selectors.chat_view(conversation).meter.context_window == 1000
 
 
 # -- tool cards ----------------------------------------------------------------------------------------

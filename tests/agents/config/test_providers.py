@@ -24,6 +24,10 @@ def provider_data(**changes) -> dict:
         "extra_headers": "{}", "options": "{}",
         "capability_native_tool_calling": "", "capability_vision": "",
         "capability_prompt_caching": "", "capability_streaming": "",
+        "context_window": "", "max_output_tokens": "",
+        # the per-model inline, empty
+        "model_settings-TOTAL_FORMS": "0", "model_settings-INITIAL_FORMS": "0",
+        "model_settings-MIN_NUM_FORMS": "0", "model_settings-MAX_NUM_FORMS": "1000",
     }
     data.update(changes)
     return data
