@@ -247,6 +247,22 @@ class Provider(abc.ABC):
         """Per-model rules before configuration; subclasses refine by model name."""
         return self.default_capabilities
 
+    def streaming_switched_off(self, model: str | None) -> bool:
+        """Whether the configuration (for this model, else for the provider) turns streaming
+        off: such a provider is sent whole requests even when the turn streams."""
+        for overrides in (self.model_overrides.get((model or "").strip().lower()) or {},
+                          self.capability_overrides):
+            if "streaming" in overrides:
+                return not overrides["streaming"]
+        return False
+
+    def answer_events(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """The answer to ``request`` as stream events: streamed, or one whole request when the
+        configuration turns streaming off for its model."""
+        if self.streaming_switched_off(request.model):
+            return Provider.stream(self, request)
+        return self.stream(request)
+
     @abc.abstractmethod
     async def chat(self, request: ChatRequest) -> ChatResponse: ...
 

@@ -480,7 +480,7 @@ class ReliableProvider(Provider):
                 continue
             backoff = self.base_backoff_ms
             for attempt in range(run.attempts):
-                events = target.provider.stream(replace(request, model=target.model))
+                events = target.provider.answer_events(replace(request, model=target.model))
                 started = False
                 shown: list[str] = []
                 failure: Exception | None = None

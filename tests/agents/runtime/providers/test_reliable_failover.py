@@ -14,6 +14,7 @@ from agents.runtime.providers.base import (
     ChatRequest,
     ChatResponse,
     ErrorKind,
+    Provider,
     ProviderError,
     StreamDone,
     StreamEvent,
@@ -243,3 +244,47 @@ async def test_a_rejected_key_everywhere_says_to_check_the_keys():
         "The model provider “a” rejected its API key (401); the fallbacks “b” (API key rejected) "
         "and “c” (API key rejected) also failed. Check the API keys of the providers in the "
         "admin.")
+
+
+# -- streaming switched off in the configuration --------------------------------------------------
+class FakeCountingStreams(FakeProvider):
+    """Counts which of its two entry points each request took."""
+
+    def __init__(self, name: str, *script: Exception | str, capabilities=None) -> None:
+        super().__init__(name, *script)
+        if capabilities is not None:
+            Provider.__init__(self, name=name, capabilities=capabilities)
+        self.streamed = 0
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        self.streamed += 1
+        async for event in super().stream(request):
+            yield event
+
+
+@pytest.mark.parametrize("switch", [
+    {"streaming": False},
+    {"models": {"FALLBACK-MODEL": {"streaming": False}}},
+], ids=["provider-wide", "per-model"])
+async def test_a_fallback_whose_streaming_is_off_gets_a_whole_request(switch):
+    primary = FakeCountingStreams("primary", server_error())
+    fallback = FakeCountingStreams("fallback", "Whole answer.", capabilities=switch)
+    wrapper, _sleep, _log = reliable(primary, (fallback, "fallback-model"), max_retries=0)
+
+    events = [event async for event in wrapper.stream(request())]
+
+    assert primary.streamed == 1
+    assert fallback.streamed == 0 and fallback.calls == ["fallback-model"]
+    assert answer_after_last_restart(events) == "Whole answer."
+    assert isinstance(events[-1], StreamDone)
+
+
+async def test_streaming_on_for_the_model_wins_over_off_for_the_provider():
+    provider = FakeCountingStreams("only", "Streamed.", capabilities={
+        "streaming": False, "models": {"m1": {"streaming": True}}})
+    wrapper, _sleep, _log = reliable(provider)
+
+    events = [event async for event in wrapper.stream(request("m1"))]
+
+    assert provider.streamed == 1
+    assert answer_after_last_restart(events) == "Streamed."
