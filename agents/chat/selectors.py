@@ -342,7 +342,9 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     """``history``: the branch's messages, oldest first (what the next turn would continue)."""
     agent = conversation.agent
     model = conversation.model_override or agent.model
-    meter = Meter(model=model, context_window=context_window(model, agent.provider.capabilities))
+    meter = Meter(model=model, context_window=context_window(
+        model, agent.provider.capabilities, provider_kind=agent.provider.kind,
+        team_id=conversation.team_id))
     for trace in traces:
         for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
             setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))
