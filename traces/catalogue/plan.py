@@ -45,6 +45,11 @@ class Action(StrEnum):
     SKIP = "skip"
 
 
+def rates_text(values: tuple[Decimal | None, ...]) -> str:
+    """Input / output / cache write / cache read, per million tokens."""
+    return " / ".join("as input" if v is None else f"${v.normalize():f}" for v in values)
+
+
 @dataclass(frozen=True, slots=True)
 class Current:
     """The global table's latest row for a model, as the plan shows it."""
@@ -68,6 +73,14 @@ class PlanItem:
     @property
     def model(self) -> str:
         return self.entry.model if self.entry else self.key
+
+    @property
+    def rates_text(self) -> str:
+        return rates_text(self.entry.rates) if self.entry else ""
+
+    @property
+    def current_rates_text(self) -> str:
+        return rates_text(self.current.rates) if self.current else ""
 
     @property
     def limits_changed(self) -> bool:

@@ -9,7 +9,6 @@ seed (``traces/catalogue/snapshot.json``) uses, instead of planning an import.""
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,6 @@ def _moment(text: str) -> datetime:
     return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
 
 
-def rates(values: tuple[Decimal | None, ...]) -> str:
-    return " / ".join("as input" if v is None else f"${v:f}" for v in values)
-
-
 def plan_lines(plan: Plan, *, verbose: bool) -> list[str]:
     lines = [f"Catalogue: {plan.catalogue.source or 'unnamed'}"
              + (f" ({plan.catalogue.version})" if plan.catalogue.version else ""),
@@ -47,10 +42,10 @@ def plan_lines(plan: Plan, *, verbose: bool) -> list[str]:
              f"from {plan.effective_from:%Y-%m-%d %H:%M %Z}.", plan.summary()]
     for item in plan.adds:
         window = f" · window {item.entry.context_window:,}" if item.entry.context_window else ""
-        lines.append(f"  add        {item.model}: {rates(item.entry.rates)}{window}")
+        lines.append(f"  add        {item.model}: {item.rates_text}{window}")
     for item in plan.changes:
-        lines.append(f"  change     {item.model}: {rates(item.current.rates)} (v{item.current.version}) "
-                     f"-> {rates(item.entry.rates)}")
+        lines.append(f"  change     {item.model}: {item.current_rates_text} (v{item.current.version}) "
+                     f"-> {item.rates_text}")
     for item in plan.unchanged:
         if item.limits_changed:
             lines.append(f"  limits     {item.model}: window {item.current.context_window} -> "
