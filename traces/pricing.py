@@ -288,8 +288,12 @@ def model_limits(model: str, provider_kind: str = "", *, team_id: int | None = N
     suffix, never a sibling. Only rows that know a limit take part (one query)."""
     rows = ModelPrice.objects.filter(Q(team__isnull=True) | Q(team_id=team_id or 0)).filter(
         Q(context_window__isnull=False) | Q(max_output_tokens__isnull=False))
-    found = PriceTable([PriceRow.from_model(r) for r in rows]).match(
-        provider_kind=provider_kind, model=model, team_id=team_id)
+    table = PriceTable([PriceRow.from_model(r) for r in rows])
+    found = table.match(provider_kind=provider_kind, model=model, team_id=team_id)
+    if found is None and provider_kind == DEMO_KIND:
+        # Rows for any kind never *price* the offline demo provider's requests; what a model
+        # name can hold is the same whoever serves it.
+        found = table.match(provider_kind="", model=model, team_id=team_id)
     if found is None:
         return None
     return ModelLimits(found.row.context_window, found.row.max_output_tokens, found)

@@ -78,7 +78,7 @@ def test_conversation_page_queries_are_bounded(client_for, alice, conversation, 
     for i in range(count):
         Message.objects.create(conversation=conversation, role="user", text=f"m{i}", blocks=[{"type": "text", "text": f"m{i}"}])
     c = client_for(alice)
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(11):  # one of them: the model's context window, from the catalogue
         assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
 
 
@@ -264,6 +264,6 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
     with django_assert_max_num_queries(len(few)):
         big = c.get(url)
     body = big.content.decode()
-    assert len(few) <= 14 and big.status_code == 200 and body.count('class="message role-user"') == 30
+    assert len(few) <= 15 and big.status_code == 200 and body.count('class="message role-user"') == 30
     assert body.count('class="tool-card state-ok"') == 30 and body.count("<strong>answer</strong>") == 30
     assert body.count("<span>2/2</span>") == 30
