@@ -200,7 +200,7 @@ def fetch_document(url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES,
         for _hop in range(DOCUMENT_MAX_REDIRECTS + 1):
             addresses = vet_url(current, resolver=resolver, allow_http=allow_http)
             response = _send(client, current, addresses)
-            with response:
+            try:
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_STATUSES and location:
                     try:
@@ -214,6 +214,8 @@ def fetch_document(url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES,
                 content = _read(response, max_bytes, deadline, timeout_s)
                 return Document(url=str(current), content=content,
                                 content_type=response.headers.get("content-type", ""))
+            finally:
+                response.close()
     raise OutboundFailed(f"Too many redirects (more than {DOCUMENT_MAX_REDIRECTS}).")
 
 
