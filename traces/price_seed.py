@@ -12,11 +12,11 @@ changed prices as new versions, nothing of a team's touched. Refresh the snapsho
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from .catalogue import snapshot_apply
+from .catalogue.plan import FIRST_PRICE_FROM
 from .models import ModelPrice
 
 # The offline demo model runs locally: free, and said so, rather than "unpriced". Other model
@@ -24,7 +24,7 @@ from .models import ModelPrice
 DEMO_PRICE: dict[str, Any] = {
     "provider_kind": "demo", "vendor": "", "model": "demo", "aliases": ["demo-fast", "demo-careful"],
     "input_per_mtok": Decimal(0), "output_per_mtok": Decimal(0), "cache_write_per_mtok": Decimal(0),
-    "cache_read_per_mtok": Decimal(0), "effective_from": datetime(2000, 1, 1, tzinfo=UTC),
+    "cache_read_per_mtok": Decimal(0), "effective_from": FIRST_PRICE_FROM,
     "source_url": "", "label": "free (offline demo)",
     "source_note": "The offline demo model runs on this server and costs nothing.",
 }

@@ -29,6 +29,7 @@ from traces.catalogue import (
     catalogue_read,
     snapshot_apply,
 )
+from traces.catalogue.plan import FIRST_PRICE_FROM
 from traces.catalogue.read import per_million
 from traces.models import ModelPrice
 from traces.pricing import model_limits, price_table_for
@@ -174,6 +175,7 @@ def test_applying_adds_new_versions_with_provenance_and_a_second_import_adds_not
     assert (new.catalogue_source, new.catalogue_version, new.catalogue_read_at) == (
         "https://example.com/model_prices_and_context_window.json", "abc123", read_at)
     brand_new = global_rows("gpt-brand-new")[0]
+    assert brand_new.effective_from == FIRST_PRICE_FROM  # no earlier price: it holds from the start
     assert brand_new.source_url == "https://example.com/model_prices_and_context_window.json"  # its catalogue's
     assert price_table_for(None).match(provider_kind="openai", model="gpt-4o").row.id == new.pk
 

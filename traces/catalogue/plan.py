@@ -3,7 +3,9 @@
 The plan compares each catalogue entry with the global table's latest row for the same model
 (rows for any provider kind, as the shipped table keeps them):
 
-* **add**: the table has no such model;
+* **add**: the table has no such model: its first row is in force from ``FIRST_PRICE_FROM``
+  (the catalogue does not say since when a price holds, and there is no earlier price to keep,
+  so requests recorded before the import, re-priced, get the only price known);
 * **change**: the rates differ: a *new version* effective from the import date, carrying the
   current row's aliases, prefix and label; the old version stays for the costs it priced;
 * **unchanged**: same rates (a changed context window or output limit is updated in place:
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -35,6 +37,7 @@ from ..models import ModelPrice
 from .read import Catalogue, Entry
 
 SOURCE_URL_MAX = 200  # ModelPrice.source_url
+FIRST_PRICE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 NOTE_MAX = 200
 
 
@@ -244,7 +247,7 @@ def catalogue_apply(plan: Plan, *, actor: Any = None, model: Any = None) -> Appl
                 **carried,
                 "input_per_mtok": entry.input, "output_per_mtok": entry.output,
                 "cache_write_per_mtok": entry.cache_write, "cache_read_per_mtok": entry.cache_read,
-                "effective_from": plan.effective_from,
+                "effective_from": plan.effective_from if item.current is not None else FIRST_PRICE_FROM,
                 "version": max(versions.values_list("version", flat=True), default=0) + 1,
                 "context_window": entry.context_window, "max_output_tokens": entry.max_output_tokens,
                 **provenance(entry, plan.catalogue, read_at)}

@@ -38,8 +38,9 @@ def _moment(text: str) -> datetime:
 def plan_lines(plan: Plan, *, verbose: bool) -> list[str]:
     lines = [f"Catalogue: {plan.catalogue.source or 'unnamed'}"
              + (f" ({plan.catalogue.version})" if plan.catalogue.version else ""),
-             f"Prices per million tokens: input / output / cache write / cache read; new versions "
-             f"from {plan.effective_from:%Y-%m-%d %H:%M %Z}.", plan.summary()]
+             f"Prices per million tokens: input / output / cache write / cache read. Changed prices "
+             f"are new versions from {plan.effective_from:%Y-%m-%d %H:%M %Z}; a new model's price "
+             "holds for all its requests (there is no earlier one).", plan.summary()]
     for item in plan.adds:
         window = f" · window {item.entry.context_window:,}" if item.entry.context_window else ""
         lines.append(f"  add        {item.model}: {item.rates_text}{window}")
