@@ -119,6 +119,15 @@ def test_a_document_that_is_not_a_catalogue_is_refused():
             catalogue_read(raw)
 
 
+def test_only_https_links_are_kept_as_a_models_source():
+    raw = {"format": "agentsite.catalogue/1", "models": [
+        {"model": "m1", "input": "1", "output": "2", "source": "javascript:alert(1)"},
+        {"model": "m2", "input": "1", "output": "2", "source": "https://example.com/pricing"}]}
+    assert [e.source for e in catalogue_read(json.dumps(raw)).entries] == ["", "https://example.com/pricing"]
+    doc = litellm(m3=("openai", "chat", 1e-06, 2e-06, {"source": "data:text/html,<script>x</script>"}))
+    assert catalogue_read(doc).entries[0].source == ""
+
+
 def test_the_compact_form_reads_back_the_same_entries():
     catalogue = catalogue_read(SAMPLE.read_bytes(), source="sample.json", version="v1", read_at=EARLY)
     again = catalogue_read(catalogue.to_json())

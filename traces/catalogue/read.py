@@ -137,6 +137,12 @@ def _rate(value: Any, what: str, *, shift: int = 0) -> Decimal:
     return number.quantize(Decimal(1)) if number == number.to_integral_value() else number
 
 
+def _link(value: Any) -> str:
+    """A model's pricing page: only an https link is kept (it is shown as a link)."""
+    text = value.strip() if isinstance(value, str) else ""
+    return text if text.startswith("https://") and not any(c.isspace() for c in text) else ""
+
+
 def _tokens(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -177,8 +183,7 @@ def _entry(key: str, item: Mapping[str, Any], vendor: str, prefix: str) -> Entry
         cache_read=None if read is None else per_million(read, "cache read"),
         context_window=_tokens(item.get("max_input_tokens")),
         max_output_tokens=_tokens(item.get("max_output_tokens")) or _tokens(item.get("max_tokens")),
-        source=source.strip() if isinstance(source, str) and source.strip().startswith("https://") else "",
-        note=" ".join(notes))
+        source=_link(source), note=" ".join(notes))
 
 
 def read_litellm(data: Mapping[str, Any]) -> Catalogue:
@@ -236,7 +241,7 @@ def read_compact(data: Mapping[str, Any]) -> Catalogue:
                 key=str(item.get("key") or item["model"]), **rates,  # type: ignore[arg-type]
                 context_window=_tokens(item.get("context_window")),
                 max_output_tokens=_tokens(item.get("max_output_tokens")),
-                source=str(item.get("source") or ""), note=str(item.get("note") or "")))
+                source=_link(item.get("source")), note=str(item.get("note") or "")[:200]))
         except _Bad as exc:
             raise CatalogueError(f"Model {index}: {exc}.") from None
     read_at = parse_datetime(str(data.get("read_at") or ""))
