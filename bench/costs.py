@@ -33,7 +33,7 @@ TARGETS_MS = {7: 500.0, 30: 2000.0}
 AGENTS, PEOPLE, CONVERSATIONS = 8, 24, 6_000
 STEPS_PER_TRACE = 5  # model, tool, model, tool, model
 MODELS = [("OpenAI", "openai", "gpt-4o"), ("OpenAI", "openai", "gpt-4o-mini-2024-07-18"),
-          ("Anthropic", "anthropic", "claude-sonnet-4-20250514"), ("Anthropic", "anthropic", "claude-3-5-haiku"),
+          ("Anthropic", "anthropic", "claude-sonnet-4-5-20250929"), ("Anthropic", "anthropic", "claude-haiku-4-5"),
           ("Gemini", "openai", "gemini-2.5-flash"), ("Local", "openai", "llama3.1:70b")]  # the last is unpriced
 
 

@@ -3,7 +3,8 @@
 Prices: team admins see the global table (read-only: site admins keep it) beside their teams'
 own rows, which they add, change, import and export. Changing a row's rates, names or date saves
 a new version: the old one stays, so recorded costs keep their price. Pages beside Django's
-own: ``modelprice/export/`` (JSON of the rows shown) and ``modelprice/import/``.
+own: ``modelprice/export/`` (JSON of the rows shown), ``modelprice/import/`` and, for site
+admins, ``modelprice/catalogue/`` (import from the community model catalogue, with a preview).
 
 Budgets: per team or per member, per day or month, with the mode and the route they use."""
 
@@ -29,6 +30,7 @@ from agentsite.audit import AuditedAdmin
 from agentsite.models import Membership, Team
 
 from .budgets import BudgetState, spent_of, with_spend
+from .catalogue.views import catalogue_import_view
 from .models import Budget, ModelPrice
 from .pricing import _next_version, price_export, price_import
 
@@ -51,7 +53,8 @@ class ModelPriceForm(forms.ModelForm):
         model = ModelPrice
         fields = ["team", "provider_kind", "vendor", "model", "aliases_text", "prefix",
                   "input_per_mtok", "output_per_mtok", "cache_write_per_mtok",
-                  "cache_read_per_mtok", "effective_from", "label", "source_url", "source_note"]
+                  "cache_read_per_mtok", "effective_from", "label", "source_url", "source_note",
+                  "context_window", "max_output_tokens"]
         widgets = {"provider_kind": forms.Select(choices=[("", "Any (not the offline demo)"),
                                                           *PROVIDER_KINDS])}
 
@@ -111,7 +114,8 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
     list_filter = (ScopeFilter, "vendor", "provider_kind")
     list_select_related = ("team",)
     search_fields = ("model", "vendor", "label")
-    readonly_fields = ("version", "created_by", "created_at")
+    readonly_fields = ("version", "created_by", "created_at", "catalogue_source", "catalogue_version",
+                       "catalogue_read_at")
     actions = ["export_selected"]
     ordering = ("vendor", "model", "-effective_from", "-version")
 
@@ -201,8 +205,13 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
         return [
             path("export/", self.admin_site.admin_view(self.export_view), name="traces_modelprice_export"),
             path("import/", self.admin_site.admin_view(self.import_view), name="traces_modelprice_import"),
+            path("catalogue/", self.admin_site.admin_view(self.catalogue_view),
+                 name="traces_modelprice_catalogue"),
             *super().get_urls(),
         ]
+
+    def catalogue_view(self, request: HttpRequest) -> HttpResponse:
+        return catalogue_import_view(self, request)
 
     def _export_response(self, rows: QuerySet) -> HttpResponse:
         body = json.dumps(price_export(rows=rows), indent=2)

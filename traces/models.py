@@ -316,6 +316,19 @@ class ModelPrice(models.Model):
     source_url = models.URLField(blank=True)
     source_note = models.CharField(max_length=200, blank=True,
                                    help_text="Where and when the price was read.")
+    # What the model can hold, from the catalogue (or set by hand): a fact about the model, not
+    # a price, so it is kept on the current row and changed in place, not versioned.
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens the model reads at most (its context window).")
+    max_output_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens the model writes at most in one answer.")
+    # Provenance of rows imported from the community model catalogue (``traces.catalogue``).
+    catalogue_source = models.CharField(
+        max_length=300, blank=True, help_text="The catalogue this row was imported from (URL or file).")
+    catalogue_version = models.CharField(max_length=50, blank=True,
+                                         help_text="The catalogue's version, when known.")
+    catalogue_read_at = models.DateTimeField(null=True, blank=True,
+                                             help_text="When the catalogue was read.")
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                    blank=True, related_name="+", editable=False)

@@ -81,6 +81,8 @@ class PriceRow:
     version: int
     label: str = ""
     source_url: str = ""
+    context_window: int | None = None
+    max_output_tokens: int | None = None
 
     @classmethod
     def from_model(cls, row: ModelPrice) -> PriceRow:
@@ -92,7 +94,8 @@ class PriceRow:
             price=Price(row.input_per_mtok, row.output_per_mtok, row.cache_write_per_mtok,
                         row.cache_read_per_mtok),
             effective_from=row.effective_from, version=row.version, label=row.label,
-            source_url=row.source_url)
+            source_url=row.source_url, context_window=row.context_window,
+            max_output_tokens=row.max_output_tokens)
 
     @property
     def key(self) -> tuple[int | None, str, str]:
@@ -268,6 +271,32 @@ def price_table_load(*, team_ids: Iterable[int | None] = (), with_providers: boo
 
 def price_table_for(team_id: int | None, *, with_providers: bool = False) -> PriceTable:
     return price_table_load(team_ids=[team_id], with_providers=with_providers)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """What a model can hold, and the row that says so."""
+
+    context_window: int | None
+    max_output_tokens: int | None
+    match: PriceMatch
+
+
+def model_limits(model: str, provider_kind: str = "", *, team_id: int | None = None) -> ModelLimits | None:
+    """The context window and output limit of ``model`` from the price table (the catalogue's
+    rows, or a team's own), found by the same rule as its price: exact name, alias, version
+    suffix, never a sibling. Only rows that know a limit take part (one query)."""
+    rows = ModelPrice.objects.filter(Q(team__isnull=True) | Q(team_id=team_id or 0)).filter(
+        Q(context_window__isnull=False) | Q(max_output_tokens__isnull=False))
+    table = PriceTable([PriceRow.from_model(r) for r in rows])
+    found = table.match(provider_kind=provider_kind, model=model, team_id=team_id)
+    if found is None and provider_kind == DEMO_KIND:
+        # Rows for any kind never *price* the offline demo provider's requests; what a model
+        # name can hold is the same whoever serves it.
+        found = table.match(provider_kind="", model=model, team_id=team_id)
+    if found is None:
+        return None
+    return ModelLimits(found.row.context_window, found.row.max_output_tokens, found)
 
 
 def cost_units(amount: Decimal | None) -> int:

@@ -351,7 +351,8 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     agent = conversation.agent
     model = conversation.model_override or agent.model
     configured = agent.provider.settings_for(model).context_window
-    meter = Meter(model=model, context_window=context_window(model, configured))
+    meter = Meter(model=model, context_window=context_window(
+        model, configured, provider_kind=agent.provider.kind, team_id=conversation.team_id))
     for trace in traces:
         for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
             setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))

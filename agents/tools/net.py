@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import ipaddress
 import socket
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,25 +36,14 @@ import httpx
 
 from agents.runtime.tools import ToolError
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# The address policy is the platform's, shared with every other outbound request.
+from agentsite.outbound import IPAddress, IPNetwork, address_problem, parse_ip
+
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 DEFAULT_MAX_REDIRECTS = 5
 USER_AGENT = "agentsite-tools/1.0"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
-    "169.254.170.2",    # AWS ECS task metadata
-    "100.100.100.200",  # Alibaba Cloud
-    "fd00:ec2::254",    # AWS over IPv6
-))
-THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
-SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
-NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-
 
 class FetchRefused(ToolError):
     """The URL points somewhere tools may not go."""
@@ -63,91 +51,6 @@ class FetchRefused(ToolError):
 
 class FetchFailed(ToolError):
     """The URL could not be fetched (network, time limit, too many redirects)."""
-
-
-# -- which addresses are refused ------------------------------------------------------------------
-def _ipv4_problem(ip: ipaddress.IPv4Address) -> str | None:
-    if ip in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if ip.is_unspecified or ip in THIS_NETWORK:
-        return "an unspecified address"
-    if ip.is_loopback:
-        return "a loopback address"
-    if ip.is_link_local:
-        return "a link-local address"
-    if ip in SHARED_ADDRESS_SPACE:
-        return "a shared (carrier-grade NAT) address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if ip.is_reserved:
-        return "a reserved address"
-    if ip.is_private:
-        return "a private address"
-    if not ip.is_global:
-        return "not a public address"
-    return None
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
-    if ip.ipv4_mapped is not None:
-        return "an IPv4-mapped", ip.ipv4_mapped
-    if ip in NAT64:
-        return "a NAT64", ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
-    if ip.sixtofour is not None:
-        return "a 6to4", ip.sixtofour
-    return None
-
-
-def _ipv6_problem(ip: ipaddress.IPv6Address) -> str | None:
-    if ip.scope_id:
-        ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
-    if ip in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    embedded = _embedded_ipv4(ip)
-    if embedded is not None:
-        form, inner = embedded
-        problem = _ipv4_problem(inner)
-        if problem is not None:
-            return f"{form} address of {inner}, {problem}"
-        if form != "a 6to4":
-            return None  # a public IPv4 behind the translation: judged by it alone
-    if ip.teredo is not None:
-        return "a Teredo tunnel address"
-    if ip in NAT64_LOCAL:
-        return "a local-use NAT64 address"
-    if ip.is_unspecified:
-        return "an unspecified address"
-    if ip.is_loopback:
-        return "a loopback address"
-    if ip.is_link_local:
-        return "a link-local address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if ip.is_site_local:
-        return "a site-local address"
-    if ip.is_private:
-        return "a private address"
-    if ip.is_reserved:
-        return "a reserved address"
-    if not ip.is_global:
-        return "not a public address"
-    return None
-
-
-def address_problem(ip: IPAddress, allowed: Iterable[IPNetwork] = ()) -> str | None:
-    """Why tools may not connect to ``ip`` ("a loopback address"), or None when they may."""
-    if any(ip.version == net.version and ip in net for net in allowed):
-        return None
-    if isinstance(ip, ipaddress.IPv4Address):
-        return _ipv4_problem(ip)
-    return _ipv6_problem(ip)
-
-
-def parse_ip(text: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return None
 
 
 async def system_resolver(host: str, port: int) -> list[str]:

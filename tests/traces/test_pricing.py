@@ -18,8 +18,8 @@ from agents.runtime.pricing import Usage
 from agents.runtime.providers.anthropic import AnthropicProvider
 from agents.runtime.providers.base import ChatRequest
 from agents.runtime.providers.openai import OpenAIProvider
+from traces.catalogue import snapshot_read
 from traces.models import ModelPrice
-from traces.price_seed import SEED_PRICES
 from traces.pricing import (
     PriceTable,
     is_version_suffix,
@@ -52,22 +52,25 @@ def match(model, *, kind="openai", team=None, at=None):
 # -- matching ---------------------------------------------------------------------------------------
 def test_a_dated_version_is_priced_by_its_model_as_a_flagged_prefix_match():
     assert match("gpt-4o") == ("gpt-4o", "exact")
-    assert match("gpt-4o-2024-08-06") == ("gpt-4o", "prefix")
-    assert match("claude-sonnet-4-20250514", kind="anthropic") == ("claude-sonnet-4", "prefix")
-    assert match("claude-3-5-sonnet-latest", kind="anthropic") == ("claude-3-5-sonnet", "prefix")
-    assert match("claude-opus-4-1@20250805", kind="anthropic") == ("claude-opus-4-1", "prefix")
-    assert match("gemini-2.0-flash-001") == ("gemini-2.0-flash", "prefix")
+    # (dated names the shipped catalogue lists itself are exact rows of their own)
+    assert match("gpt-4o-2024-08-06") == ("gpt-4o-2024-08-06", "exact")
+    assert match("gpt-4o-2025-01-01") == ("gpt-4o", "prefix")
+    assert match("claude-sonnet-4-6-20260301", kind="anthropic") == ("claude-sonnet-4-6", "prefix")
+    assert match("claude-opus-4-5-latest", kind="anthropic") == ("claude-opus-4-5", "prefix")
+    assert match("claude-opus-4-6@20260205", kind="anthropic") == ("claude-opus-4-6", "prefix")
+    assert match("gemini-2.5-flash-001") == ("gemini-2.5-flash", "prefix")
 
 
 def test_a_sibling_model_is_never_priced_as_its_neighbour():
     assert match("gpt-4o-mini") == ("gpt-4o-mini", "exact")
-    assert match("gpt-4o-mini-2024-07-18") == ("gpt-4o-mini", "prefix")  # not gpt-4o
+    assert match("gpt-4o-mini-2025-01-01") == ("gpt-4o-mini", "prefix")  # not gpt-4o
     assert match("gpt-4o-realtime-preview") is None
     assert match("o1-preview") is None  # not o1
     assert match("o1-mini") is None
-    assert match("claude-opus-4-1-20250805", kind="anthropic") == ("claude-opus-4-1", "prefix")  # not claude-opus-4
-    assert match("claude-sonnet-4-6", kind="anthropic") is None  # a newer model is unpriced, not 4's price
-    assert match("gpt-4.1-mini-2025-04-14") == ("gpt-4.1-mini", "prefix")
+    assert match("claude-opus-4-6-20260301", kind="anthropic") == ("claude-opus-4-6", "prefix")  # not claude-opus-4-5
+    assert match("claude-sonnet-4-7", kind="anthropic") is None  # a newer model is unpriced, not 4-6's price
+    assert match("gpt-5.2-mini") is None  # not gpt-5.2, nor gpt-5-mini
+    assert match("gemini-3-pro-preview") is None  # not gemini-3.1-pro-preview
 
 
 def test_only_version_suffixes_count_as_a_prefix():
@@ -83,8 +86,10 @@ def test_an_exact_row_beats_the_prefix_rule():
 
 
 def test_aliases_and_vendor_qualified_names_match_as_aliases():
-    assert match("claude-opus-4-0", kind="anthropic") == ("claude-opus-4", "alias")
-    assert match("anthropic/claude-3.5-sonnet") == ("claude-3-5-sonnet", "alias")  # OpenRouter's name
+    price(None, "claude-opus-4-5-house", vendor="anthropic", aliases=("claude-opus-4.5-house",), version=1)
+    assert match("claude-opus-4.5-house", kind="anthropic") == ("claude-opus-4-5-house", "alias")
+    assert match("anthropic/claude-opus-4.5-house") == ("claude-opus-4-5-house", "alias")  # OpenRouter's way
+    assert match("anthropic/claude-opus-4-5") == ("claude-opus-4-5", "alias")
     assert match("openai/gpt-4o") == ("gpt-4o", "alias")
     assert match("google/gemini-2.5-pro") == ("gemini-2.5-pro", "alias")
     assert match("someone/gpt-4o") is None
@@ -104,7 +109,7 @@ def test_a_teams_own_price_wins_over_the_global_one_and_stays_in_its_team(team_a
     own = price(team_a, "gpt-4o", inp="1.5", out="6")
     table = price_table_for(team_a.pk)
     assert table.match(provider_kind="openai", model="gpt-4o", team_id=team_a.pk).row.id == own.pk
-    assert table.match(provider_kind="openai", model="gpt-4o-2024-08-06", team_id=team_a.pk).row.id == own.pk
+    assert table.match(provider_kind="openai", model="gpt-4o-2025-01-01", team_id=team_a.pk).row.id == own.pk
     other = price_table_for(team_b.pk).match(provider_kind="openai", model="gpt-4o", team_id=team_b.pk)
     assert other.row.team_id is None and other.price.input == Decimal("2.5")
 
@@ -147,7 +152,7 @@ def test_openai_cached_tokens_inside_prompt_tokens_are_priced_once():
 def test_anthropic_cache_fields_beside_input_tokens_are_each_priced_at_their_rate():
     usage = Usage.from_anthropic({"input_tokens": 200, "output_tokens": 100,
                                   "cache_creation_input_tokens": 300, "cache_read_input_tokens": 500})
-    priced = price_table_for(None).cost(provider_kind="anthropic", model="claude-sonnet-4-20250514", usage=usage)
+    priced = price_table_for(None).cost(provider_kind="anthropic", model="claude-sonnet-4-6-20260301", usage=usage)
     expected = (Decimal(200) * 3 + Decimal(300) * Decimal("3.75") + Decimal(500) * Decimal("0.3")
                 + Decimal(100) * 15) / Decimal(1_000_000)
     assert priced.cost == expected and priced.match.kind.value == "prefix"
@@ -163,7 +168,7 @@ def test_each_providers_usage_is_normalised_at_its_boundary_before_pricing():
 
     def anthropic(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={
-            "id": "y", "type": "message", "role": "assistant", "model": "claude-3-5-haiku-20241022",
+            "id": "y", "type": "message", "role": "assistant", "model": "claude-haiku-4-5-20251001",
             "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
             "usage": {"input_tokens": 50, "output_tokens": 10, "cache_creation_input_tokens": 400,
                       "cache_read_input_tokens": 600}})
@@ -179,8 +184,8 @@ def test_each_providers_usage_is_normalised_at_its_boundary_before_pricing():
     assert (two.usage.input_tokens, two.usage.cache_write_tokens, two.usage.cache_read_tokens) == (50, 400, 600)
     table = PriceTable([row for row in _seeded_rows()])
     assert table.cost(provider_kind="openai", model=one.model, usage=one.usage).cost == Decimal("0.00185")
-    # claude-3-5-haiku: 50 x $0.80 + 400 x $1 + 600 x $0.08 + 10 x $4 per million
-    assert table.cost(provider_kind="anthropic", model=two.model, usage=two.usage).cost == Decimal("0.000528")
+    # claude-haiku-4-5: 50 x $1 + 400 x $1.25 + 600 x $0.10 + 10 x $5 per million
+    assert table.cost(provider_kind="anthropic", model=two.model, usage=two.usage).cost == Decimal("0.00066")
 
 
 def _seeded_rows():
@@ -196,21 +201,21 @@ def test_unpriced_costs_zero_and_says_so():
 
 
 # -- the shipped table ------------------------------------------------------------------------------
-def test_the_shipped_table_covers_the_three_vendors_with_sources_and_dates():
+def test_the_shipped_table_is_the_catalogue_snapshot_and_the_free_demo_row():
     rows = ModelPrice.objects.filter(team__isnull=True)
-    assert rows.count() == len(SEED_PRICES)
+    assert rows.count() == len(snapshot_read().entries) + 1
     assert {r.vendor for r in rows} >= {"openai", "anthropic", "google"}
     for row in rows.exclude(provider_kind="demo"):
-        assert row.source_url.startswith("https://") and "in force from" in row.source_note, row
-        assert row.effective_from.year >= 2024
+        assert "Community catalogue (litellm 1.109.1)" in row.source_note, row
+        assert row.catalogue_version == "litellm 1.109.1" and row.catalogue_read_at is not None
     demo = rows.get(provider_kind="demo")
-    assert demo.is_free and demo.label == "free (offline demo)"
+    assert demo.is_free and demo.label == "free (offline demo)" and demo.context_window == 8192
 
 
 def test_seeding_again_adds_nothing():
-    from traces.price_seed import price_seed_apply
+    from traces.price_seed import catalogue_seed
 
-    assert price_seed_apply(ModelPrice) == 0
+    assert catalogue_seed(ModelPrice) == 0
 
 
 # -- import and export --------------------------------------------------------------------------------

@@ -4,10 +4,12 @@ commands, resends, the meter and tool cards. Turns run here, with the offline de
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.chat import live, selectors, services
 from agents.chat.windows import DEFAULT_CONTEXT_WINDOW, context_window
@@ -239,18 +241,28 @@ def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(convers
     assert selectors.chat_view(conversation).meter.context_tokens == estimate
 
 
-def test_context_windows_come_from_the_table_or_the_configuration():
+@pytest.mark.django_db
+def test_context_windows_come_from_the_catalogue_or_the_provider(team_a, team_b):
+    from traces.models import ModelPrice
+
     assert context_window("gpt-4o-mini") == 128_000
-    assert context_window("openai/gpt-4.1-nano") == 1_047_576
-    assert context_window("gpt-4") == 8_192 and context_window("claude-sonnet-4-5") == 200_000
+    assert context_window("openai/gpt-4.1-nano") == 1_047_576  # the vendor-qualified name
+    assert context_window("gpt-4") == 8_192 and context_window("claude-sonnet-4-6", provider_kind="anthropic") == 1_000_000
+    assert context_window("claude-opus-4-6-20260301") == 1_000_000  # a dated version of its model
+    assert context_window("gpt-5.2-mini") == DEFAULT_CONTEXT_WINDOW  # never a sibling's (gpt-5.2: 272k)
     assert context_window("my-local-model") == DEFAULT_CONTEXT_WINDOW
     assert context_window("my-local-model", 4096) == 4096
     assert context_window("gpt-4o", None) == 128_000
+    # a team's own row says it for that team only
+    ModelPrice.objects.create(team=team_a, model="my-local-model", input_per_mtok=0, output_per_mtok=0,
+                              effective_from=timezone.now() - timedelta(days=1), context_window=65_536)
+    assert context_window("my-local-model", team_id=team_a.pk) == 65_536
+    assert context_window("my-local-model", team_id=team_b.pk) == DEFAULT_CONTEXT_WINDOW
 
 
 def test_the_meter_uses_the_model_row_over_the_provider_over_the_table(conversation, agent):
     provider = agent.provider
-    assert selectors.chat_view(conversation).meter.context_window == 8192  # the table's "demo"
+    assert selectors.chat_view(conversation).meter.context_window == 8192  # the catalogue's "demo" row
     provider.context_window = 20_000
     provider.save()
     conversation.refresh_from_db()

@@ -17,7 +17,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('traces', '0004_seed_prices_and_ledger'),
+        ('traces', '0005_modelprice_catalogue'),
     ]
 
     operations = [

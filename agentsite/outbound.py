@@ -1,0 +1,259 @@
+"""Requests this server makes to the outside world on an admin's behalf: which addresses may be
+reached, and a small synchronous fetch for documents an admin names by URL (the model
+catalogue). Tools fetch through ``agents.tools.net``, which uses the same address policy.
+
+The policy (``address_problem``): loopback, private, link-local, unspecified, multicast,
+reserved, shared address space (100.64.0.0/10), cloud metadata addresses and the IPv6 forms
+that embed an IPv4 address (judged by the address inside them) are refused.
+
+``fetch_document``: https only (plain http too when ``DEBUG`` is on), no user name or password
+in the URL; the host is resolved once and every address must pass the policy; the connection
+goes to the vetted address (the name kept for ``Host`` and TLS), so a second DNS answer cannot
+redirect it; redirects are followed by hand, each hop vetted again; one time limit for the
+whole exchange; the body is read up to ``max_bytes`` and a longer one is refused, not cut.
+Refusals are ``OutboundRefused``, other failures ``OutboundFailed``, both with a plain message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+SyncResolver = Callable[[str, int], list[str]]
+
+DOCUMENT_MAX_BYTES = 20 * 1024 * 1024
+DOCUMENT_TIMEOUT_S = 30.0
+DOCUMENT_MAX_REDIRECTS = 3
+USER_AGENT = "agentsite/1.0"
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
+    "169.254.170.2",    # AWS ECS task metadata
+    "100.100.100.200",  # Alibaba Cloud
+    "fd00:ec2::254",    # AWS over IPv6
+))
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+
+# -- which addresses are refused ------------------------------------------------------------------
+def _ipv4_problem(ip: ipaddress.IPv4Address) -> str | None:
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip.is_unspecified or ip in THIS_NETWORK:
+        return "an unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip in SHARED_ADDRESS_SPACE:
+        return "a shared (carrier-grade NAT) address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_reserved:
+        return "a reserved address"
+    if ip.is_private:
+        return "a private address"
+    if not ip.is_global:
+        return "not a public address"
+    return None
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    if ip.ipv4_mapped is not None:
+        return "an IPv4-mapped", ip.ipv4_mapped
+    if ip in NAT64:
+        return "a NAT64", ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    if ip.sixtofour is not None:
+        return "a 6to4", ip.sixtofour
+    return None
+
+
+def _ipv6_problem(ip: ipaddress.IPv6Address) -> str | None:
+    if ip.scope_id:
+        ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    embedded = _embedded_ipv4(ip)
+    if embedded is not None:
+        form, inner = embedded
+        problem = _ipv4_problem(inner)
+        if problem is not None:
+            return f"{form} address of {inner}, {problem}"
+        if form != "a 6to4":
+            return None  # a public IPv4 behind the translation: judged by it alone
+    if ip.teredo is not None:
+        return "a Teredo tunnel address"
+    if ip in NAT64_LOCAL:
+        return "a local-use NAT64 address"
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_site_local:
+        return "a site-local address"
+    if ip.is_private:
+        return "a private address"
+    if ip.is_reserved:
+        return "a reserved address"
+    if not ip.is_global:
+        return "not a public address"
+    return None
+
+
+def address_problem(ip: IPAddress, allowed: Iterable[IPNetwork] = ()) -> str | None:
+    """Why this server may not connect to ``ip`` ("a loopback address"), or None when it may."""
+    if any(ip.version == net.version and ip in net for net in allowed):
+        return None
+    if isinstance(ip, ipaddress.IPv4Address):
+        return _ipv4_problem(ip)
+    return _ipv6_problem(ip)
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+# -- fetching a document -----------------------------------------------------------------------------
+class OutboundRefused(Exception):
+    """The URL points somewhere this server may not go."""
+
+
+class OutboundFailed(Exception):
+    """The URL could not be fetched (network, status, time or size limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    url: str
+    content: bytes
+    content_type: str
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+def vet_url(url: httpx.URL, *, resolver: SyncResolver = system_resolver,
+            allow_http: bool | None = None) -> list[IPAddress]:
+    """The addresses ``url`` may be fetched from; ``OutboundRefused`` when it may not be."""
+    allow_http = settings.DEBUG if allow_http is None else allow_http
+    schemes = ("https", "http") if allow_http else ("https",)
+    if url.scheme not in schemes:
+        raise OutboundRefused("Only https URLs can be fetched" + (" (or http while DEBUG is on)"
+                                                                   if not allow_http else "") + ".")
+    if url.userinfo:
+        raise OutboundRefused("URLs with a user name or password are not fetched.")
+    host = url.raw_host.decode("ascii", "replace")
+    if not host:
+        raise OutboundRefused("The URL has no host.")
+    literal = parse_ip(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            answers = resolver(host, url.port or (443 if url.scheme == "https" else 80))
+        except (OSError, UnicodeError) as exc:
+            raise OutboundFailed(f"Could not resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(a for a in map(parse_ip, answers) if a is not None))
+        if not addresses:
+            raise OutboundFailed(f"Could not resolve {host}.")
+    for address in addresses:
+        problem = address_problem(address)
+        if problem:
+            where = host if literal is not None else f"{host} resolves to {address}, which"
+            raise OutboundRefused(f"Refused: {where} is {problem}.")
+    return addresses
+
+
+def fetch_document(url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES,
+                   timeout_s: float = DOCUMENT_TIMEOUT_S, resolver: SyncResolver = system_resolver,
+                   transport: httpx.BaseTransport | None = None,
+                   allow_http: bool | None = None) -> Document:
+    """GET ``url`` under the policy above (``transport`` and ``resolver``: for tests)."""
+    try:
+        current = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise OutboundRefused(f"Not a valid URL ({exc}).") from exc
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(transport=transport or httpx.HTTPTransport(retries=0), trust_env=False,
+                      follow_redirects=False, timeout=httpx.Timeout(timeout_s)) as client:
+        for _hop in range(DOCUMENT_MAX_REDIRECTS + 1):
+            addresses = vet_url(current, resolver=resolver, allow_http=allow_http)
+            response = _send(client, current, addresses)
+            try:
+                location = response.headers.get("location")
+                if response.status_code in REDIRECT_STATUSES and location:
+                    try:
+                        current = current.join(location)
+                    except (httpx.InvalidURL, ValueError) as exc:
+                        raise OutboundFailed(f"The server redirected to an invalid URL ({exc}).") from exc
+                    continue
+                if response.status_code != 200:
+                    raise OutboundFailed(f"The server answered {response.status_code} "
+                                         f"{response.reason_phrase}.")
+                content = _read(response, max_bytes, deadline, timeout_s)
+                return Document(url=str(current), content=content,
+                                content_type=response.headers.get("content-type", ""))
+            finally:
+                response.close()
+    raise OutboundFailed(f"Too many redirects (more than {DOCUMENT_MAX_REDIRECTS}).")
+
+
+def _send(client: httpx.Client, url: httpx.URL, addresses: list[IPAddress]) -> httpx.Response:
+    host = url.raw_host.decode("ascii")
+    default_port = 443 if url.scheme == "https" else 80
+    host_header = (f"[{host}]" if ":" in host else host) + (
+        f":{url.port}" if url.port and url.port != default_port else "")
+    extensions = {"sni_hostname": host} if url.scheme == "https" and parse_ip(host) is None else {}
+    last_error: Exception | None = None
+    for address in addresses:
+        request = client.build_request("GET", url.copy_with(host=str(address)), extensions=extensions,
+                                       headers={"User-Agent": USER_AGENT, "Host": host_header})
+        try:
+            return client.send(request, stream=True)
+        except httpx.ConnectError as exc:
+            last_error = exc  # the host's next vetted address
+        except httpx.TimeoutException as exc:
+            raise OutboundFailed(f"{host} did not answer in time.") from exc
+        except httpx.HTTPError as exc:
+            raise OutboundFailed(f"The request to {host} failed: {exc}") from exc
+    raise OutboundFailed(f"Could not connect to {host}: {last_error}")
+
+
+def _read(response: httpx.Response, max_bytes: int, deadline: float, timeout_s: float) -> bytes:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise OutboundFailed(f"The document is larger than {max_bytes // (1024 * 1024)} MB.")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        for chunk in response.iter_bytes():  # inflated; the bound applies after inflation
+            size += len(chunk)
+            if size > max_bytes:
+                raise OutboundFailed(f"The document is larger than {max_bytes // (1024 * 1024)} MB.")
+            if time.monotonic() > deadline:
+                raise OutboundFailed(f"Reading the document took longer than {timeout_s:g} s.")
+            parts.append(chunk)
+    except httpx.HTTPError as exc:
+        raise OutboundFailed(f"Reading the document failed: {exc}") from exc
+    return b"".join(parts)
