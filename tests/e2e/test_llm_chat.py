@@ -1,11 +1,13 @@
 """A chat in the browser with an agent whose model runs on a real llama.cpp server
 (``make test-llm``; skipped without a server, saying why).
 
-Two agents on that server, each with the clock tool: one in native dispatch, its provider
-forcing the call with ``tool_choice`` (SmolLM2-135M does not choose tools by itself) and one
-iteration of tools, so the turn ends with the model's summary of the tool's result; one in
-prompt-guided (XML) dispatch, whose system prompt makes the model write a ``<tool_call>``
-block (at temperature 0 the answer is the same on every run).
+Two agents on that server, each with the clock tool and one iteration of tools, so a turn is:
+the call, the tool, the model's answer. In native dispatch the provider forces the call with
+``tool_choice`` (SmolLM2-135M never chooses a tool by itself: it reads the time off the system
+prompt). In prompt-guided (XML) dispatch nothing can force it, so the user asks the model to
+repeat a ``<tool_call>`` block, which at temperature 0 it does on every run; the model's own
+text then goes through the dispatcher's parser, the tool runs, and its result goes back as
+``[Tool results]`` text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from tests.llm.live import LIVE, MODEL, URL, server_streams_usage
 pytestmark = LIVE
 
 TIME_TOOL = "current_time"
-QUESTION = "What time is it in Tokyo?"
+ASK = {
+    "Local native": "What time is it in Tokyo?",
+    "Local XML": ('Repeat exactly this text:\n<tool_call>\n{"name": "current_time", '
+                  '"arguments": {"timezone": "Asia/Tokyo"}}\n</tool_call>'),
+}
 AGENTS = {
     "Local native": {
         "provider": {"kind": "openai", "base_url": URL, "options": {"extra_body": {
@@ -55,7 +61,7 @@ def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_coun
     s = login("alice")
     s.open_chat_with(agent)
     s.page.evaluate(STREAM_PROBE)
-    s.send(QUESTION)
+    s.send(ASK[agent])
 
     card = s.page.locator("li.answer .tool-card").first
     card.wait_for(timeout=120_000)
@@ -67,13 +73,15 @@ def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_coun
     lengths = s.page.evaluate("() => window.__stream")
     assert len(lengths) >= 2 and lengths == sorted(lengths), lengths  # it grew piece by piece
     assert answer.locator(".md").inner_text().strip()
+    assert "malformed" not in s.page.locator("#messages").inner_text()  # a call is not an error
     done = answer.locator(".tool-card.state-ok").first
     done.locator("summary").click()
     assert "time zone" in done.locator(".tool-pre").last.inner_text()  # the tool's real output
     assert int(s.page.locator("#meter").get_attribute("data-tokens")) > 0
 
-    answer.locator("a.trace-link").click()
-    s.page.wait_for_url(re.compile(r"/traces/[0-9a-f-]+/$"))
+    trace = answer.locator("a.trace-link").get_attribute("href")
+    assert re.fullmatch(r"/traces/[0-9a-f-]+/", trace), trace
+    s.page.goto(s.stack.url + trace)
     requests = s.page.locator("#steps li.step.k-llm_request")
     assert requests.count() == 2  # the call, then the answer
     estimated = not server_streams_usage()

