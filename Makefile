@@ -47,9 +47,12 @@ test-e2e: $(VENV)/.installed-dev
 test-llm: $(VENV)/.installed-dev
 	$(PY) -m tests.llm.server run -- $(MAKE) --no-print-directory test-llm-suites
 
+# Both runs, even when the first fails (one server start serves both); fails if either did.
 test-llm-suites:
-	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS)
-	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS)
+	@status=0; \
+	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
+	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
+	exit $$status
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
