@@ -30,7 +30,9 @@ Native tool calls: the server runs with the chat template inside the GGUF (SmolL
 as a user who starts it without options gets it. With that template llama-cpp-python answers a
 ``tool_choice`` naming a function (``{"type": "function", "function": {"name": ...}}``) with a
 native ``tool_calls`` message (streamed too), its arguments generated under a grammar built
-from the tool's JSON schema, so even a 135M model calls reliably; ``"auto"`` and no
+from the tool's JSON schema, so even a 135M model calls reliably (a free-text string argument
+may still come back as a sentence with raw control characters, which is not JSON: the tests
+offer the zone from a list); ``"auto"`` and no
 ``tool_choice`` leave the tools out of the prompt (the template has no place for them) and the
 model answers in text. Tool results (``role: tool``) reach the model. Its other format for
 tools, ``--chat_format chatml-function-calling``, does take ``"auto"`` (a grammar makes the
