@@ -11,7 +11,7 @@ help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
 	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
 	@echo "make test-unit / make test-e2e   one of the two runs"
-	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~10 min)"
+	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~12 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make bench  the benchmarks the project ships"
 

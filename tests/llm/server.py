@@ -151,7 +151,7 @@ def prepare_venv(cache: Path) -> Path:
     log = cache / f"{venv.name}.log"
     log.write_text("")
     say(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (first time on this machine: "
-        f"about 10 minutes on two cores); log: {log}")
+        f"about 12 minutes on two cores); log: {log}")
     started = time.monotonic()
     run_logged([sys.executable, "-m", "venv", str(venv)], log)
     env = {**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS") or "-DGGML_NATIVE=OFF",
