@@ -5,12 +5,13 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-unit test-e2e lint format bench vendor clean
+.PHONY: help run test test-unit test-e2e test-llm test-llm-suites lint format bench vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
 	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
 	@echo "make test-unit / make test-e2e   one of the two runs"
+	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~12 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make bench  the benchmarks the project ships"
 
@@ -38,6 +39,20 @@ test-unit: $(VENV)/.installed-dev
 
 test-e2e: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/e2e --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS)
+
+# Against a real llama.cpp server (llama-cpp-python's, SmolLM2-135M): tests/llm/server.py builds
+# it once per machine into $${AGENTSITE_CACHE_DIR:-~/.cache/agentsite} and starts it on a free
+# port, or uses the server at AGENTSITE_LIVE_LLM_URL when that is set. The provider and loop
+# tests, then the browser test. Where nothing can be built (no compiler) they skip, saying why.
+test-llm: $(VENV)/.installed-dev
+	$(PY) -m tests.llm.server run -- $(MAKE) --no-print-directory test-llm-suites
+
+# Both runs, even when the first fails (one server start serves both); fails if either did.
+test-llm-suites:
+	@status=0; \
+	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
+	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
+	exit $$status
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -39,7 +39,7 @@ from agents.runtime.loop import TurnResult, TurnStatus, run_turn
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role
 from agents.runtime.providers.base import Outcome
-from agents.runtime.sanitize import sanitize_response
+from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import ClosedTurn, NewMessage, TurnOutcome, trace_claim, trace_close
@@ -325,6 +325,11 @@ def stored_messages(messages: list[RuntimeMessage], tool_names: list[str], *,
         text = message.text
         if message.role is Role.ASSISTANT and text.strip():
             text = sanitize_response(text, tool_names)
+            if message.tool_uses and text == MALFORMED_REPLY:
+                # Prompt-guided calls and nothing else: the text was the <tool_call> markup
+                # of the calls the message holds, so there is nothing to show, and nothing
+                # malformed.
+                text = ""
         elif message.role is Role.TOOL:
             text = ""
         rows.append(NewMessage(role=str(message.role), blocks=message.to_dict()["blocks"],

@@ -39,3 +39,23 @@ def test_the_stacks_seed_creates_the_personas_with_one_password_and_the_agents()
     assert team_a.name == "Team A"
     assert set(Agent.objects.filter(team=team_a).values_list("name", flat=True)) == {"Helper", "Slow"}
     assert all(m.user.check_password(PASSWORD) for m in Membership.objects.select_related("user"))
+
+
+@pytest.mark.django_db
+def test_the_stacks_seed_gives_an_agent_a_real_provider_when_asked():
+    from agents.models import Agent
+    from agentsite.management.commands.seed_stack import seed
+
+    ids = seed({"agents": [
+        {"name": "Local", "model": "smollm2-135m", "tools": ["current_time"],
+         "provider": {"kind": "openai", "base_url": "http://127.0.0.1:8080/v1",
+                      "options": {"extra_body": {"tool_choice": "auto"}}},
+         "fields": {"tool_dispatcher": "xml"}},
+        {"name": "Helper", "tools": []}]})
+    local = Agent.objects.select_related("provider").get(uuid=ids["agents"]["Local"])
+    assert (local.model, local.tool_dispatcher) == ("smollm2-135m", "xml")
+    assert (local.provider.name, local.provider.kind, local.provider.base_url) == (
+        "Provider for Local", "openai", "http://127.0.0.1:8080/v1")
+    assert local.provider.options == {"extra_body": {"tool_choice": "auto"}}
+    helper = Agent.objects.select_related("provider").get(uuid=ids["agents"]["Helper"])
+    assert (helper.model, helper.provider.kind, helper.provider.name) == ("demo", "demo", "Demo for Helper")

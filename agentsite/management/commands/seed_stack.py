@@ -19,8 +19,10 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     """People and agents for a test run (inside a configured Django).
 
     ``spec``: ``{"agents": [{"name": ..., "provider_options": {...}, "tools": [...],
-    "fields": {...}}], "approval": [tool names that need approval]}`` (tools belong to the team,
-    so approval is per tool for every agent). The demo provider answers every agent; people:
+    "fields": {...}, "provider": {...}, "model": ...}], "approval": [tool names that need
+    approval]}`` (tools belong to the team, so approval is per tool for every agent). The demo
+    provider answers an agent unless its ``provider`` gives the fields of another one (``kind``,
+    ``base_url``, ``options``, ``capabilities``: a real server for the live LLM tests); people:
     alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
     with the password ``PASSWORD``."""
     people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
@@ -29,8 +31,11 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     agents = {}
     for entry in spec.get("agents") or [{"name": "Helper"}]:
         name = entry["name"]
-        provider = Provider.objects.create(team=team_a, name=f"Demo for {name}", kind="demo",
-                                           options=entry.get("provider_options") or {})
+        provider_fields = entry.get("provider") or {"kind": "demo",
+                                                    "options": entry.get("provider_options") or {}}
+        label = "Demo" if provider_fields.get("kind", "demo") == "demo" else "Provider"
+        provider = Provider.objects.create(team=team_a, name=f"{label} for {name}",
+                                           **provider_fields)
         tools = []
         for tool_name in entry.get("tools", ["calculator", "current_time"]):
             cls = specs[tool_name]
@@ -40,7 +45,8 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
                           "parameters": cls.parameters,
                           "requires_approval": tool_name in spec.get("approval", [])})
             tools.append(row)
-        agent = Agent.objects.create(team=team_a, name=name, provider=provider, model="demo",
+        agent = Agent.objects.create(team=team_a, name=name, provider=provider,
+                                     model=entry.get("model") or "demo",
                                      **(entry.get("fields") or {}))
         agent.tools.set(tools)
         agents[name] = str(agent.uuid)

@@ -82,6 +82,26 @@ def test_a_turn_records_every_step_state_total_and_message(conversation, alice, 
     assert "".join(d["text"] for d in deltas if d["step"] == 5) == "Called current_time 2 times."
 
 
+def test_a_prompt_guided_call_with_no_other_text_is_stored_as_an_empty_message_not_a_malformed_one(
+        make_agent, alice, sent_turns, use_redis):
+    """In XML dispatch the text of a message that only calls a tool is the ``<tool_call>``
+    markup itself: nothing for a reader, and nothing malformed either."""
+    from agents.chat.services import conversation_create
+    from agents.runtime.sanitize import MALFORMED_REPLY
+
+    agent = make_agent(name="Tags", tool_dispatcher="xml")
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 1 time")
+
+    assert turn_run(trace.pk) == "completed"
+
+    rows = list(Message.objects.filter(conversation=conversation).order_by("id"))
+    assert [m.role for m in rows] == ["user", "assistant", "tool", "assistant"]
+    assert "<tool_call>" in rows[1].blocks[0]["text"] and rows[1].text == ""
+    assert MALFORMED_REPLY not in [m.text for m in rows]
+    assert rows[-1].text == "Called current_time 1 times."  # the demo model counts plainly
+
+
 def test_the_same_task_delivered_twice_runs_once(conversation, alice, sent_turns, use_redis):
     trace = turn_start(conversation=conversation, user=alice, text="What is 12 * (7 + 5)?")
     assert turn_run(trace.pk) == "completed"
