@@ -24,6 +24,7 @@ pytestmark = LIVE
 TIME_TOOL = "current_time"
 ASK = {
     "Local native": "What time is it in Tokyo?",
+    "Local unstreamed": "What time is it in Tokyo?",
     "Local XML": ('Repeat exactly this text:\n<tool_call>\n{"name": "current_time", '
                   '"arguments": {"timezone": "Asia/Tokyo"}}\n</tool_call>'),
 }
@@ -31,6 +32,14 @@ AGENTS = {
     "Local native": {
         "provider": {"kind": "openai", "base_url": URL, "options": {"extra_body": {
             "tool_choice": {"type": "function", "function": {"name": TIME_TOOL}}}}},
+        "fields": {"tool_dispatcher": "native", "max_tool_iterations": 1,
+                   "system_prompt": "You tell people the time with the current_time tool."},
+    },
+    # Streaming switched off in the provider's settings: whole requests, the answer at once.
+    "Local unstreamed": {
+        "provider": {"kind": "openai", "base_url": URL, "capabilities": {"streaming": False},
+                     "options": {"extra_body": {
+                         "tool_choice": {"type": "function", "function": {"name": TIME_TOOL}}}}},
         "fields": {"tool_dispatcher": "native", "max_tool_iterations": 1,
                    "system_prompt": "You tell people the time with the current_time tool."},
     },
@@ -55,23 +64,34 @@ def llm_agents(stack):
 TOKENS = re.compile(r"([\d.]+[kM]?) → ([\d.]+[kM]?)")
 
 
-@pytest.mark.parametrize("agent", ["Local native", "Local XML"], ids=["native", "xml"])
+@pytest.mark.parametrize("agent", ["Local native", "Local XML", "Local unstreamed"],
+                         ids=["native", "xml", "streaming-off"])
 def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_counted_tokens(
         login, llm_agents, agent):
     s = login("alice")
     s.open_chat_with(agent)
-    s.page.evaluate(STREAM_PROBE)
-    s.send(ASK[agent])
-
-    card = s.page.locator("li.answer .tool-card").first
-    card.wait_for(timeout=120_000)
+    # In XML dispatch nothing forces the call: the system prompt holds the current time, so
+    # the model's greedy output varies from run to run, and about one run in six it answers
+    # without repeating the block. Such a turn is asked again (at most three times in all).
+    for attempt in range(3 if agent == "Local XML" else 1):
+        s.page.evaluate(STREAM_PROBE)
+        s.send(ASK[agent])
+        ended = s.answers("completed").nth(attempt)
+        s.page.locator("li.answer .tool-card").or_(ended).first.wait_for(timeout=120_000)
+        ended.wait_for(timeout=120_000)
+        if ended.locator(".tool-card").count():
+            break
+    answer = s.page.locator("li.answer[data-status='completed']", has=s.page.locator(
+        ".tool-card")).last
+    card = answer.locator(".tool-card").first
     assert card.locator(".tool-name").inner_text() == TIME_TOOL
-    s.page.locator("li.answer .tool-card.state-ok").first.wait_for(timeout=60_000)
-    answer = s.answers("completed").first
-    answer.wait_for(timeout=120_000)
+    answer.locator(".tool-card.state-ok").first.wait_for(timeout=60_000)
 
     lengths = s.page.evaluate("() => window.__stream")
-    assert len(lengths) >= 2 and lengths == sorted(lengths), lengths  # it grew piece by piece
+    if agent == "Local unstreamed":  # no deltas: the answer arrives whole
+        assert len(set(lengths)) <= 1, lengths
+    else:
+        assert len(lengths) >= 2 and lengths == sorted(lengths), lengths  # it grew piece by piece
     assert answer.locator(".md").inner_text().strip()
     assert "malformed" not in s.page.locator("#messages").inner_text()  # a call is not an error
     done = answer.locator(".tool-card.state-ok").first
@@ -84,7 +104,8 @@ def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_coun
     s.page.goto(s.stack.url + trace)
     requests = s.page.locator("#steps li.step.k-llm_request")
     assert requests.count() == 2  # the call, then the answer
-    estimated = not server_streams_usage()
+    # llama.cpp counts tokens in a whole answer but not in a stream
+    estimated = agent != "Local unstreamed" and not server_streams_usage()
     for index in range(requests.count()):
         summary = requests.nth(index).locator("summary")
         counted = TOKENS.search(summary.locator(".step-tok").inner_text())
