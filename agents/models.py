@@ -250,6 +250,11 @@ class Tool(models.Model):
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
     requires_approval = models.BooleanField(default=False)
+    idempotent = models.BooleanField(
+        default=False,
+        help_text="Safe to run twice with the same arguments (reads only). A call that was running "
+                  "when its worker stopped is run again when the turn resumes only if this is set "
+                  "(HTTP GET tools always are); otherwise the model is told it was interrupted.")
     parameters = models.JSONField(default=dict, blank=True, help_text="JSON schema of the arguments.")
     # HTTP tools
     http_method = models.CharField(max_length=8, default="GET", blank=True)
@@ -466,3 +471,24 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:60]}"
 
+
+
+class TurnWorker(models.Model):
+    """A worker process that runs turns, and when it last said it was alive. A running trace
+    whose worker (``Trace.worker``, this ``name``) stopped beating is picked up by the reaper
+    and resumed on another worker."""
+
+    name = models.CharField(max_length=200, unique=True)
+    pid = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(auto_now_add=True)
+    beat_at = models.DateTimeField(db_index=True)
+    # When this process's reaper last ran (``/healthz`` reports the newest).
+    reaped_at = models.DateTimeField(null=True, blank=True)
+    # Set when the process began a warm shutdown (SIGTERM): its turns are handed back.
+    stopping_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -243,20 +243,34 @@ CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=50)
 
 # -- turns --------------------------------------------------------------------------------------
 # A running turn renews its trace's heartbeat this often; the reaper ends (or re-queues) a trace
-# whose heartbeat is older than TURN_STALE_AFTER_S, and runs every TURN_REAPER_INTERVAL_S, so a
-# trace whose worker died is settled within stale + interval seconds (45 s by default).
+# whose heartbeat is older than TURN_STALE_AFTER_S (a turn whose thread hangs in a live worker).
 TURN_HEARTBEAT_S = env.float("TURN_HEARTBEAT_S", default=5.0)
 TURN_STALE_AFTER_S = env.float("TURN_STALE_AFTER_S", default=30.0)
-TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=15.0)
+# Every worker process says it is alive every TURN_WORKER_BEAT_S (``agents.TurnWorker``); one
+# silent for TURN_WORKER_DEAD_AFTER_S is dead, and its running turns are resumed elsewhere.
+# Every worker also runs the reaper every TURN_REAPER_INTERVAL_S (beat runs it too, as a
+# backstop), so a dead worker's turns are picked up within dead-after + interval seconds.
+TURN_WORKER_BEAT_S = env.float("TURN_WORKER_BEAT_S", default=1.0)
+TURN_WORKER_DEAD_AFTER_S = env.float("TURN_WORKER_DEAD_AFTER_S", default=5.0)
+TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=2.0)
+# A turn whose worker died continues from its last recorded step at most this many times; then
+# it ends ``interrupted`` and asks the person to send again.
+TURN_MAX_RESUMES = env.int("TURN_MAX_RESUMES", default=3)
+# What a worker does with its running turns on a warm shutdown (SIGTERM): "handoff" hands them
+# back at once to be resumed by another worker (production); "wait" lets them finish, up to
+# their time limit (``manage.py dev``, where no other worker would take them).
+TURN_SHUTDOWN = env.str("TURN_SHUTDOWN", default="handoff")
+# Beat's own run of the reaper, the backstop for a pool whose every worker is stuck.
+TURN_BEAT_REAP_S = env.float("TURN_BEAT_REAP_S", default=15.0)
 # How often a running turn looks for a cancel signal in Redis (the loop must see it within 1 s).
 TURN_CANCEL_POLL_S = env.float("TURN_CANCEL_POLL_S", default=0.2)
 
 CELERY_BEAT_SCHEDULE = {
     "turns-reap": {
         "task": "agents.turns.tasks.reap",
-        "schedule": TURN_REAPER_INTERVAL_S,
+        "schedule": TURN_BEAT_REAP_S,
         # A reap that could not start before the next one is due is simply skipped.
-        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_REAPER_INTERVAL_S},
+        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_BEAT_REAP_S},
     },
 }
 

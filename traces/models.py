@@ -175,6 +175,7 @@ class Step(TokenBuckets):
         COMPACTION = "compaction", "Compaction"
         RETRY = "retry", "Retry"
         ERROR = "error", "Error"
+        RESUME = "resume", "Resumed"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -216,7 +217,7 @@ class Step(TokenBuckets):
         ]
 
     SHORT_KIND = {"llm_request": "model", "tool_call": "tool", "approval": "approval", "compaction": "compaction",
-                  "retry": "retry", "error": "error"}
+                  "retry": "retry", "error": "error", "resume": "resume"}
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.name}"
@@ -234,6 +235,12 @@ class StepPayload(models.Model):
         RESPONSE = "response", "Response"
         ARGUMENTS = "arguments", "Arguments"
         OUTPUT = "output", "Output"
+        # The assistant message a model request's answer became (calls with their ids): what a
+        # stored turn is continued from.
+        MESSAGE = "message", "Message"
+        # What a model request had streamed so far, saved now and then while it streams, so that
+        # a request cut off by a dead worker keeps its text.
+        PARTIAL = "partial", "Streamed so far"
 
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="payloads")
     kind = models.CharField(max_length=16, choices=Kind.choices)

@@ -32,6 +32,9 @@ class LlmRequestStarted(Event):
     tools_available: list[str] = field(default_factory=list)
     # The request as sent (provider-neutral: system, messages, tool specs), for the trace.
     request: dict[str, Any] = field(default_factory=dict)
+    # The runtime's estimate of the request's input tokens, so that a request cut off before
+    # it reported usage (a worker that died) can still be counted and priced.
+    estimated_input_tokens: int = 0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -52,6 +55,16 @@ class LlmRequestFinished(Event):
     stop_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     response: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class MessageAppended(Event):
+    """An assistant message went into the turn's history, as ``Message.to_dict()``: the calls
+    as parsed, with their ids. The record a stored turn is continued from (``Resume``)."""
+
+    kind: ClassVar[str] = "message_appended"
+    iteration: int
+    message: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -54,6 +54,10 @@ class Tool(abc.ABC):
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
     requires_approval: bool = False
+    # Safe to run again with the same arguments when a turn continues after its worker stopped
+    # while the call ran (a read, a pure computation). Otherwise the call is not repeated and
+    # the model is told it was interrupted.
+    idempotent: bool = False
 
     @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any]) -> ToolResult: ...
@@ -73,8 +77,10 @@ class FunctionTool(Tool):
         *,
         parameters: dict[str, Any] | None = None,
         requires_approval: bool = False,
+        idempotent: bool = False,
     ) -> None:
         self.name = name
+        self.idempotent = idempotent
         self.description = description
         self.parameters = parameters or {"type": "object", "properties": {}}
         self.requires_approval = requires_approval

@@ -13,7 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Conversation, Message
@@ -100,12 +101,44 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
             conversation_id=OuterRef("conversation_id"))
         claimed = (Trace.objects.filter(pk=trace_id, status=Status.QUEUED)
                    .filter(~Exists(ahead))
-                   .update(status=Status.RUNNING, attempts=F("attempts") + 1, started_at=now,
+                   # A resumed trace keeps its first start: time limits and offsets count from it.
+                   .update(status=Status.RUNNING, attempts=F("attempts") + 1,
+                           started_at=Coalesce(F("started_at"), Value(now)),
                            heartbeat_at=now, worker=worker[:200], error="", error_kind="",
                            event_seq=F("event_seq") + 1))
         if not claimed:
             return None
     return Trace.objects.select_related(*LIVE_RELATED).get(pk=trace_id)
+
+
+def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: datetime | None = None,
+                    only: Q | None = None, now: datetime | None = None) -> bool:
+    """``running -> queued`` for a trace whose worker died (``reason`` "worker_lost") or is
+    shutting down ("handoff"), so that whichever worker claims it next continues it from its
+    last recorded step (``agents.turns.resume``). Only while attempt ``attempt`` holds it (and
+    ``only`` matches, e.g. a heartbeat that is still stale). ``last_seen``: the last sign of
+    life of the worker that ran it, for the resumption's step ("resumed after N s")."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        conversation_id = (Trace.objects.filter(pk=trace_id)
+                           .values_list("conversation_id", flat=True).first())
+        if conversation_id is None:
+            return False
+        conversation_lock(conversation_id)
+        rows = Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
+        if only is not None:
+            rows = rows.filter(only)
+        trace = rows.select_for_update().select_related("agent").first()
+        if trace is None:
+            return False
+        meta = dict(trace.meta or {})
+        meta["resume"] = {"reason": reason, "from_worker": trace.worker,
+                          "last_seen": (last_seen or now).isoformat(), "handed_back_at": now.isoformat()}
+        rows.update(status=Status.QUEUED, worker="", heartbeat_at=None, meta=meta,
+                    event_seq=F("event_seq") + 1)
+        trace_enqueue(trace=trace, now=now)
+        transaction.on_commit(lambda: announce_sync(announcements().trace, trace_for_live(trace_id)))
+    return True
 
 
 @dataclass

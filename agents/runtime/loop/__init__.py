@@ -52,10 +52,12 @@ from .turn import (
 from .types import (
     CANCELLED_OUTPUT,
     INTERRUPTED_OUTPUT,
+    RESUME_INTERRUPTED_OUTPUT,
     CompactionInfo,
     CompactionSettings,
     LlmCall,
     LlmCallDecision,
+    Resume,
     TurnConfig,
     TurnHooks,
     TurnResult,
@@ -75,13 +77,16 @@ async def run_turn(
     approver: Approver | None = None,
     hooks: TurnHooks | None = None,
     clock: Callable[[], datetime] = utc_now,
+    resume: Resume | None = None,
 ) -> TurnResult:
     """Run one turn. Never raises for provider, tool or approval failures, cancellation or
     timeouts: they end the turn with the matching ``TurnResult.status``. ``history`` is not
-    modified; ``TurnResult.history`` is the history for the next turn."""
+    modified; ``TurnResult.history`` is the history for the next turn. ``resume`` continues a
+    stored turn from where its record ends (``Resume``); the messages it holds are not reported
+    again, and ``TurnResult.new_messages`` holds them with the rest."""
     turn = Turn(provider=provider, config=config, history=history, user_message=user_message,
                 tools=tools, observer=observer or NullObserver(), cancel=cancel,
-                approver=approver, hooks=hooks, clock=clock)
+                approver=approver, hooks=hooks, clock=clock, resume=resume)
     return await turn.run()
 
 
@@ -93,6 +98,7 @@ __all__ = [
     "EXHAUSTED_ERROR",
     "EXHAUSTION_PROMPT",
     "INTERRUPTED_OUTPUT",
+    "RESUME_INTERRUPTED_OUTPUT",
     "LOOP_ABORT_ERROR",
     "PARSE_EXCERPT_CHARS",
     "PREVIEW_CHARS",
@@ -107,6 +113,7 @@ __all__ = [
     "LlmCall",
     "LlmCallDecision",
     "LoopDetector",
+    "Resume",
     "TurnConfig",
     "TurnHooks",
     "TurnResult",

@@ -38,6 +38,7 @@ from .types import (
     CANCELLED_OUTPUT,
     INTERRUPTED_OUTPUT,
     EndTurn,
+    Resume,
     TurnConfig,
     TurnHooks,
     TurnResult,
@@ -64,8 +65,10 @@ class Turn:
     def __init__(self, *, provider: Provider, config: TurnConfig, history: list[Message],
                  user_message: str, tools: Sequence[Tool], observer: Observer,
                  cancel: CancelToken | None, approver: Approver | None,
-                 hooks: TurnHooks | None, clock: Callable[[], datetime]) -> None:
+                 hooks: TurnHooks | None, clock: Callable[[], datetime],
+                 resume: Resume | None = None) -> None:
         self.cfg = config
+        self.resume = resume
         self.observer = observer
         self.user_text = user_message
         specs = [t.spec() for t in tools]

@@ -11,13 +11,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..messages import Message
+from ..messages import Message, ToolResultBlock
 from ..pricing import Usage
 from ..providers.base import Provider
 from ..trajectory import TrajectoryState
 
 CANCELLED_OUTPUT = "Cancelled by user."
 INTERRUPTED_OUTPUT = "The tool call was interrupted before a result was recorded."
+# A call that was running when the turn's worker stopped, of a tool that may not be run twice.
+RESUME_INTERRUPTED_OUTPUT = (
+    "The tool call was interrupted: the worker running it stopped before it finished. It was "
+    "not run again because running it twice may not be safe. Check whether it took effect "
+    "before calling it again."
+)
 
 
 class TurnStatus(StrEnum):
@@ -125,6 +131,35 @@ class TurnResult:
     @property
     def usages(self) -> list[Usage]:
         return [c.usage for c in self.llm_calls]
+
+
+@dataclass(slots=True)
+class Resume:
+    """Where a stored turn continues: after its worker died or handed it back (and, later, from
+    any step of a stored trace). Built from the trace by the caller; the runtime never reads
+    storage.
+
+    ``messages`` are what the turn had added after the user's message, as recorded: assistant
+    messages with their calls (ids kept) and the tool results that answered them.
+    ``iteration`` is the iteration the last of them belongs to. When the last message is an
+    assistant message whose calls are not all answered, those calls are settled first, in the
+    same iteration: a call in ``recorded`` gets that result without running; a call in
+    ``interrupted`` (it was running when the turn stopped) runs again only when its tool is
+    ``idempotent``, otherwise it gets ``RESUME_INTERRUPTED_OUTPUT`` as an error result; any
+    other call runs (it never started; one that needs approval is asked again). Then the loop
+    goes on with the next iteration. When the last message is an assistant message without
+    calls, the turn ends with it as the answer; when there are no messages, the turn starts
+    with its first model request as usual.
+
+    ``usage`` is what the recorded requests cost (budgets see the whole turn); ``state`` is the
+    last trajectory state recorded, as a dict."""
+
+    messages: list[Message] = field(default_factory=list)
+    iteration: int = 0
+    recorded: dict[str, ToolResultBlock] = field(default_factory=dict)
+    interrupted: frozenset[str] = frozenset()
+    usage: Usage = field(default_factory=Usage)
+    state: dict[str, Any] | None = None
 
 
 class EndTurn(Exception):  # noqa: N818 - control flow, not an error
