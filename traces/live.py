@@ -68,7 +68,16 @@ def step_payload(step: Any) -> dict[str, Any]:
     if step.kind == "retry" and meta.get("restart"):
         payload["restarted_step"] = meta.get("restarted_step")
         payload["notice"] = step.error
+    elif meta.get("aborted"):
+        # Cut off by a worker that stopped: the turn resumes and asks again, so the text this
+        # request streamed is void, as after a restart.
+        payload["restarted_step"] = step.seq
+        payload["notice"] = RESUMED_NOTICE
     return payload
+
+
+RESUMED_NOTICE = ("The worker writing this answer stopped. The turn continues from its last "
+                  "recorded step; the answer starts over.")
 
 
 def state_payload(state: Any) -> dict[str, Any]:

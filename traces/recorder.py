@@ -35,6 +35,7 @@ from agents.runtime.events import (
     LlmRequestStarted,
     LlmStreamRestarted,
     LoopDetected,
+    MessageAppended,
     Retry,
     TextDelta,
     ToolCallParseIssue,
@@ -58,6 +59,9 @@ DbCall = Callable[..., Awaitable[Any]]
 # About 50 ms; a little over, so that a turn streams at most 20 frames a second even counting
 # the first frame (sent at once) and the last (sent when the model request ends).
 DELTA_FRAME_S = 0.055
+# A streaming answer's text so far is saved this often (and when it ends unfinished), so a
+# request cut off by a worker that died keeps what it had streamed.
+PARTIAL_SAVE_S = 2.0
 # Payloads above this many characters are stored as a JSON note with their beginning.
 PAYLOAD_MAX_CHARS = 2_000_000
 JSON = "application/json"
@@ -165,6 +169,8 @@ class TraceRecorder:
         self.llm_last: dict[int, int] = {}      # iteration -> seq of its latest model request
         self.tool_last: dict[tuple[int, str], int] = {}  # (iteration, tool) -> latest call's seq
         self.restarts: dict[int, int] = {}      # model request's seq -> restarts of its answer
+        self.partial: dict[int, list[str]] = {}  # streaming request's seq -> its text so far
+        self.partial_saved: dict[int, float] = {}  # seq -> when its text was last saved
         # Prices of the trace's team (and its providers' kinds by name), loaded at start, so a
         # request is priced when it finishes without a query.
         self.prices: PriceTable | None = None
@@ -187,6 +193,7 @@ class TraceRecorder:
             ToolCallParseIssue: self._parse_issue,
             FinalAnswer: self._final_answer,
             TurnError: self._turn_error,
+            MessageAppended: self._message_appended,
         }
 
     async def start(self) -> None:
@@ -196,6 +203,13 @@ class TraceRecorder:
         self.keys = {key: seq for key, (seq, _) in stored.items()}
         self.values = {seq: values for seq, values in stored.values()}
         self.last_seq = max(self.keys.values(), default=0)
+        # A resumed turn's next request of an iteration is a new step beside the earlier ones.
+        for key in self.keys:
+            kind, _, rest = key.partition(":")
+            iteration, _, number = rest.partition(":")
+            if kind == "llm" and iteration.isdigit() and number.isdigit():
+                self.llm_count[int(iteration)] = max(self.llm_count.get(int(iteration), 0),
+                                                     int(number))
 
     async def emit(self, event: Event) -> None:
         if self.lost:
@@ -265,15 +279,19 @@ class TraceRecorder:
             "status": StepStatus.RUNNING, "success": None, "provider": event.provider[:100],
             "model": event.model[:200],
             "meta": {"tools_available": list(event.tools_available),
-                     "messages_count": event.messages_count},
+                     "messages_count": event.messages_count,
+                     "estimated_input_tokens": event.estimated_input_tokens},
         }, {"request": payload_json(event.request)})
         self.llm_open[iteration] = self.llm_last[iteration] = seq
+        self.partial[seq] = []
 
     async def _llm_finished(self, event: LlmRequestFinished) -> None:
         await self.flush()
         iteration = event.iteration
         count = self.llm_count.setdefault(iteration, 1)
-        self.llm_open.pop(iteration, None)
+        open_seq = self.llm_open.pop(iteration, None)
+        if open_seq is not None:
+            await self._partial_done(open_seq, keep=not event.success)
         usage = event.usage
         provider = self.answering or event.provider
         if self.prices is None:
@@ -303,6 +321,52 @@ class TraceRecorder:
         }
         payloads = {"response": payload_json(event.response)} if event.response else None
         self.llm_last[iteration] = await self._write(f"llm:{iteration}:{count}", updates, payloads)
+
+    async def _message_appended(self, event: MessageAppended) -> None:
+        """The answer as it went into the history, on its model request's step: what the turn
+        is continued from if its worker stops."""
+        seq = self.llm_last.get(event.iteration)
+        key = next((k for k, s in self.keys.items() if s == seq), None)
+        if key is not None:
+            await self._write(key, {}, {"message": payload_json(event.message)})
+
+    # -- what a request has streamed so far ---------------------------------------------------------
+    async def _partial_add(self, seq: int, text: str) -> None:
+        parts = self.partial.get(seq)
+        if parts is None:
+            return
+        parts.append(text)
+        now = time.monotonic()
+        if now - self.partial_saved.setdefault(seq, now) >= PARTIAL_SAVE_S:
+            self.partial_saved[seq] = now
+            await self._partial_save(seq)
+
+    async def _partial_save(self, seq: int) -> None:
+        if self.lost:
+            return
+        text, _ = payload_text("".join(self.partial.get(seq) or []))
+        try:
+            await self.db(services.step_partial_save, trace_id=self.trace.pk, seq=seq, text=text)
+        except Exception:  # noqa: BLE001 - a lost partial costs an estimate, never the turn
+            logger.warning("could not save the streamed text of step %s", seq, exc_info=True)
+
+    async def _partial_done(self, seq: int, *, keep: bool) -> None:
+        """The request ended: its answer (or error) is recorded, so the saved text goes, unless
+        the request failed after streaming some (then it is kept with the step)."""
+        parts = self.partial.pop(seq, None)
+        saved = self.partial_saved.pop(seq, None) is not None
+        if keep and parts:
+            self.partial[seq] = parts
+            await self._partial_save(seq)
+            self.partial.pop(seq, None)
+        elif saved and not self.lost:
+            await self.db(services.step_partial_save, trace_id=self.trace.pk, seq=seq, text="")
+
+    async def save_partials(self) -> None:
+        """Save the text of every request still streaming (a worker handing its turns back)."""
+        await self.flush()
+        for seq in list(self.partial):
+            await self._partial_save(seq)
 
     def _price(self, *, provider: str, model: str, usage: Usage) -> StepCost:
         """Price a finished request with the team's table, at this moment's prices. The
@@ -423,6 +487,8 @@ class TraceRecorder:
         streamed, announced so that live views drop that text (``restarted_step``)."""
         await self.flush()  # the void text's frames go out before the step that voids them
         seq = self.llm_open.get(event.iteration) or self.llm_last.get(event.iteration, 0)
+        if seq in self.partial:
+            self.partial[seq] = []
         count = self.restarts[seq] = self.restarts.get(seq, 0) + 1
         if event.next_provider:
             self.answering = event.next_provider
@@ -449,6 +515,17 @@ class TraceRecorder:
             "error": scrub_credentials(event.message), "meta": {"error_kind": event.error_kind},
         }, {"output": payload_text(event.details)} if event.details else None)
 
+    async def record_resume(self, *, worker: str, iteration: int, paused_s: float | None,
+                            meta: dict[str, Any]) -> None:
+        """The step that says this attempt continues the turn from its record, where, and
+        after how long a pause."""
+        after = f" after {paused_s:.1f} s" if paused_s is not None else ""
+        await self._write(f"resume:{self.attempt}", {
+            "kind": Kind.RESUME, "name": f"resumed on {worker}{after}"[:200],
+            "iteration": iteration, "status": StepStatus.OK, "success": True,
+            "meta": meta,
+        })
+
     async def record_error(self, *, message: str, error_kind: str) -> None:
         """An error step for a failure outside the loop (setup, an internal error)."""
         await self._turn_error(TurnError(message=message, error_kind=error_kind))
@@ -463,6 +540,7 @@ class TraceRecorder:
             await self.flush()
             deltas.step, deltas.index, deltas.last_sent = seq, 0, -math.inf
         deltas.parts.append(event.text)
+        await self._partial_add(seq, event.text)
         wait = DELTA_FRAME_S - (time.monotonic() - deltas.last_sent)
         if wait <= 0:
             await self._send_frame()

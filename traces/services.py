@@ -245,6 +245,20 @@ def step_keys(*, trace_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
     return found
 
 
+def step_partial_save(*, trace_id: int, seq: int, text: str) -> None:
+    """Keep what a model request has streamed so far with its step (empty: forget it). Not an
+    event: nobody watches it live; it is what a resumed turn records of a cut-off request."""
+    step_id = Step.objects.filter(trace_id=trace_id, seq=seq).values_list("pk", flat=True).first()
+    if step_id is None:
+        return
+    if not text:
+        StepPayload.objects.filter(step_id=step_id, kind=StepPayload.Kind.PARTIAL).delete()
+        return
+    StepPayload.objects.update_or_create(
+        step_id=step_id, kind=StepPayload.Kind.PARTIAL,
+        defaults={"content": text, "content_type": "text/plain", "size": len(text.encode())})
+
+
 STEP_INTERRUPTED = "Interrupted: the turn ended before this step finished."
 
 

@@ -44,6 +44,7 @@ from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import ClosedTurn, NewMessage, TurnOutcome, trace_claim, trace_close
 from agents.turns.providers import TurnSetupError
+from agents.turns.resume import ResumePlan, turn_resume_plan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from traces.models import Trace
 from traces.recorder import TraceRecorder
@@ -163,10 +164,14 @@ class TurnRun:
         self.stop_cause: str | None = None  # "time_limit", "cancelled" or "lost"
         self.recorder = TraceRecorder(trace=trace, attempt=self.attempt, db=db,
                                       on_lost=self._lost, announcements=announcements())
+        self.plan: ResumePlan | None = None
 
     async def run(self) -> str:
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
         try:
+            # An earlier attempt recorded steps: continue from them (its cut-off requests end
+            # as aborted attempts first, so the recorder starts from what is stored).
+            self.plan = await self.db(turn_resume_plan, trace=self.trace, attempt=self.attempt)
             await self.recorder.start()
             setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit,
                                   db=self.db)
@@ -185,6 +190,8 @@ class TurnRun:
             return "lost"
         self.trace = self.recorder.trace = trace
         await self.recorder.announce(self.recorder.announcements.trace, trace)
+        if self.plan is not None:
+            await self._announce_resumption(self.plan)
         result = await self._loop(setup)
         closed = await self._finish(self._outcome(result, setup))
         return closed.trace.status if closed is not None else "lost"
@@ -204,7 +211,8 @@ class TurnRun:
         turn = asyncio.ensure_future(run_turn(
             provider=setup.provider, config=setup.config, history=setup.history,
             user_message=setup.user_text, tools=setup.tools, observer=self.recorder,
-            cancel=self.cancel, approver=approver, hooks=setup.hooks))
+            cancel=self.cancel, approver=approver, hooks=setup.hooks,
+            resume=self.plan.resume if self.plan is not None else None))
         try:
             done, _ = await asyncio.wait({turn}, timeout=max(self.agent.hard_time_limit_s - elapsed, 1))
             if turn in done:
@@ -225,6 +233,16 @@ class TurnRun:
             await asyncio.gather(*companions, return_exceptions=True)
             await _aclose(setup.provider)
             await signals.aclose()
+
+    async def _announce_resumption(self, plan: ResumePlan) -> None:
+        recorder = self.recorder
+        for step in plan.aborted:
+            step.trace = self.trace
+            await recorder.announce(recorder.announcements.step, step)
+        await recorder.record_resume(worker=self.trace.worker, iteration=plan.resume.iteration,
+                                     paused_s=plan.paused_s, meta=plan.step_meta())
+        logger.info("trace %s: resumed on %s (attempt %s) from %s message(s)", self.trace.pk,
+                    self.trace.worker, self.attempt, len(plan.resume.messages))
 
     def _time_up(self) -> None:
         if self.cancel.cancelled:

@@ -73,16 +73,23 @@ def snapshot(trace: Trace) -> tuple:
             Trace.objects.get(pk=trace.pk).event_seq)
 
 
-def test_recording_the_same_run_again_changes_nothing(claimed, turn_db):
+def test_a_second_attempt_adds_its_model_requests_beside_the_first_and_merges_its_tool_calls(
+        claimed, turn_db):
     events = demo_events()
     record(claimed, turn_db, events)
     first = snapshot(claimed)
     assert [kind for _, kind, *_ in first[0]] == ["llm_request", "tool_call", "llm_request", "tool_call", "llm_request"]
     assert len(first[1]) == 2
 
-    record(claimed, turn_db, events)  # a second recorder, as a re-run of the turn would have
+    # a resumed attempt: the model is asked again (new steps, numbered on), a tool call with a
+    # recorded id lands on its own row, and an unchanged trajectory state is not rewritten
+    record(claimed, turn_db, events)
 
-    assert snapshot(claimed) == first
+    keys = [s.meta["key"] for s in Step.objects.filter(trace=claimed).order_by("seq")]
+    assert keys[:5] == [s[5]["key"] for s in first[0]]
+    assert [k for k in keys[5:]] == ["llm:1:2", "llm:2:2", "llm:3:2"]
+    assert sum(1 for k in keys if k.startswith("tool:")) == 2
+    assert snapshot(claimed)[1] == first[1]
 
 
 def test_one_recorder_given_an_event_twice_writes_it_once(claimed, turn_db):

@@ -52,7 +52,9 @@ def test_a_turn_records_every_step_state_total_and_message(conversation, alice, 
     assert steps[1].name == "current_time" and steps[1].call_id and steps[1].success is True
     kinds = dict(StepPayload.objects.filter(step=steps[1]).values_list("kind", "size"))
     assert set(kinds) == {"arguments", "output"} and kinds["output"] > 0
-    assert set(StepPayload.objects.filter(step=first).values_list("kind", flat=True)) == {"request", "response"}
+    # the answer as it went into the history, for a resumption
+    assert set(StepPayload.objects.filter(step=first).values_list("kind", flat=True)) == {
+        "request", "response", "message"}
     # one trajectory state per tool iteration
     assert list(TrajectoryState.objects.filter(trace=trace).values_list("iteration", flat=True)) == [1, 2]
 

@@ -1,5 +1,5 @@
 """Turns through a real Celery worker in a subprocess, on the test database and a Redis no other
-worker listens on: queued turns run in order; a worker killed mid-turn leaves no trace running."""
+worker listens on: queued turns run in order; a turn whose worker is killed is resumed by another."""
 
 from __future__ import annotations
 
@@ -34,26 +34,37 @@ def test_a_real_worker_runs_queued_turns_one_after_the_other(conversation, alice
     assert first.worker.startswith("turns-") and first.attempts == 1
 
 
-def test_a_worker_killed_mid_turn_leaves_the_trace_interrupted_and_the_chat_usable(
+def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worker(
         make_agent, alice, start_worker):
     agent = make_agent(name="Slow worker", max_tool_iterations=40,
                        provider_options={"request_latency_s": 0.3})
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     worker = start_worker()
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
-    wait_for(lambda: Step.objects.filter(trace=trace).count() >= 3, timeout=20)
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 12 times")
+    wait_for(lambda: Step.objects.filter(trace=trace, kind="tool_call", status="ok").count() >= 3,
+             timeout=30)
 
     os.killpg(worker.pid, signal.SIGKILL)
     killed = time.monotonic()
     worker.wait(timeout=5)
     assert Trace.objects.get(pk=trace.pk).status == "running"
+    before = set(Step.objects.filter(trace=trace, kind="tool_call", status="ok")
+                 .values_list("call_id", "event_seq"))
 
-    # the heartbeat goes stale; the reaper (what beat runs every 15 s) then settles the trace
-    wait_for(lambda: trace.pk in trace_reap(stale_after_s=2).interrupted, timeout=30, interval=0.5)
+    start_worker()
+    # the reaper hands the trace back once its worker is silent; the other worker resumes it
+    wait_for(lambda: trace.pk in trace_reap(stale_after_s=2).requeued, timeout=30, interval=0.5)
+    wait_for(lambda: Trace.objects.get(pk=trace.pk).status == "completed", timeout=60, interval=0.2)
     assert time.monotonic() - killed < 60
 
     trace.refresh_from_db()
-    assert trace.status == "interrupted" and "worker running this turn stopped" in trace.error
+    assert (trace.answer, trace.attempts) == ("Called current_time 12 times.", 2)
+    tools = list(trace.steps.filter(kind="tool_call").values_list("call_id", flat=True))
+    assert len(tools) == len(set(tools)) == 12  # no call recorded twice
+    # the calls finished before the kill were neither run nor rewritten
+    assert before <= set(trace.steps.values_list("call_id", "event_seq"))
+    resumed = trace.steps.get(kind="resume")
+    assert resumed.name.startswith("resumed on turns-") and resumed.meta["reason"] == "worker_lost"
     assert not trace.steps.filter(status__in=["running", "waiting"]).exists()
 
     # the conversation goes on: the next message gets a turn that completes
