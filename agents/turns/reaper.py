@@ -16,7 +16,13 @@ from agents.models import Message
 from agents.runtime.loop import INTERRUPTED_OUTPUT, close_dangling_tool_uses
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.announce import announcements
-from agents.turns.lifecycle import conversation_lock, dispatch_next, next_queued, trace_enqueue
+from agents.turns.lifecycle import (
+    conversation_lock,
+    dispatch_next,
+    next_queued,
+    trace_enqueue,
+    trace_hand_back,
+)
 from traces.live import announce_sync
 from traces.models import Step, Trace
 from traces.services import duration_ms, step_totals, steps_interrupt, trace_for_live
@@ -24,8 +30,6 @@ from traces.services import duration_ms, step_totals, steps_interrupt, trace_for
 logger = logging.getLogger(__name__)
 Status = Trace.Status
 
-# A trace whose worker died before it recorded anything is tried this many times in all.
-MAX_ATTEMPTS = 3
 # A queued trace whose task was sent this long ago without being claimed is sent again (the
 # broker may have lost it: the embedded Redis keeps nothing across restarts). A duplicate
 # delivery is harmless: only one claim succeeds.
@@ -59,9 +63,10 @@ class ReapReport:
 
 def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = None) -> ReapReport:
     """Settle traces nobody is running any more, so none stays ``running`` after its worker
-    died: a stale heartbeat ends the trace ``interrupted`` (or re-queues it when it died before
-    recording any step, up to ``MAX_ATTEMPTS``), a run past the agent's hard limit ends it
-    ``timed_out``; and queued traces that should run but were never sent are sent."""
+    died: a stale heartbeat hands the trace back to be resumed from its last recorded step (up
+    to ``TURN_MAX_RESUMES`` times, then it ends ``interrupted``), a run past the agent's hard
+    limit ends it ``timed_out``; and queued traces that should run but were never sent are
+    sent."""
     now = now or timezone.now()
     stale_before = now - timedelta(seconds=stale_after_s if stale_after_s is not None
                                    else settings.TURN_STALE_AFTER_S)
@@ -75,9 +80,11 @@ def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = Non
                          message=HARD_LIMIT_MESSAGE.format(seconds=hard), now=now):
                 report.timed_out.append(trace.pk)
         elif trace.heartbeat_at is None or trace.heartbeat_at < stale_before:
-            if (trace.attempts < MAX_ATTEMPTS
-                    and not Step.objects.filter(trace_id=trace.pk).exists()):
-                if _requeue(trace, stale_before=stale_before, now=now):
+            if trace.attempts <= settings.TURN_MAX_RESUMES:
+                # Continued from its last recorded step by whichever worker claims it.
+                if trace_hand_back(trace_id=trace.pk, attempt=trace.attempts, reason="worker_lost",
+                                   last_seen=trace.heartbeat_at or trace.started_at, now=now,
+                                   only=Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before)):
                     report.requeued.append(trace.pk)
             elif _reap_one(trace, status=Status.INTERRUPTED, error_kind="worker_lost",
                            message=INTERRUPTED_MESSAGE, now=now, stale_before=stale_before):
@@ -109,20 +116,6 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
         announce_sync(announcements().step, step)
     announce_sync(announcements().trace, fresh)
     return True
-
-
-def _requeue(trace: Trace, *, stale_before: datetime, now: datetime) -> bool:
-    with transaction.atomic():
-        conversation_lock(trace.conversation_id)
-        requeued = (Trace.objects.filter(pk=trace.pk, status=Status.RUNNING, attempts=trace.attempts)
-                    .filter(Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before))
-                    .update(status=Status.QUEUED, worker="", heartbeat_at=None,
-                            event_seq=F("event_seq") + 1))
-        if requeued:
-            trace_enqueue(trace=Trace.objects.select_related("agent").get(pk=trace.pk), now=now)
-    if requeued:
-        announce_sync(announcements().trace, trace_for_live(trace.pk))
-    return bool(requeued)
 
 
 def _dispatch_waiting(now: datetime) -> list[int]:

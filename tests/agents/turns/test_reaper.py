@@ -36,12 +36,14 @@ def a_step(trace: Trace, attempt: int = 1, seq: int = 1, status: str = "running"
                        values={"kind": "llm_request", "status": status, "name": "demo"})
 
 
-def test_a_trace_whose_worker_died_mid_turn_ends_interrupted_and_the_next_one_starts(
-        start, conversation, sent_turns):
+def test_a_trace_whose_worker_died_more_often_than_it_may_resume_ends_interrupted(
+        start, conversation, sent_turns, settings):
     trace = start()
     waiting = start("Second question")
     claimed = trace_claim(trace_id=trace.pk, worker="dead@host")
-    a_step(claimed)
+    attempts = settings.TURN_MAX_RESUMES + 1
+    Trace.objects.filter(pk=trace.pk).update(attempts=attempts)
+    a_step(claimed, attempt=attempts)
     Message.objects.create(conversation=conversation, role="assistant", trace=trace, blocks=[
         {"type": "tool_use", "id": "call_1", "name": "calculator", "input": {"expression": "2+2"}}])
     stale(trace)
@@ -61,8 +63,9 @@ def test_a_trace_whose_worker_died_mid_turn_ends_interrupted_and_the_next_one_st
 
     # the late worker can neither write a step nor overwrite the end
     with pytest.raises(TraceNotOwned):
-        a_step(claimed, seq=2)
-    assert trace_close(trace_id=trace.pk, attempt=1, outcome=TurnOutcome(status="completed")) is None
+        a_step(claimed, attempt=attempts, seq=2)
+    assert trace_close(trace_id=trace.pk, attempt=attempts,
+                       outcome=TurnOutcome(status="completed")) is None
     assert Trace.objects.get(pk=trace.pk).status == "interrupted"
 
     assert turn_run(waiting.pk) == "completed"  # and the conversation goes on
@@ -76,7 +79,7 @@ def test_a_live_heartbeat_is_left_alone(start):
     assert Trace.objects.get(pk=trace.pk).status == "running"
 
 
-def test_a_trace_that_died_before_any_step_is_queued_again_and_resumes(start, sent_turns):
+def test_a_trace_whose_worker_died_is_handed_back_and_resumed(start, sent_turns):
     trace = start()
     trace_claim(trace_id=trace.pk, worker="dead@host")
     stale(trace)
@@ -86,15 +89,17 @@ def test_a_trace_that_died_before_any_step_is_queued_again_and_resumes(start, se
     assert report.requeued == [trace.pk]
     trace.refresh_from_db()
     assert (trace.status, trace.attempts, trace.worker) == ("queued", 1, "")
+    assert trace.meta["resume"]["reason"] == "worker_lost"
+    assert trace.meta["resume"]["from_worker"] == "dead@host"
     assert sent_turns == [trace.pk, trace.pk]
     assert turn_run(trace.pk) == "completed"
     assert Trace.objects.get(pk=trace.pk).attempts == 2
 
 
-def test_after_three_attempts_a_trace_is_not_resumed_again(start):
+def test_a_trace_resumed_as_often_as_it_may_be_is_not_resumed_again(start, settings):
     trace = start()
     trace_claim(trace_id=trace.pk, worker="dead@host")
-    Trace.objects.filter(pk=trace.pk).update(attempts=3)
+    Trace.objects.filter(pk=trace.pk).update(attempts=settings.TURN_MAX_RESUMES + 1)
     stale(trace)
 
     assert trace_reap().interrupted == [trace.pk]
@@ -136,7 +141,7 @@ def test_the_periodic_task_runs_the_reaper(start):
     trace_claim(trace_id=trace.pk, worker="dead@host")
     a_step(trace)
     stale(trace)
-    assert reap() == {"interrupted": [trace.pk], "timed_out": [], "requeued": [], "dispatched": []}
+    assert reap() == {"interrupted": [], "timed_out": [], "requeued": [trace.pk], "dispatched": []}
 
 
 def test_beat_runs_the_reaper_every_15_seconds_on_the_maintenance_queue(settings):
