@@ -153,7 +153,7 @@ def test_a_killed_workers_running_turn_is_picked_up_by_another_within_10_s(make_
         conversation = conversation_create(team=agent.team, agent=agent, user=alice)
         trace = turn_start(conversation=conversation, user=alice,
                            text="call the current_time tool 12 times")
-        wait_for(lambda: Step.objects.filter(trace=trace).exists(), timeout=20, what="a first step")
+        wait_for(lambda trace=trace: Step.objects.filter(trace=trace).exists(), timeout=20, what="a first step")
         running = Trace.objects.get(pk=trace.pk)
         victim = next(p for p in workers if running.worker == f"{p.node} pid {p.pid}")
 
@@ -162,7 +162,7 @@ def test_a_killed_workers_running_turn_is_picked_up_by_another_within_10_s(make_
         victim.wait(timeout=5)
         workers.remove(victim)
 
-        again = wait_for(lambda: Trace.objects.filter(pk=trace.pk, attempts=2, status__in=[
+        again = wait_for(lambda trace=trace: Trace.objects.filter(pk=trace.pk, attempts=2, status__in=[
             "running", "completed", "failed", "interrupted"]).first(), timeout=15, interval=0.05,
             what="the turn claimed again")
         picked_up = time.time()
