@@ -37,11 +37,13 @@ from celery.signals import (
 )
 from django.conf import settings
 from django.db import connection
-from django.db.models import Min
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from agents.models import TurnWorker
+from agents.turns.lifecycle import trace_hand_back
 from agents.turns.reaper import trace_reap
+from traces.models import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +62,19 @@ def worker_name(hostname: str | None = None) -> str:
 
 # -- the rows -------------------------------------------------------------------------------------
 def turn_worker_register(*, name: str, now: datetime | None = None) -> TurnWorker:
+    """Write this process's row. A row of the same name is a process that died before it (the
+    same node and pid after a restart, as in a container): the turns it still holds are handed
+    back at once, since their claims read as this process's."""
     now = now or timezone.now()
+    previous = TurnWorker.objects.filter(name=name).values_list("beat_at", flat=True).first()
     worker, _ = TurnWorker.objects.update_or_create(
         name=name, defaults={"pid": os.getpid(), "beat_at": now, "reaped_at": None,
                              "stopping_at": None})
+    if previous is not None:
+        held = Trace.objects.filter(status=Trace.Status.RUNNING, worker=name)
+        for trace_id, attempt in held.values_list("pk", "attempts"):
+            trace_hand_back(trace_id=trace_id, attempt=attempt, reason="worker_lost",
+                            last_seen=previous, only=Q(worker=name), now=now)
     return worker
 
 
@@ -120,8 +131,14 @@ class TurnWorkerLife:
         self.forgot_at = 0.0
 
     def start(self) -> None:
-        turn_worker_register(name=self.name)
-        connection.close()  # the caller's thread keeps no connection of ours
+        """Register before the process takes its first task (a row of the same name is then
+        a dead predecessor's, never this process's), and start the threads."""
+        try:
+            turn_worker_register(name=self.name)
+        except Exception:  # noqa: BLE001 - the first beat that works writes the row
+            logger.warning("turn worker %s: could not register", self.name, exc_info=True)
+        finally:
+            connection.close()  # the caller's thread keeps no connection of ours
         for thread in self.threads:
             thread.start()
         logger.info("turn worker %s: beating every %s s, reaping every %s s", self.name,
@@ -155,7 +172,7 @@ class TurnWorkerLife:
             connection.close()
 
     def _beat(self) -> float:
-        turn_worker_beat(name=self.name)
+        turn_worker_beat(name=self.name)  # writes the row if registering failed
         return settings.TURN_WORKER_BEAT_S
 
     def _reap(self) -> float:
@@ -186,22 +203,14 @@ _life: TurnWorkerLife | None = None
 _life_lock = threading.Lock()
 
 
-def turn_worker_start(*, hostname: str | None) -> TurnWorkerLife | None:
-    """Start this process's beat and reaper (once per process; None when they could not
-    start: the turns of a process without a row are judged by their heartbeats)."""
+def turn_worker_start(*, hostname: str | None) -> TurnWorkerLife:
+    """Start this process's beat and reaper, once per process."""
     global _life
     with _life_lock:
-        if _life is not None and _life.pid == os.getpid():
-            return _life
-        life = TurnWorkerLife(worker_name(hostname))
-        try:
-            life.start()
-        except Exception:  # noqa: BLE001 - the worker still runs turns; the reaper of others covers
-            logger.exception("turn worker %s: could not register", life.name)
-            connection.close()
-            return None
-        _life = life
-        return life
+        if _life is None or _life.pid != os.getpid():
+            _life = TurnWorkerLife(worker_name(hostname))
+            _life.start()
+        return _life
 
 
 def turn_worker_stop() -> None:

@@ -78,6 +78,19 @@ def test_its_reaper_hands_back_the_turns_of_a_worker_that_stopped_beating(life, 
     assert TurnWorker.objects.get(name="w@host pid 1").reaped_at is not None
 
 
+def test_a_process_that_takes_a_dead_ones_name_hands_back_its_turns_at_once(life, start_turn):
+    """The same node and pid after a restart (a container's): the claims under that name are
+    the dead process's, though the name beats again."""
+    trace = start_turn()
+    trace_claim(trace_id=trace.pk, worker="w@host pid 1")
+    TurnWorker.objects.create(name="w@host pid 1", beat_at=timezone.now() - timedelta(seconds=0.5))
+
+    life("w@host pid 1")
+
+    trace.refresh_from_db()
+    assert (trace.status, trace.meta["resume"]["from_worker"]) == ("queued", "w@host pid 1")
+
+
 def test_a_beat_writes_a_forgotten_row_again():
     turn_worker_beat(name="w@host pid 1")
     TurnWorker.objects.all().delete()
