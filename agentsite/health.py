@@ -1,4 +1,6 @@
-"""``/healthz``: is the database up, is Redis up, does at least one worker answer?
+"""``/healthz``: is the database up, is Redis up, does at least one worker answer? And the
+apps' own checks, named in ``settings.HEALTH_CHECKS`` (the turns: the reaper's last run, the
+worker processes alive, turns stale past the limit, beat's last tick).
 
 Each check returns ``{"ok": bool, "latency_ms": float, ...}``. The endpoint answers 200 only when
 every check passes, 503 otherwise, so a load balancer or the dev runner can rely on the status.
@@ -16,6 +18,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -96,6 +99,11 @@ def run_checks(*, deep: bool = False) -> dict[str, Any]:
             checks["queues"] = _timed(check_queues)
     else:
         checks["worker"] = {"ok": False, "error": "Skipped: Redis (the broker) is down.", "latency_ms": 0.0}
+    # The apps' checks read the database and Redis: without them, they have nothing to say.
+    down = [name for name in ("database", "redis") if not checks[name]["ok"]]
+    for name, path in settings.HEALTH_CHECKS.items():
+        checks[name] = ({"ok": False, "error": f"Skipped: {' and '.join(down)} down.", "latency_ms": 0.0}
+                        if down else _timed(import_string(path)))
     return {"status": "ok" if all(c["ok"] for c in checks.values()) else "error", "checks": checks}
 
 

@@ -265,6 +265,15 @@ TURN_BEAT_REAP_S = env.float("TURN_BEAT_REAP_S", default=15.0)
 # How often a running turn looks for a cancel signal in Redis (the loop must see it within 1 s).
 TURN_CANCEL_POLL_S = env.float("TURN_CANCEL_POLL_S", default=0.2)
 
+# What /healthz checks beside the database, Redis and the workers' ping: name -> a function of
+# an app returning {"ok": bool, ...} (named, so that the platform imports no app).
+HEALTH_CHECKS = {
+    "reaper": "agents.turns.health.check_reaper",
+    "workers": "agents.turns.health.check_workers",
+    "turns": "agents.turns.health.check_turns",
+    "beat": "agents.turns.health.check_beat",
+}
+
 CELERY_BEAT_SCHEDULE = {
     "turns-reap": {
         "task": "agents.turns.tasks.reap",

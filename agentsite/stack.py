@@ -2,8 +2,8 @@
 
 ``Stack`` starts, on free loopback ports and in a temporary directory: the embedded Redis
 (``devrunner.EmbeddedRedis``), a migrated file SQLite database that every process shares,
-daphne (HTTP and websockets) and a Celery worker; ``stop`` ends them all. Django's own
-``live_server`` cannot serve websockets, hence real processes.
+daphne (HTTP and websockets), a Celery worker and Celery beat, as in production; ``stop`` ends
+them all. Django's own ``live_server`` cannot serve websockets, hence real processes.
 
 ``Stack.seed(spec)`` fills it through ``manage.py seed_stack`` (in the stack's environment): the personas of ``agentsite.personas`` (alice, bob and vera in Team A, charlie
 in Team B) and demo agents as the spec says. The test process itself never opens the database.
@@ -79,6 +79,9 @@ class Stack:
                                      "-Q", "turns,maintenance", "-P", "threads",
                                      "-c", str(self.worker_threads), "-n", f"stack-{uuid.uuid4().hex[:8]}@%h",
                                      "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+                          env=self.env, cwd=ROOT), printer)
+        self._start(Child("beat", [python, "-m", "celery", "-A", "agentsite", "beat", "--loglevel", "WARNING",
+                                   "-s", str(self.workdir / "var" / "celerybeat-schedule")],
                           env=self.env, cwd=ROOT), printer)
         self._wait_healthy(timeout)
         return self

@@ -128,7 +128,7 @@ def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: date
         rows = Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
         if only is not None:
             rows = rows.filter(only)
-        trace = rows.select_for_update().select_related("agent").first()
+        trace = rows.select_for_update(of=("self",)).select_related("agent").first()
         if trace is None:
             return False
         meta = dict(trace.meta or {})

@@ -1,5 +1,6 @@
-"""The reaper, run by Celery beat: settles traces nobody runs any more, so none stays
-``running`` after its worker died, and sends queued traces nobody sent."""
+"""The reaper: settles traces nobody runs any more, so none stays ``running`` after its worker
+died, and sends queued traces nobody sent. Every worker process runs it every
+``TURN_REAPER_INTERVAL_S`` (``agents.turns.workers``); beat runs it too, as a backstop."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from agents.models import Message
+from agents.models import Message, TurnWorker
 from agents.runtime.loop import INTERRUPTED_OUTPUT, close_dangling_tool_uses
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.announce import announcements
@@ -34,8 +35,10 @@ Status = Trace.Status
 # broker may have lost it: the embedded Redis keeps nothing across restarts). A duplicate
 # delivery is harmless: only one claim succeeds.
 RESEND_AFTER_S = 120
-# The hard limit of a trace whose agent was deleted: the longest any agent may have.
+# The hard limit of a trace whose agent was deleted: the longest any agent may have; and the
+# shortest any may have (``Agent.turn_time_limit_s`` is at least 5 s).
 LONGEST_HARD_LIMIT_S = 3600 + 30
+SHORTEST_HARD_LIMIT_S = 5 + 30
 
 INTERRUPTED_MESSAGE = (
     "The worker running this turn stopped unexpectedly (it may have been restarted or run out "
@@ -61,34 +64,94 @@ class ReapReport:
         return bool(self.interrupted or self.timed_out or self.requeued or self.dispatched)
 
 
-def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = None) -> ReapReport:
+@dataclass(frozen=True)
+class Silence:
+    """When a running trace counts as lost, as of some moment: its worker stopped beating
+    (``TurnWorker.beat_at`` before ``dead_before``), or its own heartbeat stopped (before
+    ``stale_before``: a turn whose thread hangs in a live worker). A worker without a row (one
+    of an earlier release during an upgrade, or one whose row could not be written) is judged
+    by its turns' heartbeats alone, dead after about two missed (``unknown_before``)."""
+
+    stale_before: datetime
+    dead_before: datetime
+    unknown_before: datetime
+
+    @classmethod
+    def at(cls, now: datetime, *, stale_after_s: float | None = None,
+           dead_after_s: float | None = None) -> Silence:
+        stale = stale_after_s if stale_after_s is not None else settings.TURN_STALE_AFTER_S
+        dead = dead_after_s if dead_after_s is not None else settings.TURN_WORKER_DEAD_AFTER_S
+        return cls(stale_before=now - timedelta(seconds=stale),
+                   dead_before=now - timedelta(seconds=dead),
+                   unknown_before=now - timedelta(seconds=dead + settings.TURN_HEARTBEAT_S))
+
+    def lost(self) -> Q:
+        """The running traces this silence covers, as a condition on ``Trace``: the reaper's
+        query, and the guard of its hand-back (a worker that beats again meanwhile wins)."""
+        workers = TurnWorker.objects.filter(name=OuterRef("worker"))
+        return (Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=self.stale_before)
+                | Exists(workers.filter(beat_at__lt=self.dead_before))
+                | (~Exists(workers) & Q(heartbeat_at__lt=self.unknown_before)))
+
+    def last_seen(self, trace: Trace) -> datetime | None:
+        """The last sign of life of a lost trace (``worker_beat``: its worker's, annotated by
+        ``traces_lost``), or None when it is not lost."""
+        beat, heartbeat = getattr(trace, "worker_beat", None), trace.heartbeat_at
+        if beat is not None and beat < self.dead_before:
+            return beat
+        if heartbeat is None or heartbeat < self.stale_before:
+            return heartbeat or trace.started_at
+        if beat is None and heartbeat < self.unknown_before:
+            return heartbeat
+        return None
+
+
+def traces_lost(silence: Silence) -> QuerySet[Trace]:
+    """Running traces that ``silence`` covers, each with its worker's last beat (``worker_beat``,
+    None when the worker has no row)."""
+    return (Trace.objects.filter(status=Status.RUNNING).filter(silence.lost())
+            .annotate(worker_beat=_worker_beat()))
+
+
+def _worker_beat() -> Subquery:
+    return Subquery(TurnWorker.objects.filter(name=OuterRef("worker")).values("beat_at")[:1])
+
+
+def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = None,
+               dead_after_s: float | None = None) -> ReapReport:
     """Settle traces nobody is running any more, so none stays ``running`` after its worker
-    died: a stale heartbeat hands the trace back to be resumed from its last recorded step (up
-    to ``TURN_MAX_RESUMES`` times, then it ends ``interrupted``), a run past the agent's hard
-    limit ends it ``timed_out``; and queued traces that should run but were never sent are
-    sent."""
+    died: a trace whose worker stopped beating (or whose own heartbeat went stale) is handed
+    back to be resumed from its last recorded step (up to ``TURN_MAX_RESUMES`` times, then it
+    ends ``interrupted``), a run past the agent's hard limit ends ``timed_out``; and queued
+    traces that should run but were never sent are sent. One query finds the running traces
+    when none needs settling."""
     now = now or timezone.now()
-    stale_before = now - timedelta(seconds=stale_after_s if stale_after_s is not None
-                                   else settings.TURN_STALE_AFTER_S)
+    silence = Silence.at(now, stale_after_s=stale_after_s, dead_after_s=dead_after_s)
     report = ReapReport()
-    running = Trace.objects.filter(status=Status.RUNNING).select_related("agent").only(
-        "id", "conversation_id", "attempts", "started_at", "heartbeat_at", "agent__turn_time_limit_s")
-    for trace in running:
+    # The hard limit is per agent: the query takes every trace past the shortest one, and the
+    # exact limit is checked here.
+    candidates = (Trace.objects.filter(status=Status.RUNNING)
+                  .filter(silence.lost() | Q(started_at__lt=now - timedelta(seconds=SHORTEST_HARD_LIMIT_S)))
+                  .annotate(worker_beat=_worker_beat()).select_related("agent")
+                  .only("id", "conversation_id", "attempts", "worker", "started_at", "heartbeat_at",
+                        "agent__turn_time_limit_s"))
+    for trace in candidates:
         hard = trace.agent.hard_time_limit_s if trace.agent else LONGEST_HARD_LIMIT_S
+        last_seen = silence.last_seen(trace)
         if trace.started_at and trace.started_at < now - timedelta(seconds=hard):
             if _reap_one(trace, status=Status.TIMED_OUT, error_kind="hard_time_limit",
                          message=HARD_LIMIT_MESSAGE.format(seconds=hard), now=now):
                 report.timed_out.append(trace.pk)
-        elif trace.heartbeat_at is None or trace.heartbeat_at < stale_before:
-            if trace.attempts <= settings.TURN_MAX_RESUMES:
-                # Continued from its last recorded step by whichever worker claims it.
-                if trace_hand_back(trace_id=trace.pk, attempt=trace.attempts, reason="worker_lost",
-                                   last_seen=trace.heartbeat_at or trace.started_at, now=now,
-                                   only=Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before)):
-                    report.requeued.append(trace.pk)
-            elif _reap_one(trace, status=Status.INTERRUPTED, error_kind="worker_lost",
-                           message=INTERRUPTED_MESSAGE, now=now, stale_before=stale_before):
-                report.interrupted.append(trace.pk)
+        elif last_seen is None:
+            continue  # a long turn, alive
+        elif trace.attempts <= settings.TURN_MAX_RESUMES:
+            # Continued from its last recorded step by whichever worker claims it.
+            if trace_hand_back(trace_id=trace.pk, attempt=trace.attempts, reason="worker_lost",
+                               last_seen=last_seen, now=now, only=silence.lost()):
+                report.requeued.append(trace.pk)
+        elif _reap_one(trace, status=Status.INTERRUPTED, error_kind="worker_lost",
+                       message=INTERRUPTED_MESSAGE, now=now, only=silence.lost()):
+            report.interrupted.append(trace.pk)
     report.dispatched = _dispatch_waiting(now)
     if report:
         logger.info("reaper: %s", report)
@@ -96,12 +159,12 @@ def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = Non
 
 
 def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: datetime,
-              stale_before: datetime | None = None) -> bool:
+              only: Q | None = None) -> bool:
     with transaction.atomic():
         conversation_lock(trace.conversation_id)
         rows = Trace.objects.filter(pk=trace.pk, status=Status.RUNNING, attempts=trace.attempts)
-        if stale_before is not None:  # a heartbeat that arrived meanwhile wins
-            rows = rows.filter(Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale_before))
+        if only is not None:  # a heartbeat or a worker's beat that arrived meanwhile wins
+            rows = rows.filter(only)
         if not rows.select_for_update().exists():
             return False
         changed_steps = steps_interrupt(trace_id=trace.pk)

@@ -48,13 +48,21 @@ def test_dev_starts_everything_and_ctrl_c_leaves_nothing(tmp_path):
         assert "Log in as demo / demo-pass-for-tests" in text
         assert " redis |" in text and "   web |" in text and "worker |" in text  # prefixed logs
         children = children_of(tmp_path / "var")
-        assert set(children) == {"redis", "web", "worker"}
+        assert set(children) == {"redis", "web", "worker", "beat"}
         assert all(pid_alive(pid) for pid in children.values())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:  # noqa: S310
             health = json.loads(response.read())
         assert health["status"] == "ok" and health["checks"]["redis"]["embedded"] is True
+        assert health["checks"]["beat"]["ok"] and health["checks"]["reaper"]["ok"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=5) as response:  # noqa: S310
             assert b"Log in" in response.read()
+
+        # a beat that dies is said loudly and started again
+        os.killpg(children["beat"], signal.SIGKILL)
+        wait_for(lambda: children_of(tmp_path / "var").get("beat") not in (None, children["beat"]),
+                 timeout=10, interval=0.1, what="a new beat")
+        assert f"!!! beat (pid {children['beat']}) exited with code -9; starting it again. !!!" in log.read_text()
+        children = children_of(tmp_path / "var")
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

@@ -1,5 +1,6 @@
-"""The reaper: no trace stays ``running`` after its worker died, and no queued trace waits for
-a task that was never sent."""
+"""The reaper: no trace stays ``running`` after its worker died (found by the worker's silent
+beat within seconds, or by the trace's stale heartbeat), and no queued trace waits for a task
+that was never sent."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.models import Message
-from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close
-from agents.turns.reaper import INTERRUPTED_MESSAGE, trace_reap
+from agents.models import Message, TurnWorker
+from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close, trace_hand_back
+from agents.turns.reaper import INTERRUPTED_MESSAGE, Silence, trace_reap
 from agents.turns.services import turn_start
 from agents.turns.tasks import reap, turn_run
 from traces.models import Step, Trace
@@ -29,6 +30,11 @@ def start(conversation, alice, sent_turns):
 
 def stale(trace: Trace, *, seconds: int = 120) -> None:
     Trace.objects.filter(pk=trace.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def a_worker(name: str, *, silent_s: float = 0.0) -> TurnWorker:
+    """A worker process's row whose last beat was ``silent_s`` seconds ago."""
+    return TurnWorker.objects.create(name=name, pid=1, beat_at=timezone.now() - timedelta(seconds=silent_s))
 
 
 def a_step(trace: Trace, attempt: int = 1, seq: int = 1, status: str = "running") -> Step:
@@ -71,12 +77,79 @@ def test_a_trace_whose_worker_died_more_often_than_it_may_resume_ends_interrupte
     assert turn_run(waiting.pk) == "completed"  # and the conversation goes on
 
 
-def test_a_live_heartbeat_is_left_alone(start):
+def test_a_trace_whose_worker_stopped_beating_is_handed_back_at_the_next_reap(start, sent_turns, settings):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="w1@host pid 7")
+    silent = settings.TURN_WORKER_DEAD_AFTER_S + 0.5
+    worker = a_worker("w1@host pid 7", silent_s=silent)
+    # its turn's own heartbeat is recent: the worker's silence alone is enough
+    Trace.objects.filter(pk=trace.pk).update(heartbeat_at=worker.beat_at)
+
+    report = trace_reap()
+
+    assert report.requeued == [trace.pk]
+    trace.refresh_from_db()
+    assert (trace.status, trace.worker) == ("queued", "")
+    resume = trace.meta["resume"]
+    assert (resume["reason"], resume["from_worker"]) == ("worker_lost", "w1@host pid 7")
+    assert resume["last_seen"] == worker.beat_at.isoformat()  # the worker's last beat
+    assert sent_turns == [trace.pk, trace.pk]
+
+
+def test_a_live_workers_trace_is_left_alone_though_its_heartbeat_is_old(start, settings):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="w1@host pid 7")
+    a_worker("w1@host pid 7", silent_s=settings.TURN_WORKER_BEAT_S)
+    stale(trace, seconds=int(settings.TURN_STALE_AFTER_S) - 5)  # old, but below the limit
+
+    assert not trace_reap()
+    assert Trace.objects.get(pk=trace.pk).status == "running"
+
+
+def test_a_live_worker_whose_turn_hangs_past_the_stale_limit_gets_it_taken_back(start, settings):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="w1@host pid 7")
+    a_worker("w1@host pid 7")
+    stale(trace, seconds=int(settings.TURN_STALE_AFTER_S) + 1)
+
+    assert trace_reap().requeued == [trace.pk]
+    assert Trace.objects.get(pk=trace.pk).meta["resume"]["from_worker"] == "w1@host pid 7"
+
+
+def test_a_worker_without_a_row_is_judged_by_its_turns_heartbeats(start, settings):
+    """An older release's worker, mid-upgrade, writes no row: its turns are not taken from it
+    while their heartbeats come, and are once about two are missed."""
     trace = start()
     trace_claim(trace_id=trace.pk, worker="alive@host")
     stale(trace, seconds=5)
     assert not trace_reap()
     assert Trace.objects.get(pk=trace.pk).status == "running"
+
+    stale(trace, seconds=int(settings.TURN_WORKER_DEAD_AFTER_S + settings.TURN_HEARTBEAT_S) + 1)
+    assert trace_reap().requeued == [trace.pk]
+
+
+def test_a_worker_that_beats_again_before_the_hand_back_keeps_its_trace(start, settings):
+    trace = start()
+    claimed = trace_claim(trace_id=trace.pk, worker="w1@host pid 7")
+    worker = a_worker("w1@host pid 7", silent_s=settings.TURN_WORKER_DEAD_AFTER_S + 1)
+    silence = Silence.at(timezone.now())  # what the reaper saw
+    assert Trace.objects.filter(pk=trace.pk).filter(silence.lost()).exists()
+
+    TurnWorker.objects.filter(pk=worker.pk).update(beat_at=timezone.now())  # a late beat
+    assert not trace_hand_back(trace_id=trace.pk, attempt=claimed.attempts, reason="worker_lost",
+                               only=silence.lost())
+    assert Trace.objects.get(pk=trace.pk).status == "running"
+
+
+def test_a_reap_with_nothing_to_settle_is_one_query_and_one_for_the_queued(
+        start, django_assert_num_queries):
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="w1@host pid 7")
+    a_worker("w1@host pid 7")
+    a_worker("w2@host pid 8", silent_s=3600)  # dead long ago, nothing of it runs
+    with django_assert_num_queries(2):  # the running traces; the queued ones nobody sent
+        assert not trace_reap()
 
 
 def test_a_trace_whose_worker_died_is_handed_back_and_resumed(start, sent_turns):
@@ -150,8 +223,10 @@ def test_beat_runs_the_reaper_every_15_seconds_on_the_maintenance_queue(settings
     entry = settings.CELERY_BEAT_SCHEDULE["turns-reap"]
     assert (entry["task"], entry["schedule"]) == ("agents.turns.tasks.reap", 15.0)
     assert app.amqp.router.route({}, "agents.turns.tasks.reap")["queue"].name == "maintenance"
-    # stale after 30 s + one interval: settled within 45 s, inside the promised minute
-    assert settings.TURN_STALE_AFTER_S + entry["schedule"] <= 60
+    # a dead worker is silent for dead-after, then found at the latest one interval later:
+    # inside the promised 10 s with a beat to spare
+    assert (settings.TURN_WORKER_DEAD_AFTER_S + settings.TURN_REAPER_INTERVAL_S
+            + settings.TURN_WORKER_BEAT_S) <= 10
 
 
 @pytest.mark.django_db(transaction=True)
