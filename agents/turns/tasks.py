@@ -72,20 +72,23 @@ def _hand_turns_back(sender: Any = None, **kwargs: Any) -> None:
 
 
 def worker_stopping(*, name: str) -> int:
-    """A worker's warm shutdown: note it on its ``TurnWorker`` row, then hand its running turns
-    back (``TURN_SHUTDOWN`` "handoff") or leave them to finish ("wait"). Returns how many
-    were handed back."""
+    """A worker's warm shutdown: hand its running turns back (``TURN_SHUTDOWN`` "handoff", the
+    default) or leave them to finish ("wait"), and note it on its ``TurnWorker`` row. Returns
+    how many turns were handed back."""
+    mode = settings.TURN_SHUTDOWN
+    if mode not in ("handoff", "wait"):
+        logger.warning("TURN_SHUTDOWN=%r is neither 'handoff' nor 'wait'; handing turns back", mode)
+    running, handed = len(RUNNING), 0
+    if mode == "wait":
+        logger.info("worker stopping: waiting for %s running turns to finish", running)
+    else:
+        handed = turns_hand_back(reason="handoff")
+        logger.info("worker stopping: handed %s of %s running turns back to the queue", handed, running)
     try:
         if name:
             TurnWorker.objects.filter(name=name).update(stopping_at=timezone.now())
-    except Exception:  # noqa: BLE001 - the row is a report; the hand back matters more
+    except Exception:  # noqa: BLE001 - the row is a report; the turns are what matter
         logger.warning("could not mark worker %s as stopping", name, exc_info=True)
     finally:
         connections.close_all()
-    if settings.TURN_SHUTDOWN != "handoff":
-        logger.info("worker stopping: waiting for %s running turns to finish", len(RUNNING))
-        return 0
-    running = len(RUNNING)
-    handed = turns_hand_back(reason="handoff")
-    logger.info("worker stopping: handed %s of %s running turns back to the queue", handed, running)
     return handed
