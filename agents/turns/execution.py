@@ -17,6 +17,12 @@ of the process, by one thread (``turn_signals.CancelWatch``, every ``TURN_CANCEL
 pool cannot enforce Celery's: at the soft limit the turn is cancelled with a reason and ends
 ``timed_out`` with every step recorded so far; at the hard limit the loop is abandoned. If the
 whole thread hangs, the reaper is the backstop.
+
+A worker that is told to stop (SIGTERM, Celery's warm shutdown) hands its running turns back
+(``turns_hand_back``) instead of letting a later SIGKILL cut them off: each turn's recorder stops
+recording, its task is cancelled, and its trace goes back to the queue, where another worker
+continues it from its last recorded step. Nothing the cancellation causes (a tool's "cancelled"
+result) is recorded, so the trace reads as if the worker had simply stopped there.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -42,7 +49,14 @@ from agents.runtime.providers.base import Outcome
 from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
-from agents.turns.lifecycle import ClosedTurn, NewMessage, TurnOutcome, trace_claim, trace_close
+from agents.turns.lifecycle import (
+    ClosedTurn,
+    NewMessage,
+    TurnOutcome,
+    trace_claim,
+    trace_close,
+    trace_hand_back,
+)
 from agents.turns.providers import TurnSetupError
 from agents.turns.resume import ResumePlan, turn_resume_plan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
@@ -68,6 +82,9 @@ SETUP_ERROR_MESSAGE = (
     "again, tell an admin (the worker's log has the details)."
 )
 LOST_REASON = "This turn was taken over by the reaper or another worker."
+HANDED_BACK = "handed_back"
+# How long a cancelled turn may take to stop before its thread goes on without it.
+STOP_GRACE_S = 2.0
 STATUS_FOR = {
     TurnStatus.COMPLETED: Status.COMPLETED,
     TurnStatus.CANCELLED: Status.CANCELLED,
@@ -152,6 +169,61 @@ def turn_execute(*, trace_id: int, worker: str) -> str:
         db.release()
 
 
+class RunningTurns:
+    """The turns this process runs, so that a worker asked to stop can hand them back. Once
+    closed (the worker is stopping), a turn that starts is handed back at once."""
+
+    def __init__(self) -> None:
+        self._runs: set[TurnRun] = set()
+        self._lock = threading.Lock()
+        self.closed_for = ""
+
+    def add(self, run: TurnRun) -> None:
+        with self._lock:
+            self._runs.add(run)
+            reason = self.closed_for
+        if reason:
+            run.hand_back(reason)
+
+    def discard(self, run: TurnRun) -> None:
+        with self._lock:
+            self._runs.discard(run)
+
+    def close(self, reason: str) -> list[TurnRun]:
+        with self._lock:
+            self.closed_for = reason
+            return list(self._runs)
+
+    def reopen(self) -> None:
+        with self._lock:
+            self.closed_for = ""
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+
+RUNNING = RunningTurns()
+
+
+def turns_hand_back(*, reason: str = "handoff", wait_s: float = 10.0) -> int:
+    """Hand every turn this process runs, and every turn it starts from now on, back to the
+    queue to be continued elsewhere from its last recorded step (a worker that is stopping).
+    Waits up to ``wait_s`` for them; returns how many were handed back by then. Any thread."""
+    runs = RUNNING.close(reason)
+    for run in runs:
+        run.hand_back(reason)
+    deadline = time.monotonic() + wait_s
+    for run in runs:
+        run.ended.wait(max(deadline - time.monotonic(), 0))
+    return sum(run.handed_back for run in runs)
+
+
+def turns_handing_back() -> str:
+    """Why this process hands its turns back ("" while it runs them)."""
+    return RUNNING.closed_for
+
+
 class TurnRun:
     """One attempt at one claimed trace, inside its event loop."""
 
@@ -161,12 +233,31 @@ class TurnRun:
         self.attempt = trace.attempts
         self.agent = trace.agent
         self.cancel = CancelToken()
-        self.stop_cause: str | None = None  # "time_limit", "cancelled" or "lost"
+        self.stop_cause: str | None = None  # "time_limit", "cancelled", "lost" or "handoff"
         self.recorder = TraceRecorder(trace=trace, attempt=self.attempt, db=db,
                                       on_lost=self._lost, announcements=announcements())
         self.plan: ResumePlan | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[str] | None = None
+        self.handoff_reason = ""
+        self.finishing = False  # the loop is over: the turn ends here, whatever comes
+        self.handed_back = False
+        self.ended = threading.Event()
 
     async def run(self) -> str:
+        self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
+        RUNNING.add(self)
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            if self.stop_cause != "handoff":
+                raise
+            return await self._hand_back()
+        finally:
+            RUNNING.discard(self)
+            self.ended.set()
+
+    async def _run(self) -> str:
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
         try:
             # An earlier attempt recorded steps: continue from them (its cut-off requests end
@@ -215,6 +306,7 @@ class TurnRun:
             resume=self.plan.resume if self.plan is not None else None))
         try:
             done, _ = await asyncio.wait({turn}, timeout=max(self.agent.hard_time_limit_s - elapsed, 1))
+            self.finishing = True
             if turn in done:
                 return turn.result()
             # Past the hard limit: the loop ignored the soft one (a tool blocking the loop?).
@@ -226,6 +318,9 @@ class TurnRun:
             logger.exception("trace %s: the turn crashed", self.trace.pk)
             return None
         finally:
+            if not turn.done():  # handed back: the run itself was cancelled
+                turn.cancel()
+                await asyncio.wait({turn}, timeout=STOP_GRACE_S)
             timer.cancel()
             watch.unwatch(self.trace.uuid)
             for task in companions:
@@ -249,6 +344,38 @@ class TurnRun:
             return
         self.stop_cause = self.recorder.stop_cause = "time_limit"
         self.cancel.cancel(TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s))
+
+    # -- handing back -------------------------------------------------------------------------------
+    def hand_back(self, reason: str) -> None:
+        """Stop this turn and give its trace back to the queue (from any thread)."""
+        loop = self.loop
+        if loop is None or self.ended.is_set():
+            return
+        self.handoff_reason = reason
+        try:
+            loop.call_soon_threadsafe(self._stop_for_hand_back)
+        except RuntimeError:  # the loop has closed: the turn is over
+            pass
+
+    def _stop_for_hand_back(self) -> None:
+        # In the turn's loop, between two of its steps: the recorder is detached before the
+        # cancellation, so nothing the cancellation causes is recorded.
+        if self.finishing or self.task is None or self.task.done():
+            return
+        self.stop_cause = "handoff"
+        self.recorder.detach()
+        self.task.cancel()
+
+    async def _hand_back(self) -> str:
+        try:
+            self.handed_back = await self.db(
+                trace_hand_back, trace_id=self.trace.pk, attempt=self.attempt,
+                reason=self.handoff_reason, last_seen=timezone.now())
+        except Exception:  # the reaper resumes it once its heartbeat is stale
+            logger.exception("trace %s: could not hand the turn back", self.trace.pk)
+        if self.handed_back:
+            logger.info("trace %s: handed back (%s)", self.trace.pk, self.handoff_reason)
+        return HANDED_BACK if self.handed_back else "lost"
 
     def _lost(self) -> None:
         self.stop_cause = "lost"
@@ -278,6 +405,7 @@ class TurnRun:
 
     async def _finish(self, outcome: TurnOutcome) -> ClosedTurn | None:
         """Close the trace with ``outcome`` and announce its messages and final state."""
+        self.finishing = True
         recorder = self.recorder
         await recorder.flush()
         if recorder.lost:

@@ -4,10 +4,12 @@ waits for approval."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Max, Q, QuerySet
+from django.utils import timezone
 
-from agents.models import Conversation, Message
+from agents.models import Agent, Conversation, Message
 from agents.turns.branches import TurnNode, TurnTree
 from traces.models import Step, Trace
 
@@ -17,6 +19,26 @@ def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[
     conversation_id = conversation.pk if isinstance(conversation, Conversation) else conversation
     return (Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
             .order_by("created_at", "id"))
+
+
+def running_turns_time_left(*, worker_prefix: str = "", now: datetime | None = None) -> tuple[int, float]:
+    """How many traces run on workers whose name begins with ``worker_prefix``, and the most
+    seconds one of them may still run: up to its agent's hard time limit, counted from its
+    first start (a trace without an agent: the longest limit of any agent)."""
+    now = now or timezone.now()
+    running = list(Trace.objects.filter(status=Trace.Status.RUNNING, worker__startswith=worker_prefix)
+                   .select_related("agent").only("started_at", "agent__turn_time_limit_s"))
+    longest, agentless = 0.0, None
+    for trace in running:
+        if trace.agent is not None:
+            hard = trace.agent.hard_time_limit_s
+        else:
+            if agentless is None:
+                limit = Agent.objects.aggregate(longest=Max("turn_time_limit_s"))["longest"] or 600
+                agentless = Agent(turn_time_limit_s=limit).hard_time_limit_s
+            hard = agentless
+        longest = max(longest, hard - (now - (trace.started_at or now)).total_seconds())
+    return len(running), longest
 
 
 def conversation_history_rows(*, trace: Trace, limit: int, branch: list[int] | None = None) -> list[Message]:

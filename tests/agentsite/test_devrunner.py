@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -19,17 +20,31 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def start_dev(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, int]:
-    var = tmp_path / "var"
-    port = free_port()
+def dev_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(AGENTSITE_VAR_DIR=str(var), EMBEDDED_REDIS_PORT=str(free_port()), NO_COLOR="1", DEMO_PASSWORD="demo-pass-for-tests")
+    port_file = tmp_path / "redis-port"
+    if not port_file.exists():
+        port_file.write_text(str(free_port()))
+    env.update(AGENTSITE_VAR_DIR=str(tmp_path / "var"), EMBEDDED_REDIS_PORT=port_file.read_text(),
+               NO_COLOR="1", DEMO_PASSWORD="demo-pass-for-tests")
+    return env
+
+
+def start_dev(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, int]:
+    port = free_port()
     log = tmp_path / "dev.log"
     proc = subprocess.Popen(  # noqa: S603
         [sys.executable, "manage.py", "dev", "--port", str(port), *extra],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=ROOT, env=dev_env(tmp_path), stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     return proc, log, port
+
+
+def dev_shell(tmp_path: Path, code: str) -> str:
+    """Run ``code`` in ``manage.py shell`` against the dev runner's database and Redis."""
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT,  # noqa: S603
+                          env=dev_env(tmp_path), capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip().splitlines()[-1]  # after the shell's own notes
 
 
 def children_of(var: Path) -> dict[str, int]:
@@ -115,3 +130,46 @@ def test_a_busy_port_is_reported_plainly(tmp_path):
         assert proc.wait(timeout=60) == 2
         assert f"Port {port} on 127.0.0.1 is in use" in log.read_text()
         assert not children_of(tmp_path / "var")
+
+
+START_SLOW_TURN = """
+from agents.chat.services import conversation_create
+from agents.config.seed import DEMO_AGENT
+from agents.models import Agent
+from agents.turns.services import turn_start
+from django.contrib.auth import get_user_model
+agent = Agent.objects.select_related("provider").get(name=DEMO_AGENT)
+agent.provider.options = {"request_latency_s": 7}  # two requests: the calculator, the answer
+agent.provider.save()
+user = get_user_model().objects.get(username="demo")
+conversation = conversation_create(team=agent.team, agent=agent, user=user)
+print(turn_start(conversation=conversation, user=user, text="What is 2 + 3?").pk)
+"""
+TRACE_STATE = """
+from traces.models import Trace
+trace = Trace.objects.get(pk={pk})
+print(trace.status, trace.answer, trace.worker.startswith("dev-"), sep="|")
+"""
+
+
+def test_ctrl_c_lets_a_running_turn_finish_past_the_old_ten_seconds(tmp_path):
+    proc, log, _port = start_dev(tmp_path)
+    try:
+        wait_for(lambda: "Press Ctrl-C to stop." in log.read_text(), timeout=120, interval=0.1, what="the banner")
+        pk = dev_shell(tmp_path, START_SLOW_TURN)
+        wait_for(lambda: dev_shell(tmp_path, TRACE_STATE.format(pk=pk)).startswith("running|"),
+                 timeout=30, interval=0.5, what="the turn to start")
+
+        proc.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        assert proc.wait(timeout=90) == 0
+        took = time.monotonic() - stopped
+        text = log.read_text()
+        assert "waiting for 1 running turn to finish, up to " in text
+        assert text.index("waiting for 1 running turn") < text.index("stopped: ")
+        assert took > 10  # longer than the ten seconds children used to get
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # The turn completed on the stopping worker; nothing was left running.
+    assert dev_shell(tmp_path, TRACE_STATE.format(pk=pk)) == "completed|2 + 3 = 5.|True"

@@ -156,6 +156,26 @@ def test_an_attempt_that_lost_its_trace_writes_nothing_more(claimed, turn_db):
     assert not Step.objects.filter(trace=claimed).exists()
 
 
+def test_a_detached_recorder_writes_nothing_more_and_reports_no_loss(claimed, turn_db):
+    """A turn handed back (its worker is stopping): what the cancellation causes is not kept."""
+    lost = []
+
+    async def go() -> None:
+        recorder = TraceRecorder(trace=claimed, attempt=claimed.attempts, db=turn_db,
+                                 on_lost=lambda: lost.append(True))
+        await recorder.start()
+        await recorder.emit(ToolStarted(iteration=1, call_id="c1", name="calculator", arguments={}))
+        recorder.detach()
+        await recorder.emit(ToolFinished(iteration=1, call_id="c1", name="calculator", arguments={},
+                                         success=False, output="Cancelled.", error="cancelled"))
+        await recorder.emit(ToolStarted(iteration=1, call_id="c2", name="calculator", arguments={}))
+        recorder.lose()
+
+    asyncio.run(go())
+    assert lost == []
+    assert list(Step.objects.filter(trace=claimed).values_list("call_id", "status")) == [("c1", "running")]
+
+
 def test_a_known_model_is_priced_the_demo_model_is_free_and_an_unknown_one_unpriced():
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
     assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)

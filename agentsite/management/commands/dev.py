@@ -9,13 +9,15 @@ from django.core.management.base import BaseCommand
 from django.db import connections
 
 from agents.config.seed import demo_seed
-from agentsite.devrunner import DevOptions, DevRunner, Printer
+from agents.turns.selectors import running_turns_time_left
+from agentsite.devrunner import DevOptions, DevRunner, Printer, dev_worker_prefix
 
 
 class Command(BaseCommand):
     help = (
         "Run everything for development: the embedded Redis (when REDIS_URL is unset), "
-        "migrations and the demo seed, daphne and a Celery worker. Ctrl-C stops it all."
+        "migrations and the demo seed, daphne and a Celery worker. Ctrl-C stops it all, letting "
+        "running turns finish; a second Ctrl-C stops at once."
     )
     requires_system_checks = []  # checks run in the web process
 
@@ -41,10 +43,19 @@ class Command(BaseCommand):
             ),
             prepare=self.prepare,
             printer=printer,
+            running_turns=self.running_turns,
         )
         code = runner.run()
         if code:
             raise SystemExit(code)
+
+    @staticmethod
+    def running_turns() -> tuple[int, float]:
+        """The turns this runner's worker runs, and the most seconds one may still take."""
+        try:
+            return running_turns_time_left(worker_prefix=dev_worker_prefix())
+        finally:
+            connections.close_all()
 
     def prepare(self, printer: Printer) -> list[str]:
         """Migrate and seed; returns the login lines for the banner."""

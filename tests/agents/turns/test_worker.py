@@ -73,3 +73,34 @@ def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worke
     following = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
     assert turn_run(following.pk) == "completed"
     assert Trace.objects.get(pk=following.pk).answer == "6 × 7 = 42."
+
+
+def test_a_sigterm_d_worker_hands_its_running_turn_back_within_seconds(
+        make_agent, alice, start_worker, tmp_path):
+    agent = make_agent(name="Slow handoff", max_tool_iterations=40,
+                       provider_options={"request_latency_s": 0.3})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    worker = start_worker()
+    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+    wait_for(lambda: Step.objects.filter(trace=trace).count() >= 3, timeout=20)
+
+    os.kill(worker.pid, signal.SIGTERM)  # what systemd, Kubernetes and docker stop send first
+    stopped = time.monotonic()
+    worker.wait(timeout=15)
+    took = time.monotonic() - stopped
+    assert took < 5, f"the worker took {took:.1f} s to stop"
+    assert "handed 1 of 1 running turns back" in (tmp_path / "worker-0.log").read_text()
+
+    trace.refresh_from_db()
+    assert (trace.status, trace.worker, trace.attempts) == ("queued", "", 1)
+    assert trace.meta["resume"]["reason"] == "handoff"
+    assert trace.meta["resume"]["from_worker"] == worker.node
+    assert not trace.steps.filter(kind="error").exists()
+    assert not trace.steps.filter(error__icontains="cancel").exists()
+    recorded = trace.steps.count()
+
+    # Its task was sent again: the next worker takes the turn over at once.
+    following = start_worker()
+    wait_for(lambda: Trace.objects.filter(pk=trace.pk, worker=following.node).exists(), timeout=20)
+    assert Trace.objects.get(pk=trace.pk).attempts == 2
+    assert trace.steps.count() >= recorded

@@ -1,0 +1,156 @@
+"""A worker that is stopping hands its running turns back: the recorder stops recording, the
+turn is cancelled without a trace of the cancellation, and its trace goes back to the queue to
+be continued elsewhere from its last recorded step. Turns run in threads of this process, as
+a worker's thread pool runs them, on the demo model slowed down."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from agents.chat.services import conversation_create
+from agents.models import Message, Tool, TurnWorker
+from agents.runtime.tools import FunctionTool
+from agents.turns.execution import HANDED_BACK, RUNNING, turn_execute, turns_hand_back
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run, worker_stopping
+from tests.helpers import wait_for
+from traces.models import Step, Trace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _running_turns_reopen():
+    """Handing back closes the process's registry to new turns (a worker that stops); the
+    next test's process runs turns again."""
+    yield
+    RUNNING.reopen()
+
+
+def assert_handed_back(trace: Trace) -> Trace:
+    trace.refresh_from_db()
+    assert (trace.status, trace.worker, trace.heartbeat_at, trace.finished_at) == ("queued", "", None, None)
+    resume = trace.meta["resume"]
+    assert resume["reason"] == "handoff" and resume["from_worker"]
+    assert not trace.steps.filter(kind="error").exists()
+    assert not trace.steps.filter(error__icontains="cancel").exists()
+    # Nothing of the turn was stored as the conversation's: it is not over.
+    assert list(Message.objects.filter(trace=trace).values_list("role", flat=True)) == ["user"]
+    return trace
+
+
+def test_a_streaming_turn_is_handed_back_and_its_thread_ends(
+        make_agent, alice, sent_turns, use_redis, run_in_thread):
+    agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.2})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="Tell me something nice")
+    worker = run_in_thread(trace.pk)
+    wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists())
+    time.sleep(0.3)  # a few words are out
+    assert len(RUNNING) == 1
+
+    started = time.monotonic()
+    assert turns_hand_back(reason="handoff", wait_s=5) == 1
+    worker.join(timeout=5)
+    assert not worker.is_alive() and time.monotonic() - started < 3
+    assert worker.result == HANDED_BACK and len(RUNNING) == 0
+
+    trace = assert_handed_back(trace)
+    # The request cut off stays as it was when the worker stopped, for the resumption to see.
+    assert list(trace.steps.values_list("kind", "status")) == [("llm_request", "running")]
+    assert sent_turns == [trace.pk, trace.pk]  # sent again, for any worker to continue
+
+
+def test_a_tool_cut_off_by_the_hand_back_gets_no_cancelled_result(
+        monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
+    from agents.tools import registry
+
+    tool_started = threading.Event()
+    tool_stopped = threading.Event()
+
+    async def slow(arguments):
+        tool_started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            tool_stopped.set()
+        return "done"
+
+    monkeypatch.setitem(registry.BUILTINS, "slow_tool", registry.Builtin(
+        "slow_tool", "Takes its time.", {"type": "object", "properties": {}},
+        lambda row, context: FunctionTool("slow_tool", "Takes its time.", slow)))
+    agent = make_agent(name="Toolish", tools=("calculator",))
+    agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    worker = run_in_thread(trace.pk)
+    assert tool_started.wait(10)
+
+    assert turns_hand_back(wait_s=5) == 1
+    worker.join(timeout=5)
+    assert not worker.is_alive() and worker.result == HANDED_BACK
+    assert tool_stopped.is_set()  # the tool was cancelled, not left running
+
+    trace = assert_handed_back(trace)
+    steps = list(trace.steps.order_by("seq").values_list("kind", "status", "error"))
+    assert steps == [("llm_request", "ok", ""), ("tool_call", "running", "")]
+
+
+def test_a_turn_that_starts_after_the_hand_back_is_handed_back_at_once(
+        conversation, alice, sent_turns, use_redis):
+    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    assert turns_hand_back(wait_s=1) == 0  # nothing runs; the worker is stopping now
+
+    # The task of a stopping worker goes back to the queue unclaimed ...
+    from celery.exceptions import Reject
+
+    with pytest.raises(Reject):
+        turn_run(trace.pk)
+    assert Trace.objects.get(pk=trace.pk).attempts == 0
+    # ... and a turn claimed in the same moment is handed back before it runs.
+    assert turn_execute(trace_id=trace.pk, worker="stopping@here") == HANDED_BACK
+    trace.refresh_from_db()
+    assert (trace.status, trace.attempts, trace.meta["resume"]["from_worker"]) == ("queued", 1, "stopping@here")
+    assert not trace.steps.exists()
+
+    RUNNING.reopen()
+    assert turn_run(trace.pk) == "completed"
+
+
+def test_a_worker_that_waits_marks_itself_stopping_and_lets_its_turns_run(
+        settings, make_agent, alice, sent_turns, use_redis, run_in_thread):
+    settings.TURN_SHUTDOWN = "wait"
+    agent = make_agent(name="Patient", provider_options={"request_latency_s": 1})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    row = TurnWorker.objects.create(name="turns-1@here", pid=1, beat_at=timezone.now())
+    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    worker = run_in_thread(trace.pk)
+    wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
+
+    assert worker_stopping(name="turns-1@here") == 0
+    row.refresh_from_db()
+    assert row.stopping_at is not None
+
+    worker.join(timeout=10)
+    assert worker.result == "completed"
+
+
+def test_a_worker_that_hands_off_marks_itself_stopping_and_hands_its_turns_back(
+        make_agent, alice, sent_turns, use_redis, run_in_thread):
+    agent = make_agent(name="Slowish", provider_options={"request_latency_s": 5})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    row = TurnWorker.objects.create(name="turns-2@here", pid=1, beat_at=timezone.now())
+    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    worker = run_in_thread(trace.pk)
+    wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
+
+    assert worker_stopping(name="turns-2@here") == 1
+    worker.join(timeout=5)
+    row.refresh_from_db()
+    assert row.stopping_at is not None
+    assert_handed_back(trace)
