@@ -346,8 +346,8 @@ class TraceRecorder:
             self.partial_saved[seq] = now
             await self._partial_save(seq)
 
-    async def _partial_save(self, seq: int) -> None:
-        if self.lost:
+    async def _partial_save(self, seq: int, *, detached: bool = False) -> None:
+        if self.lost and not detached:
             return
         text, _ = payload_text("".join(self.partial.get(seq) or []))
         try:
@@ -368,10 +368,10 @@ class TraceRecorder:
             await self.db(services.step_partial_save, trace_id=self.trace.pk, seq=seq, text="")
 
     async def save_partials(self) -> None:
-        """Save the text of every request still streaming (a worker handing its turns back)."""
-        await self.flush()
+        """Save the text of every request still streaming, after ``detach``: the runner hands
+        the turn back, and the next attempt records what these requests had streamed."""
         for seq in list(self.partial):
-            await self._partial_save(seq)
+            await self._partial_save(seq, detached=True)
 
     def _price(self, *, provider: str, model: str, usage: Usage) -> StepCost:
         """Price a finished request with the team's table, at this moment's prices. The

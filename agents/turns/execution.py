@@ -368,6 +368,7 @@ class TurnRun:
 
     async def _hand_back(self) -> str:
         try:
+            await self.recorder.save_partials()
             self.handed_back = await self.db(
                 trace_hand_back, trace_id=self.trace.pk, attempt=self.attempt,
                 reason=self.handoff_reason, last_seen=timezone.now())

@@ -18,6 +18,7 @@ from agents.runtime.tools import FunctionTool
 from agents.turns.execution import HANDED_BACK, RUNNING, turn_execute, turns_hand_back
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run, worker_stopping
+from agents.turns.workers import worker_name
 from tests.helpers import wait_for
 from traces.models import Step, Trace
 
@@ -127,7 +128,7 @@ def test_a_worker_that_waits_marks_itself_stopping_and_lets_its_turns_run(
     settings.TURN_SHUTDOWN = "wait"
     agent = make_agent(name="Patient", provider_options={"request_latency_s": 1})
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    row = TurnWorker.objects.create(name="turns-1@here", pid=1, beat_at=timezone.now())
+    row = TurnWorker.objects.create(name=worker_name("turns-1@here"), pid=1, beat_at=timezone.now())
     trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
@@ -144,7 +145,7 @@ def test_a_worker_that_hands_off_marks_itself_stopping_and_hands_its_turns_back(
         make_agent, alice, sent_turns, use_redis, run_in_thread):
     agent = make_agent(name="Slowish", provider_options={"request_latency_s": 5})
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    row = TurnWorker.objects.create(name="turns-2@here", pid=1, beat_at=timezone.now())
+    row = TurnWorker.objects.create(name=worker_name("turns-2@here"), pid=1, beat_at=timezone.now())
     trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
