@@ -176,7 +176,6 @@ def format_number(value: int | float) -> str:
 
 class CalculatorTool(Tool):
     name = "calculator"
-    idempotent = True
     description = (
         "Evaluate an arithmetic expression exactly. Supports + - * / // % ** (or ^), parentheses, "
         "sqrt, exp, log, log10, log2, sin, cos, tan, asin, acos, atan, abs, round, min, max, "
@@ -214,7 +213,6 @@ def resolve_timezone(name: str | None, default: str = "UTC") -> ZoneInfo | None:
 
 class CurrentTimeTool(Tool):
     name = "current_time"
-    idempotent = True
     description = "The current date and time, in a given IANA time zone (default: the agent's)."
     parameters = {  # noqa: RUF012
         "type": "object",

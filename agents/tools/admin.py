@@ -30,7 +30,7 @@ from agentsite.models import Team
 
 HTTP_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
     (None, {"fields": ["team", "name", "description", "enabled", "requires_approval"]}),
-    ("Request", {"fields": ["http_method", "url_template", "parameters", "idempotent"]}),
+    ("Request", {"fields": ["http_method", "url_template", "parameters"]}),
     ("Headers", {"fields": ["headers", "clear_headers"],
                  "description": "Credentials and other headers sent with every request."}),
     ("Limits", {"fields": ["timeout_s", "max_response_bytes"]}),

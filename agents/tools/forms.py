@@ -43,7 +43,7 @@ class ToolAdminForm(forms.ModelForm):
     class Meta:
         model = ToolRow
         fields = ["team", "name", "description", "enabled", "requires_approval", "parameters",
-                  "http_method", "url_template", "idempotent", "timeout_s", "max_response_bytes"]
+                  "http_method", "url_template", "timeout_s", "max_response_bytes"]
         help_texts = {
             "url_template": "For example https://api.example.com/weather?city={city}. Placeholders "
                             "fill the path or the query from the arguments (URL-encoded); the "

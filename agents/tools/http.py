@@ -198,7 +198,6 @@ def _result(result: FetchResult, *, max_bytes: int, secrets: list[str]) -> ToolR
 # -- the tools ------------------------------------------------------------------------------------
 class HttpFetchTool(Tool):
     name = "http_fetch"
-    idempotent = True  # GET only
     description = ("Fetch a public web page or API with GET and return its status, content type "
                    "and text. Private and internal addresses are refused.")
     parameters = {  # noqa: RUF012
@@ -226,14 +225,11 @@ class HttpTool(Tool):
 
     def __init__(self, *, name: str, description: str, parameters: dict[str, Any], method: str,
                  url_template: str, headers: list[tuple[str, str]], timeout_s: float,
-                 max_bytes: int, context: ToolContext, idempotent: bool = False) -> None:
+                 max_bytes: int, context: ToolContext) -> None:
         self.name = name
         self.description = description
         self.parameters = parameters
         self.method = method.upper() if method.upper() in METHODS else "GET"
-        # A read (GET, HEAD) may run again after a worker stopped; anything else only when an
-        # admin says it is safe to repeat.
-        self.idempotent = self.method in {"GET", "HEAD"} or idempotent
         self.template = UrlTemplate.parse(url_template)
         self.headers = dict(headers)
         self.timeout_s = timeout_s

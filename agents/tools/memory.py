@@ -99,7 +99,6 @@ class MemoryStoreTool(_MemoryTool):
 
 class MemoryRecallTool(_MemoryTool):
     name = "memory_recall"
-    idempotent = True
     description = ("Search long-term memory (what this agent remembers about the user, this "
                    "conversation and in general). Returns the matching entries, best first.")
     parameters = RECALL_PARAMETERS

@@ -79,8 +79,7 @@ def http_tool(row: ToolRow, context: ToolContext) -> HttpTool:
                         parameters=row.parameters or {"type": "object", "properties": {}},
                         method=row.http_method or "GET", url_template=row.url_template,
                         headers=headers, timeout_s=row.timeout_s,
-                        max_bytes=row.max_response_bytes, context=context,
-                        idempotent=row.idempotent)
+                        max_bytes=row.max_response_bytes, context=context)
     except TemplateError as exc:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
 

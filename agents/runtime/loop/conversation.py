@@ -58,16 +58,6 @@ class Conversation:
         self.tokens = history_ops.estimate_tokens(self.history)
         self.rebuild_wire()
 
-    def restore(self, messages: list[Message]) -> None:
-        """Append what a stored turn had already added (``Resume.messages``): no events, and
-        new call ids continue after theirs."""
-        for message in messages:
-            self.append(message)
-            for use in message.tool_uses:
-                match = _CALL_ID.match(use.id)
-                if match:
-                    self.next_call = max(self.next_call, int(match.group(1)))
-
     def new_call_id(self) -> str:
         self.next_call += 1
         return f"call_{self.next_call}"

@@ -187,9 +187,7 @@ class ModelStep:
         await self.observer.emit(LlmRequestStarted(
             iteration=iteration, provider=provider_name, model=request.model,
             messages_count=len(request.messages), tools_available=list(offered),
-            request=self.conversation.request_trace(request),
-            estimated_input_tokens=self.conversation.tokens + history_ops.estimate_tokens(
-                [{"role": "system", "content": request.system_text}])))
+            request=self.conversation.request_trace(request)))
         stream = _Stream()
         started = time.perf_counter()
         try:

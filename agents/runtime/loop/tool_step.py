@@ -26,7 +26,7 @@ from .approvals import DENIED_OUTPUT, Approver, ask_approval
 from .conversation import Conversation
 from .detector import LoopDetector, call_signature
 from .prompt import SystemPrompt
-from .types import CANCELLED_OUTPUT, RESUME_INTERRUPTED_OUTPUT, TurnConfig, clip
+from .types import CANCELLED_OUTPUT, TurnConfig, clip
 
 DUPLICATE_OUTPUT = "Skipped duplicate tool call '{name}' with identical arguments in this turn."
 # Tools that change what other calls of the same response may do; they never run in parallel.
@@ -57,16 +57,10 @@ class ToolStep:
         self.finished: dict[str, ToolResultBlock] = {}
         self.invalid_arguments: dict[str, str] = {}
 
-    async def run(self, iteration: int, parsed: ParsedResponse, *,
-                  recorded: dict[str, ToolResultBlock] | None = None,
-                  interrupted: frozenset[str] = frozenset(),
-                  ) -> tuple[list[ToolResultBlock], str | None]:
+    async def run(self, iteration: int,
+                  parsed: ParsedResponse) -> tuple[list[ToolResultBlock], str | None]:
         """Runs the calls and appends their results to the conversation. Returns the results
-        and, when the loop detector says the turn must end, why. A resumed turn passes the
-        results it had ``recorded`` (used as they are, not run, not reported again) and the
-        calls that were running when it stopped (``interrupted``: run again only when their
-        tool is idempotent)."""
-        recorded = recorded or {}
+        and, when the loop detector says the turn must end, why."""
         # The parser stored unusable arguments as {}; the result tells the model what was wrong.
         self.invalid_arguments.update(parsed.argument_errors)
         calls = parsed.calls
@@ -76,16 +70,6 @@ class ToolStep:
         # Duplicates are skipped before any approval, so nobody is asked twice for one call.
         for index, call in enumerate(calls):
             signature = call_signature(call)
-            if call.id in recorded:
-                seen.add(signature)
-                results[index] = self.finished[call.id] = recorded[call.id]
-                self.started.add(call.id)
-                continue
-            if call.id in interrupted and not self.repeatable(call):
-                seen.add(signature)
-                results[index] = await self.finish_call(
-                    iteration, call, _Outcome(RESUME_INTERRUPTED_OUTPUT, False, "interrupted"), 0.0)
-                continue
             if signature in seen and call.name not in self.cfg.dedup_exempt_tools:
                 results[index] = await self.finish_call(
                     iteration, call, _Outcome(DUPLICATE_OUTPUT.format(name=call.name), False), 0.0)
@@ -128,10 +112,6 @@ class ToolStep:
                                                   message=message, tool=tool))
         breaker = next((message for level, message, _ in verdicts if level == "break"), None)
         return final, breaker
-
-    def repeatable(self, call: ToolUseBlock) -> bool:
-        tool = self.tools.get(call.name)
-        return tool is not None and tool.idempotent
 
     def run_in_parallel(self, calls: list[ToolUseBlock]) -> bool:
         if not self.cfg.parallel_tools or len(calls) < 2:

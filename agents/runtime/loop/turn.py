@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from ..builtin import resolve_timezone
 from ..cancel import CancelToken, TurnCancelled
 from ..dispatch import ParsedResponse, select_dispatcher
-from ..events import FinalAnswer, MessageAppended, Observer, TrajectoryStateRecorded, TurnError
+from ..events import FinalAnswer, Observer, TrajectoryStateRecorded, TurnError
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
 from ..parsing import strip_think_tags
 from ..providers.base import Provider, SystemBlock
@@ -104,22 +104,19 @@ class Turn:
             # Nested, so that a failure while ending the turn is handled like any other.
             try:
                 self.conversation.prepare()
-                first = 1
-                if self.resume is not None:
-                    resumed = await self.continue_from(self.resume)
-                    if isinstance(resumed, TurnResult):
-                        return resumed
-                    first = resumed
-                for iteration in range(first, self.max_iterations + 1):
+                for iteration in range(1, self.max_iterations + 1):
                     self.iteration = iteration
                     response, parsed = await self.model_step.request(iteration, with_tools=True)
-                    await self.append_answer(iteration, assistant_message(response, parsed))
+                    self.conversation.append(assistant_message(response, parsed))
                     if not parsed.calls:
                         return await self.complete(response.text, TurnStatus.COMPLETED)
                     results, breaker = await self.tool_step.run(iteration, parsed)
-                    ended = await self.after_tools(iteration, parsed, results, breaker)
-                    if ended is not None:
-                        return ended
+                    if self.cfg.trajectory_states:
+                        await self.record_state(iteration, parsed, results)
+                    if breaker is not None:
+                        return await self.stop(TurnStatus.FAILED,
+                                               LOOP_ABORT_ERROR.format(message=breaker),
+                                               "loop_detected")
                 return await self.exhausted()
             except EndTurn as end:
                 return await self.stop(end.status, end.message, end.kind, details=end.details)
@@ -128,47 +125,6 @@ class Turn:
         except Exception as exc:
             logger.exception("turn failed unexpectedly")
             return await self.stop(TurnStatus.FAILED, f"Internal error: {exc}", "internal")
-
-    async def append_answer(self, iteration: int, message: Message) -> None:
-        """An answer goes into the history, and is reported as it went in: the record a
-        stored turn is continued from."""
-        self.conversation.append(message)
-        await self.observer.emit(MessageAppended(iteration=iteration, message=message.to_dict()))
-
-    async def after_tools(self, iteration: int, parsed: ParsedResponse,
-                          results: list[ToolResultBlock], breaker: str | None) -> TurnResult | None:
-        if self.cfg.trajectory_states:
-            await self.record_state(iteration, parsed, results)
-        if breaker is not None:
-            return await self.stop(TurnStatus.FAILED, LOOP_ABORT_ERROR.format(message=breaker),
-                                   "loop_detected")
-        return None
-
-    async def continue_from(self, resume: Resume) -> TurnResult | int:
-        """Take up a stored turn where its record ends (``Resume``): its messages go into the
-        history unreported; the last answer's unanswered calls are settled; then the loop goes
-        on with the next iteration (returned), or the turn ends with the last answer."""
-        self.conversation.restore(resume.messages)
-        self.model_step.usage = resume.usage
-        if resume.state:
-            self.state = TrajectoryState.from_dict(resume.state)
-        self.iteration = resume.iteration
-        last = resume.messages[-1] if resume.messages else None
-        if last is None:
-            return 1
-        if last.role is not Role.ASSISTANT:
-            return resume.iteration + 1
-        if not last.tool_uses:
-            status = (TurnStatus.MAX_ITERATIONS if resume.iteration > self.max_iterations
-                      else TurnStatus.COMPLETED)
-            return await self.complete(last.text, status)
-        parsed = ParsedResponse(text=last.text, calls=list(last.tool_uses), argument_errors={
-            use.id: use.arguments_error for use in last.tool_uses if use.arguments_error})
-        results, breaker = await self.tool_step.run(resume.iteration, parsed,
-                                                    recorded=resume.recorded,
-                                                    interrupted=resume.interrupted)
-        ended = await self.after_tools(resume.iteration, parsed, results, breaker)
-        return ended if ended is not None else resume.iteration + 1
 
     async def record_state(self, iteration: int, parsed: ParsedResponse,
                            results: list[ToolResultBlock]) -> None:
@@ -205,7 +161,7 @@ class Turn:
             failure=(TurnStatus.MAX_ITERATIONS, message, "max_iterations"))
         if response.text.strip():
             blocks = [b for b in response.message.blocks if not isinstance(b, ToolUseBlock)]
-            await self.append_answer(self.iteration, Message(Role.ASSISTANT, blocks, response.usage))
+            self.conversation.append(Message(Role.ASSISTANT, blocks, response.usage))
             return await self.complete(response.text, TurnStatus.MAX_ITERATIONS)
         return await self.stop(TurnStatus.MAX_ITERATIONS, message, "max_iterations")
 
