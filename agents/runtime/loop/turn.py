@@ -4,6 +4,10 @@ A turn ends with a final answer, on cancellation, on a failure (``EndTurn`` from
 anything unexpected), or after ``max_tool_iterations`` with one last request, without tools,
 for a summary. Whatever way it ends, open tool calls get a result and the ``TurnResult`` holds
 the messages to store and the history for the next turn.
+
+A stored turn is continued where its record ends (``Resume``): what it recorded is restored
+without being reported again, and each assistant message this run adds is reported
+(``MessageAppended``) so that a later run can continue from it in turn.
 """
 
 from __future__ import annotations
@@ -167,18 +171,29 @@ class Turn:
         iteration = resume.iteration or sum(1 for m in messages if m.role is Role.ASSISTANT)
         self.iteration = iteration
         if last.role is Role.TOOL:
+            await self.record_missing_state(iteration, messages)
             return iteration + 1
-        calls = last.tool_uses
-        if not calls:
+        if not last.tool_uses:
             status = (TurnStatus.MAX_ITERATIONS if iteration > self.max_iterations
                       else TurnStatus.COMPLETED)
             return await self.complete(last.text, status)
-        parsed = ParsedResponse(
-            text=_said(last.text), calls=calls,
-            argument_errors={c.id: c.arguments_error for c in calls if c.arguments_error})
-        ended = await self.run_tools(iteration, parsed, recorded=recorded,
+        ended = await self.run_tools(iteration, _as_parsed(last), recorded=recorded,
                                      interrupted=resume.interrupted)
         return ended if ended is not None else iteration + 1
+
+    async def record_missing_state(self, iteration: int, messages: list[Message]) -> None:
+        """A worker that stopped after an iteration's last result but before its state leaves
+        the state to record here (``Resume.state`` is the last one recorded)."""
+        if not self.cfg.trajectory_states or len(messages) < 2:
+            return
+        if self.state is not None and self.state.iteration >= iteration:
+            return
+        calls, answer = messages[-2], messages[-1]
+        if calls.role is not Role.ASSISTANT or not calls.tool_uses:
+            return
+        results = {b.tool_use_id: b for b in answer.tool_results_blocks}
+        parsed = _as_parsed(calls)
+        await self.record_state(iteration, parsed, [results[c.id] for c in parsed.calls])
 
     async def record_state(self, iteration: int, parsed: ParsedResponse,
                            results: list[ToolResultBlock]) -> None:
@@ -270,7 +285,11 @@ def _open_iteration(resume: Resume) -> tuple[list[Message], dict[str, ToolResult
     return [*head, *tail], recorded
 
 
-def _said(text: str) -> str:
-    """What an assistant message said besides its calls (text-form calls are left out), as
-    the iteration's trajectory state read it."""
-    return parse_tool_calls(text)[0] if text else text
+def _as_parsed(message: Message) -> ParsedResponse:
+    """A recorded assistant message as the dispatcher had parsed it: its text without
+    text-form calls (as the trajectory state read it), and its calls."""
+    calls = message.tool_uses
+    text = message.text
+    return ParsedResponse(
+        text=parse_tool_calls(text)[0] if text else text, calls=calls,
+        argument_errors={c.id: c.arguments_error for c in calls if c.arguments_error})
