@@ -80,9 +80,9 @@ class ToolStep:
             signature = call_signature(call)
             if call.id in recorded:
                 results[index] = self.restore_call(call, recorded[call.id])
-                if signature not in seen:
-                    seen.add(signature)
+                if signature not in seen or call.name in self.cfg.dedup_exempt_tools:
                     counted.append(index)
+                seen.add(signature)
                 continue
             if signature in seen and call.name not in self.cfg.dedup_exempt_tools:
                 results[index] = await self.finish_call(
