@@ -181,6 +181,7 @@ class CalculatorTool(Tool):
         "sqrt, exp, log, log10, log2, sin, cos, tan, asin, acos, atan, abs, round, min, max, "
         "floor, ceil, factorial and the constants pi, e, tau."
     )
+    idempotent = True
     parameters = {  # noqa: RUF012
         "type": "object",
         "properties": {
@@ -214,6 +215,7 @@ def resolve_timezone(name: str | None, default: str = "UTC") -> ZoneInfo | None:
 class CurrentTimeTool(Tool):
     name = "current_time"
     description = "The current date and time, in a given IANA time zone (default: the agent's)."
+    idempotent = True  # a second run reads a later clock, which is what a resumed turn wants
     parameters = {  # noqa: RUF012
         "type": "object",
         "properties": {

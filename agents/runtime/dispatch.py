@@ -104,9 +104,11 @@ def _calls_from_text(text: str, new_id: Callable[[], str], known: frozenset[str]
         name = _resolve_name(call.name, known) if known is not None else call.name
         if drop_unknown and known is not None and name not in known:
             continue
-        block = ToolUseBlock(id=call.id or new_id(), name=name,
-                             input=call.arguments if isinstance(call.arguments, dict) else {})
+        # The error stays on the call too, so a stored message says why it did not run.
         error = call.arguments_error or _argument_error(call.arguments)
+        block = ToolUseBlock(id=call.id or new_id(), name=name,
+                             input=call.arguments if isinstance(call.arguments, dict) else {},
+                             arguments_error=error)
         if error:
             errors[block.id] = error
         calls.append(block)

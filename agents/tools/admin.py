@@ -29,13 +29,14 @@ from agentsite.audit import AuditedAdmin, snapshot
 from agentsite.models import Team
 
 HTTP_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
-    (None, {"fields": ["team", "name", "description", "enabled", "requires_approval"]}),
+    (None, {"fields": ["team", "name", "description", "enabled", "requires_approval",
+                       "idempotent"]}),
     ("Request", {"fields": ["http_method", "url_template", "parameters"]}),
     ("Headers", {"fields": ["headers", "clear_headers"],
                  "description": "Credentials and other headers sent with every request."}),
     ("Limits", {"fields": ["timeout_s", "max_response_bytes"]}),
 ]
-BUILTIN_READONLY = ("team", "name", "kind", "description", "parameters")
+BUILTIN_READONLY = ("team", "name", "kind", "description", "runs_again", "parameters")
 
 
 class ToolChangeList(ChangeList):
@@ -97,7 +98,8 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     # -- forms ------------------------------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Tool | None = None) -> list[tuple[Any, dict]]:
         if obj is not None and obj.kind == Tool.Kind.BUILTIN:
-            fields = ["team", "name", "kind", "description", "enabled", "requires_approval"]
+            fields = ["team", "name", "kind", "description", "enabled", "requires_approval",
+                      "runs_again"]
             sets: list[tuple[Any, dict]] = [(None, {"fields": fields})]
             if obj.name == "http_fetch":
                 sets.append(("Limits", {"fields": ["timeout_s", "max_response_bytes"]}))
@@ -151,6 +153,16 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
         if obj is not None:
             context["try_url"] = reverse("tool_try", args=[obj.uuid])
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="Idempotent")
+    def runs_again(self, obj: Tool) -> str:
+        """A built-in's answer comes from the code, not from the row."""
+        builtin = BUILTINS.get(obj.name)
+        if builtin is not None and builtin.idempotent:
+            return ("Yes: it only reads or computes, so a call cut off when its worker stopped "
+                    "runs again when the turn resumes.")
+        return ("No: a call cut off when its worker stopped is not run again when the turn "
+                "resumes; the model is told it was interrupted.")
 
     @admin.display(description="Try it")
     def try_link(self, obj: Tool) -> str:

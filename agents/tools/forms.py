@@ -42,8 +42,8 @@ class ToolAdminForm(forms.ModelForm):
 
     class Meta:
         model = ToolRow
-        fields = ["team", "name", "description", "enabled", "requires_approval", "parameters",
-                  "http_method", "url_template", "timeout_s", "max_response_bytes"]
+        fields = ["team", "name", "description", "enabled", "requires_approval", "idempotent",
+                  "parameters", "http_method", "url_template", "timeout_s", "max_response_bytes"]
         help_texts = {
             "url_template": "For example https://api.example.com/weather?city={city}. Placeholders "
                             "fill the path or the query from the arguments (URL-encoded); the "
@@ -53,12 +53,16 @@ class ToolAdminForm(forms.ModelForm):
                           '"properties": {"city": {"type": "string"}}, "required": ["city"]}.',
             "timeout_s": "The longest the whole request may take, redirects included (seconds).",
             "max_response_bytes": "Reading stops past this many bytes; the model gets the start.",
+            "idempotent": "Safe to run twice with the same arguments. A call that was running "
+                          "when its worker stopped runs again when the turn resumes only if "
+                          "this is set; otherwise the model is told it was interrupted. GET "
+                          "tools only read, so they always run again.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.is_builtin:
-            for name in ("http_method", "headers", "clear_headers"):
+            for name in ("http_method", "headers", "clear_headers", "idempotent"):
                 self.fields.pop(name, None)
             return
         self.fields["headers"].initial = ""  # write-only: never prefilled

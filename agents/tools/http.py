@@ -34,6 +34,8 @@ from .net import FetchResult, address_problem, parse_ip
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Requests that only read: such a tool may run again when a turn resumes, whatever its row says.
+READ_METHODS = frozenset({"GET", "HEAD"})
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -206,6 +208,7 @@ class HttpFetchTool(Tool):
                                "description": "An http:// or https:// URL."}},
         "required": ["url"],
     }
+    idempotent = True  # GET only
 
     def __init__(self, context: ToolContext, *, timeout_s: float = FETCH_TIMEOUT_S,
                  max_bytes: int = FETCH_MAX_BYTES) -> None:
@@ -225,11 +228,12 @@ class HttpTool(Tool):
 
     def __init__(self, *, name: str, description: str, parameters: dict[str, Any], method: str,
                  url_template: str, headers: list[tuple[str, str]], timeout_s: float,
-                 max_bytes: int, context: ToolContext) -> None:
+                 max_bytes: int, context: ToolContext, idempotent: bool = False) -> None:
         self.name = name
         self.description = description
         self.parameters = parameters
         self.method = method.upper() if method.upper() in METHODS else "GET"
+        self.idempotent = self.method in READ_METHODS or idempotent
         self.template = UrlTemplate.parse(url_template)
         self.headers = dict(headers)
         self.timeout_s = timeout_s

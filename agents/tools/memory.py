@@ -102,6 +102,7 @@ class MemoryRecallTool(_MemoryTool):
     description = ("Search long-term memory (what this agent remembers about the user, this "
                    "conversation and in general). Returns the matching entries, best first.")
     parameters = RECALL_PARAMETERS
+    idempotent = True
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         query = str(arguments.get("query") or "")

@@ -4,7 +4,9 @@ A built-in is registered here in code: its name, the description and JSON schema
 sees (also copied to the team's Tool row by ``tools_sync_builtins``), and how to build it for a
 turn from its Tool row and the turn's ``ToolContext``. HTTP tools are built from their row.
 Every tool is wrapped in ``CheckedTool``, so its arguments are validated against its schema
-before each call, and takes ``requires_approval`` from its row.
+before each call, and takes ``requires_approval`` from its row. Whether a call may run again
+when a turn resumes (``idempotent``) is the code's say for a built-in; an HTTP tool is when it
+reads (GET), else when its row says so.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Builtin:
     # Whether a team's new row of this tool asks a person first (a destructive tool does);
     # the team can change it in the admin.
     approval_by_default: bool = False
+    idempotent: bool = False
 
 
 BUILTINS: dict[str, Builtin] = {}
@@ -49,7 +52,7 @@ BUILTINS: dict[str, Builtin] = {}
 def register(cls: type[Tool], build: Callable[[ToolRow, ToolContext], Tool], *,
              needs_agent: bool = False, approval_by_default: bool = False) -> None:
     BUILTINS[cls.name] = Builtin(cls.name, cls.description, dict(cls.parameters), build,
-                                 needs_agent, approval_by_default)
+                                 needs_agent, approval_by_default, cls.idempotent)
 
 
 register(CalculatorTool, lambda row, ctx: CalculatorTool())
@@ -79,7 +82,8 @@ def http_tool(row: ToolRow, context: ToolContext) -> HttpTool:
                         parameters=row.parameters or {"type": "object", "properties": {}},
                         method=row.http_method or "GET", url_template=row.url_template,
                         headers=headers, timeout_s=row.timeout_s,
-                        max_bytes=row.max_response_bytes, context=context)
+                        max_bytes=row.max_response_bytes, context=context,
+                        idempotent=row.idempotent)
     except TemplateError as exc:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
 

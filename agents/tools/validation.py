@@ -64,6 +64,7 @@ class CheckedTool(Tool):
         self.parameters = inner.parameters
         self.requires_approval = (inner.requires_approval if requires_approval is None
                                   else requires_approval)
+        self.idempotent = inner.idempotent
         self._validator = Draft202012Validator(self.parameters)
         # The tool's own time limit (HTTP tools), for the loop's limit per call.
         self.timeout_s: float | None = getattr(inner, "timeout_s", None)

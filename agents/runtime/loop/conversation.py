@@ -35,7 +35,8 @@ class Conversation:
         self.wire: list[Message] = []
         self.system_messages: list[str] = []
         self.sent_messages = 0  # how many wire messages the last request's trace already holds
-        self.tokens = 0
+        self.tokens = 0  # the running estimate of ``history``
+        self.system_tokens = 0  # of its leading system messages, sent in the system prompt
         self.next_call = 0
         self.compactions: list[CompactionInfo] = []
         self.dispatcher = dispatcher
@@ -45,18 +46,20 @@ class Conversation:
 
     def prepare(self) -> None:
         close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
-        highest = 0
-        for message in self.history:
-            for use in message.tool_uses:
-                match = _CALL_ID.match(use.id)
-                if match:
-                    highest = max(highest, int(match.group(1)))
-        self.next_call = highest
+        self.next_call = _highest_call_number(self.history)
         self.history.append(self.user)
         self.new_messages.append(self.user)
         self.history = _trim(self.history, self.max_messages)
         self.tokens = history_ops.estimate_tokens(self.history)
         self.rebuild_wire()
+
+    def restore(self, messages: list[Message]) -> None:
+        """Messages a stored turn had added after the user's, as recorded: they join the
+        history and the messages to store (they are not reported again), and the ids of new
+        calls go on after theirs."""
+        for message in messages:
+            self.append(message)
+        self.next_call = max(self.next_call, _highest_call_number(messages))
 
     def new_call_id(self) -> str:
         self.next_call += 1
@@ -71,6 +74,7 @@ class Conversation:
         while start < len(self.history) and self.history[start].role is Role.SYSTEM:
             start += 1
         self.system_messages = [m.text for m in self.history[:start] if m.text]
+        self.system_tokens = history_ops.estimate_tokens(self.history[:start])
         to_wire = self.dispatcher.to_wire
         self.wire = [self.stamped if m is self.user else to_wire(m) for m in self.history[start:]]
         self.sent_messages = 0
@@ -80,6 +84,11 @@ class Conversation:
         self.new_messages.append(message)
         self.wire.append(self.dispatcher.to_wire(message))
         self.tokens += history_ops.estimate_tokens([message])
+
+    @property
+    def wire_tokens(self) -> int:
+        """The running estimate of the messages a request sends."""
+        return self.tokens - self.system_tokens
 
     def close_open_calls(self, output: str) -> None:
         """Providers reject a tool call without a result: answer any left open, in the history
@@ -146,6 +155,17 @@ class Conversation:
         close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
         self.tokens = history_ops.estimate_tokens(self.history)
         self.rebuild_wire()
+
+
+def _highest_call_number(messages: list[Message]) -> int:
+    """The highest N of the ``call_N`` ids the runtime gave calls in ``messages`` (0: none)."""
+    highest = 0
+    for message in messages:
+        for use in message.tool_uses:
+            match = _CALL_ID.match(use.id)
+            if match:
+                highest = max(highest, int(match.group(1)))
+    return highest
 
 
 def _trim(messages: list[Message], cap: int) -> list[Message]:

@@ -120,6 +120,8 @@ class ModelStep:
         self.hooks = hooks
         self.usage = Usage()
         self.llm_calls: list[LlmCall] = []
+        self.spec_tokens = (tokenizer.approximate_tokens(json.dumps([s.to_dict() for s in specs]))
+                            if specs else 0)
 
     async def request(self, iteration: int, *, with_tools: bool, extra: Message | None = None,
                       failure: tuple[TurnStatus, str, str] | None = None
@@ -180,6 +182,15 @@ class ModelStep:
             max_tokens=self.cfg.max_tokens,
         )
 
+    def estimate_input_tokens(self, request: ChatRequest) -> int:
+        """The request's input by the conversation's running estimate, the system prompt and
+        the tool specs: cheap enough for every request, unlike ``estimate_request_usage``."""
+        conversation = self.conversation
+        extra = request.messages[len(conversation.wire):]
+        return (conversation.wire_tokens + history_ops.estimate_tokens(extra)
+                + tokenizer.approximate_tokens(request.system_text)
+                + (self.spec_tokens if request.tools else 0))
+
     async def call_model(self, iteration: int, request: ChatRequest, *,
                          with_tools: bool) -> tuple[ChatResponse, ParsedResponse]:
         provider, provider_name = self.provider, _provider_name(self.provider)
@@ -187,7 +198,8 @@ class ModelStep:
         await self.observer.emit(LlmRequestStarted(
             iteration=iteration, provider=provider_name, model=request.model,
             messages_count=len(request.messages), tools_available=list(offered),
-            request=self.conversation.request_trace(request)))
+            request=self.conversation.request_trace(request),
+            estimated_input_tokens=self.estimate_input_tokens(request)))
         stream = _Stream()
         started = time.perf_counter()
         try:

@@ -19,14 +19,14 @@ from .. import history as history_ops
 from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
 from ..dispatch import ParsedResponse
 from ..events import LoopDetected, Observer, ToolFinished, ToolStarted
-from ..messages import Message, ToolResultBlock, ToolUseBlock
+from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
 from ..scrub import scrub_credentials
 from ..tools import Tool, ToolError, ToolResult
 from .approvals import DENIED_OUTPUT, Approver, ask_approval
 from .conversation import Conversation
 from .detector import LoopDetector, call_signature
 from .prompt import SystemPrompt
-from .types import CANCELLED_OUTPUT, TurnConfig, clip
+from .types import CANCELLED_OUTPUT, RESUME_INTERRUPTED_OUTPUT, TurnConfig, clip
 
 DUPLICATE_OUTPUT = "Skipped duplicate tool call '{name}' with identical arguments in this turn."
 # Tools that change what other calls of the same response may do; they never run in parallel.
@@ -57,24 +57,46 @@ class ToolStep:
         self.finished: dict[str, ToolResultBlock] = {}
         self.invalid_arguments: dict[str, str] = {}
 
-    async def run(self, iteration: int,
-                  parsed: ParsedResponse) -> tuple[list[ToolResultBlock], str | None]:
+    async def run(self, iteration: int, parsed: ParsedResponse, *,
+                  recorded: dict[str, ToolResultBlock] | None = None,
+                  interrupted: frozenset[str] = frozenset(),
+                  ) -> tuple[list[ToolResultBlock], str | None]:
         """Runs the calls and appends their results to the conversation. Returns the results
-        and, when the loop detector says the turn must end, why."""
+        and, when the loop detector says the turn must end, why.
+
+        Resuming a stored turn (``Resume``), a call with a ``recorded`` result gets it without
+        running or being reported again; an ``interrupted`` call runs again only when its tool
+        is idempotent, otherwise it is answered with ``RESUME_INTERRUPTED_OUTPUT``."""
         # The parser stored unusable arguments as {}; the result tells the model what was wrong.
         self.invalid_arguments.update(parsed.argument_errors)
+        recorded = recorded or {}
         calls = parsed.calls
         results: list[ToolResultBlock | None] = [None] * len(calls)
+        counted: list[int] = []  # the calls the loop detector sees: all but duplicates
         executed: list[int] = []
         seen: set[tuple[str, str]] = set()
         # Duplicates are skipped before any approval, so nobody is asked twice for one call.
         for index, call in enumerate(calls):
             signature = call_signature(call)
+            if call.id in recorded:
+                results[index] = self.restore_call(call, recorded[call.id])
+                if signature not in seen or call.name in self.cfg.dedup_exempt_tools:
+                    counted.append(index)
+                seen.add(signature)
+                continue
             if signature in seen and call.name not in self.cfg.dedup_exempt_tools:
                 results[index] = await self.finish_call(
                     iteration, call, _Outcome(DUPLICATE_OUTPUT.format(name=call.name), False), 0.0)
                 continue
             seen.add(signature)
+            counted.append(index)
+            tool = self.tools.get(call.name)
+            if call.id in interrupted and not (tool is not None and tool.idempotent):
+                # Its start is on record already; only how it ended is reported.
+                self.started.add(call.id)
+                results[index] = await self.finish_call(
+                    iteration, call, _Outcome(RESUME_INTERRUPTED_OUTPUT, False, "interrupted"), 0.0)
+                continue
             executed.append(index)
 
         cancelled: TurnCancelled | None = None
@@ -105,13 +127,37 @@ class ToolStep:
             raise cancelled
 
         final = [r for r in results if r is not None]
-        verdicts = self.detect_loops(calls, final, executed)
+        verdicts = self.detect_loops(calls, final, counted)
         self.conversation.append(Message.tool_results(final))
         for level, message, tool in verdicts:
             await self.observer.emit(LoopDetected(iteration=iteration, level=level,
                                                   message=message, tool=tool))
         breaker = next((message for level, message, _ in verdicts if level == "break"), None)
         return final, breaker
+
+    def restore_call(self, call: ToolUseBlock, result: ToolResultBlock) -> ToolResultBlock:
+        block = ToolResultBlock(call.id, result.output, result.is_error, result.name or call.name)
+        self.started.add(call.id)
+        self.finished[call.id] = block
+        return block
+
+    def replay(self, messages: list[Message]) -> None:
+        """The loop detector sees the calls of a stored turn's recorded iterations (and their
+        results), so that resuming does not reset its count."""
+        if self.detector is None:
+            return
+        for message, answer in zip(messages, messages[1:], strict=False):
+            if message.role is not Role.ASSISTANT or answer.role is not Role.TOOL:
+                continue
+            outputs = {b.tool_use_id: b.output for b in answer.tool_results_blocks}
+            seen: set[tuple[str, str]] = set()
+            for call in message.tool_uses:
+                signature = call_signature(call)
+                if call.id not in outputs or (signature in seen
+                                              and call.name not in self.cfg.dedup_exempt_tools):
+                    continue
+                seen.add(signature)
+                self.detector.record(call.name, call.input, outputs[call.id])
 
     def run_in_parallel(self, calls: list[ToolUseBlock]) -> bool:
         if not self.cfg.parallel_tools or len(calls) < 2:

@@ -4,6 +4,10 @@ A turn ends with a final answer, on cancellation, on a failure (``EndTurn`` from
 anything unexpected), or after ``max_tool_iterations`` with one last request, without tools,
 for a summary. Whatever way it ends, open tool calls get a result and the ``TurnResult`` holds
 the messages to store and the history for the next turn.
+
+A stored turn is continued where its record ends (``Resume``): what it recorded is restored
+without being reported again, and each assistant message this run adds is reported
+(``MessageAppended``) so that a later run can continue from it in turn.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from datetime import UTC, datetime
 from ..builtin import resolve_timezone
 from ..cancel import CancelToken, TurnCancelled
 from ..dispatch import ParsedResponse, select_dispatcher
-from ..events import FinalAnswer, Observer, TrajectoryStateRecorded, TurnError
-from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
-from ..parsing import strip_think_tags
+from ..events import FinalAnswer, MessageAppended, Observer, TrajectoryStateRecorded, TurnError
+from ..messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangling_tool_uses
+from ..parsing import parse_tool_calls, strip_think_tags
 from ..providers.base import Provider, SystemBlock
 from ..sanitize import sanitize_response
 from ..scrub import scrub_credentials
@@ -104,19 +108,21 @@ class Turn:
             # Nested, so that a failure while ending the turn is handled like any other.
             try:
                 self.conversation.prepare()
-                for iteration in range(1, self.max_iterations + 1):
+                first = 1
+                if self.resume is not None:
+                    resumed = await self.continue_record(self.resume)
+                    if isinstance(resumed, TurnResult):
+                        return resumed
+                    first = resumed
+                for iteration in range(first, self.max_iterations + 1):
                     self.iteration = iteration
                     response, parsed = await self.model_step.request(iteration, with_tools=True)
-                    self.conversation.append(assistant_message(response, parsed))
+                    await self.append_answer(iteration, assistant_message(response, parsed))
                     if not parsed.calls:
                         return await self.complete(response.text, TurnStatus.COMPLETED)
-                    results, breaker = await self.tool_step.run(iteration, parsed)
-                    if self.cfg.trajectory_states:
-                        await self.record_state(iteration, parsed, results)
-                    if breaker is not None:
-                        return await self.stop(TurnStatus.FAILED,
-                                               LOOP_ABORT_ERROR.format(message=breaker),
-                                               "loop_detected")
+                    ended = await self.run_tools(iteration, parsed)
+                    if ended is not None:
+                        return ended
                 return await self.exhausted()
             except EndTurn as end:
                 return await self.stop(end.status, end.message, end.kind, details=end.details)
@@ -125,6 +131,69 @@ class Turn:
         except Exception as exc:
             logger.exception("turn failed unexpectedly")
             return await self.stop(TurnStatus.FAILED, f"Internal error: {exc}", "internal")
+
+    async def append_answer(self, iteration: int, message: Message) -> None:
+        """The model's message into the history, announced: the record a turn resumes from."""
+        self.conversation.append(message)
+        await self.observer.emit(MessageAppended(iteration=iteration, message=message.to_dict()))
+
+    async def run_tools(self, iteration: int, parsed: ParsedResponse, *,
+                        recorded: dict[str, ToolResultBlock] | None = None,
+                        interrupted: frozenset[str] = frozenset()) -> TurnResult | None:
+        """Runs (or, resuming, settles) the iteration's calls and records its state; a result
+        when the loop detector ends the turn."""
+        results, breaker = await self.tool_step.run(iteration, parsed, recorded=recorded,
+                                                    interrupted=interrupted)
+        if self.cfg.trajectory_states:
+            await self.record_state(iteration, parsed, results)
+        if breaker is not None:
+            return await self.stop(TurnStatus.FAILED, LOOP_ABORT_ERROR.format(message=breaker),
+                                   "loop_detected")
+        return None
+
+    # -- resuming ------------------------------------------------------------------------------------
+    async def continue_record(self, resume: Resume) -> TurnResult | int:
+        """Takes up a stored turn where its record ends (``Resume``): the recorded messages,
+        usage and state are restored without being reported again, the calls of an iteration
+        left open are settled, and a recorded final answer ends the turn. Returns the
+        iteration to go on with, or the result when the turn ends here."""
+        messages, recorded = _open_iteration(resume)
+        self.conversation.restore(messages)
+        self.tool_step.replay(messages)
+        self.model_step.usage = resume.usage
+        if resume.state is not None:
+            self.state = TrajectoryState.from_dict(resume.state)
+            if self.cfg.inject_trajectory_state:
+                self.prompt.state_block = SystemBlock(trajectory_state_prompt_block(self.state))
+        last = messages[-1] if messages else None
+        if last is None:
+            return 1
+        iteration = resume.iteration or sum(1 for m in messages if m.role is Role.ASSISTANT)
+        self.iteration = iteration
+        if last.role is Role.TOOL:
+            await self.record_missing_state(iteration, messages)
+            return iteration + 1
+        if not last.tool_uses:
+            status = (TurnStatus.MAX_ITERATIONS if iteration > self.max_iterations
+                      else TurnStatus.COMPLETED)
+            return await self.complete(last.text, status)
+        ended = await self.run_tools(iteration, _as_parsed(last), recorded=recorded,
+                                     interrupted=resume.interrupted)
+        return ended if ended is not None else iteration + 1
+
+    async def record_missing_state(self, iteration: int, messages: list[Message]) -> None:
+        """A worker that stopped after an iteration's last result but before its state leaves
+        the state to record here (``Resume.state`` is the last one recorded)."""
+        if not self.cfg.trajectory_states or len(messages) < 2:
+            return
+        if self.state is not None and self.state.iteration >= iteration:
+            return
+        calls, answer = messages[-2], messages[-1]
+        if calls.role is not Role.ASSISTANT or not calls.tool_uses:
+            return
+        results = {b.tool_use_id: b for b in answer.tool_results_blocks}
+        parsed = _as_parsed(calls)
+        await self.record_state(iteration, parsed, [results[c.id] for c in parsed.calls])
 
     async def record_state(self, iteration: int, parsed: ParsedResponse,
                            results: list[ToolResultBlock]) -> None:
@@ -161,7 +230,8 @@ class Turn:
             failure=(TurnStatus.MAX_ITERATIONS, message, "max_iterations"))
         if response.text.strip():
             blocks = [b for b in response.message.blocks if not isinstance(b, ToolUseBlock)]
-            self.conversation.append(Message(Role.ASSISTANT, blocks, response.usage))
+            await self.append_answer(self.iteration,
+                                     Message(Role.ASSISTANT, blocks, response.usage))
             return await self.complete(response.text, TurnStatus.MAX_ITERATIONS)
         return await self.stop(TurnStatus.MAX_ITERATIONS, message, "max_iterations")
 
@@ -188,3 +258,38 @@ class Turn:
             llm_calls=list(model_step.llm_calls), new_messages=list(conversation.new_messages),
             history=conversation.history_for_next_turn(), trajectory_states=list(self.states),
             compactions=list(conversation.compactions))
+
+
+def _open_iteration(resume: Resume) -> tuple[list[Message], dict[str, ToolResultBlock]]:
+    """The recorded messages to restore, and the recorded results of the last assistant
+    message's calls, for when they are not all answered. A tool-results message that answers
+    only some of them is left out: its results count as recorded, and the settled iteration
+    appends one message that answers every call."""
+    messages = list(resume.messages)
+    stray = next((m.role for m in messages if m.role not in (Role.ASSISTANT, Role.TOOL)), None)
+    if stray is not None:
+        raise ValueError("a resumed turn's messages are the assistant's and tool results, "
+                         f"not {stray} messages")
+    recorded = dict(resume.recorded)
+    if (len(messages) >= 2 and messages[-1].role is Role.TOOL
+            and messages[-2].role is Role.ASSISTANT and messages[-2].tool_uses):
+        answered = {b.tool_use_id: b for b in messages[-1].tool_results_blocks}
+        if any(use.id not in answered for use in messages[-2].tool_uses):
+            recorded = {**answered, **recorded}
+            messages.pop()
+    # An earlier iteration left open (a record with a gap) is answered as interrupted, so the
+    # history stays valid for the provider.
+    tail = messages[-1:] if messages and messages[-1].tool_uses else []
+    head = messages[:len(messages) - len(tail)]
+    close_dangling_tool_uses(head, INTERRUPTED_OUTPUT)
+    return [*head, *tail], recorded
+
+
+def _as_parsed(message: Message) -> ParsedResponse:
+    """A recorded assistant message as the dispatcher had parsed it: its text without
+    text-form calls (as the trajectory state read it), and its calls."""
+    calls = message.tool_uses
+    text = message.text
+    return ParsedResponse(
+        text=parse_tool_calls(text)[0] if text else text, calls=calls,
+        argument_errors={c.id: c.arguments_error for c in calls if c.arguments_error})
