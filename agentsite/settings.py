@@ -156,8 +156,19 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "turns"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Above the hardest per-turn time limit, so a task that is still running is not redelivered.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3900)}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Above the hardest per-turn time limit, so a task that is still running is not redelivered.
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3900),
+    # A broker that is down or hung fails a send within seconds instead of holding a web request
+    # (a turn whose task could not be sent stays queued; the reaper sends it once Redis answers).
+    "socket_connect_timeout": env.float("BROKER_CONNECT_TIMEOUT_S", default=2.0),
+    "socket_timeout": env.float("BROKER_SOCKET_TIMEOUT_S", default=3.0),
+}
+# A worker whose broker went away keeps trying (None: forever), every BROKER_RECONNECT_MAX_S at
+# most (``agentsite.celery.Consumer``; Celery's own back-off grows to 30 s between tries).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CONSUMER = "agentsite.celery:Consumer"
+BROKER_RECONNECT_MAX_S = env.float("BROKER_RECONNECT_MAX_S", default=1.0)
 CELERY_TIMEZONE = "UTC"
 
 # -- auth, teams --------------------------------------------------------------------------------

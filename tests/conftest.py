@@ -275,6 +275,8 @@ def sent_turns(monkeypatch) -> list[int]:
         sent.append(args[0])
 
     monkeypatch.setattr(app, "send_task", send_task)
+    # Nor does the reaper's look at the broker (``agents.turns.reaper.broker_look``).
+    monkeypatch.setattr(app.conf, "broker_url", "memory://")
     return sent
 
 

@@ -8,14 +8,17 @@ still queued. Every transaction that decides this locks the conversation row fir
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import redis
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from agents.models import Conversation, Message
 from agents.turns.announce import announcements
@@ -32,6 +35,7 @@ from traces.services import (
     trace_owned,
 )
 
+logger = logging.getLogger(__name__)
 Status = Trace.Status
 
 TURN_TASK = "agents.turns.tasks.turn_run"
@@ -46,25 +50,57 @@ def conversation_lock(conversation_id: int) -> None:
 
 
 # -- dispatch -----------------------------------------------------------------------------------
-def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> None:
+# What a send to a broker that is down raises (kombu wraps most of them in OperationalError).
+BROKER_ERRORS = (OperationalError, redis.RedisError, OSError)
+# One attempt. A broker that is down then fails the send at once (a hung one after its socket
+# timeout, BROKER_SOCKET_TIMEOUT_S) instead of after Celery's retries or kombu's reconnect loop
+# (``retry=False`` still runs that loop: seconds); a pooled connection that a Redis restart left
+# dead is reconnected by the attempt itself. The reaper sends what could not be sent.
+SEND_RETRY_POLICY = {"max_retries": 0}
+
+
+def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> bool:
     """Send the turn task for ``trace_id`` to the ``turns`` queue now (use ``trace_enqueue``
-    inside a transaction). Celery's time limits are set for pools that enforce them; the
-    thread pool does not, and the worker enforces its own."""
+    inside a transaction); False, logged, when the broker cannot be reached. Celery's time
+    limits are set for pools that enforce them; the thread pool does not, and the worker
+    enforces its own."""
     options: dict[str, Any] = {}
     if hard_limit_s:
         options = {"soft_time_limit": hard_limit_s,
                    "time_limit": hard_limit_s + CELERY_HARD_MARGIN_S}
-    app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns", **options)
+    try:
+        app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns",
+                      retry=True, retry_policy=SEND_RETRY_POLICY, **options)
+    except BROKER_ERRORS as exc:
+        logger.warning("could not send the turn task of trace %s, the broker is unreachable (%s); "
+                       "it stays queued and the reaper sends it once the broker answers",
+                       trace_id, exc)
+        return False
+    return True
+
+
+def trace_task_send(*, trace_id: int, enqueued_at: datetime, hard_limit_s: int | None = None) -> bool:
+    """``turn_task_send``, and when the broker cannot be reached, mark the trace as not sent
+    (``enqueued_at`` None, unless a later dispatch marked it since), so that the reaper sends it
+    on its next run that finds the broker back."""
+    if turn_task_send(trace_id=trace_id, hard_limit_s=hard_limit_s):
+        return True
+    Trace.objects.filter(pk=trace_id, status=Status.QUEUED, enqueued_at=enqueued_at).update(
+        enqueued_at=None)
+    return False
 
 
 def trace_enqueue(*, trace: Trace, now: datetime | None = None) -> None:
-    """Mark ``trace`` dispatched and send its task once the current transaction commits."""
+    """Mark ``trace`` dispatched and send its task once the current transaction commits. A
+    broker that is down does not fail the transaction's caller: the trace stays queued, not
+    dispatched, for the reaper to send."""
     now = now or timezone.now()
     Trace.objects.filter(pk=trace.pk).update(enqueued_at=now)
     trace.enqueued_at = now
     hard = trace.agent.hard_time_limit_s if trace.agent_id and trace.agent else None
     trace_id = trace.pk
-    transaction.on_commit(lambda: turn_task_send(trace_id=trace_id, hard_limit_s=hard))
+    transaction.on_commit(
+        lambda: trace_task_send(trace_id=trace_id, enqueued_at=now, hard_limit_s=hard))
 
 
 def next_queued(conversation_id: int) -> Trace | None:

@@ -4,10 +4,13 @@ died, and sends queued traces nobody sent. Every worker process runs it every
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
@@ -24,6 +27,7 @@ from agents.turns.lifecycle import (
     trace_enqueue,
     trace_hand_back,
 )
+from agentsite.celery import app
 from traces.live import announce_sync
 from traces.models import Step, Trace
 from traces.services import duration_ms, step_totals, steps_interrupt, trace_for_live
@@ -35,6 +39,14 @@ Status = Trace.Status
 # broker may have lost it: the embedded Redis keeps nothing across restarts). A duplicate
 # delivery is harmless: only one claim succeeds.
 RESEND_AFTER_S = 120
+# A queued trace sent before the broker lost its tasks is sent again at once: one sent before
+# Redis lost its data (``broker_look``: the embedded Redis keeps nothing across a restart), and,
+# while the ``turns`` queue is empty, one sent more than LOST_AFTER_S ago (a task in the queue is
+# taken within milliseconds, so one that is neither there nor claimed by then was lost).
+LOST_AFTER_S = 5
+# Set in the broker's Redis when a reaper finds it missing: the time since which Redis holds
+# what was sent to it.
+EPOCH_KEY = "agentsite:broker-epoch"
 # The hard limit of a trace whose agent was deleted: the longest any agent may have; and the
 # shortest any may have (``Agent.turn_time_limit_s`` is at least 5 s).
 LONGEST_HARD_LIMIT_S = 3600 + 30
@@ -183,8 +195,10 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
 
 def _dispatch_waiting(now: datetime) -> list[int]:
     """Send the next queued trace of every conversation where nothing runs and that trace was
-    never sent (its predecessor's worker died before dispatching it) or was sent long ago."""
-    resend_before = now - timedelta(seconds=RESEND_AFTER_S)
+    never sent (its predecessor's worker died before dispatching it, or the broker was down), was
+    sent before the broker lost it (``_lost_before``), or was sent long ago. A send that fails
+    (the broker is down) ends this run's sending; the next run tries again."""
+    resend_before = max(now - timedelta(seconds=RESEND_AFTER_S), _lost_before(now))
     conversations = set(Trace.objects.filter(status=Status.QUEUED)
                         .values_list("conversation_id", flat=True).distinct())
     sent = []
@@ -194,10 +208,53 @@ def _dispatch_waiting(now: datetime) -> list[int]:
             following = next_queued(conversation_id)
             if following is None:
                 continue
-            if following.enqueued_at is None or following.enqueued_at < resend_before:
-                trace_enqueue(trace=following, now=now)
-                sent.append(following.pk)
+            if following.enqueued_at is not None and following.enqueued_at >= resend_before:
+                continue
+            trace_enqueue(trace=following, now=now)
+        # The task went out as the transaction committed; a send that failed unmarked it.
+        if Trace.objects.filter(pk=following.pk, enqueued_at__isnull=True).exists():
+            break
+        sent.append(following.pk)
     return sent
+
+
+@dataclass(frozen=True)
+class BrokerLook:
+    holds_since: datetime  # Redis holds every task sent since then
+    turns_waiting: int  # tasks in the ``turns`` queue
+
+
+def _lost_before(now: datetime) -> datetime:
+    """Queued traces sent before this time were lost by the broker; the distant past when it
+    lost nothing, or cannot be asked."""
+    look = broker_look(app.conf.broker_url, now=now)
+    if look is None:
+        return datetime.min.replace(tzinfo=now.tzinfo)
+    if look.turns_waiting == 0:
+        return max(look.holds_since, now - timedelta(seconds=LOST_AFTER_S))
+    return look.holds_since
+
+
+def broker_look(url: str, *, now: datetime) -> BrokerLook | None:
+    """Since when the broker's Redis holds what was sent to it, and how many tasks wait in
+    ``turns``, in one round trip. The first look at a Redis without ``EPOCH_KEY`` (restarted
+    without persistence, flushed, or new) sets it to ``now``: every task sent before is lost.
+    None when the broker is not a plain Redis or does not answer."""
+    if urlsplit(url or "").scheme not in {"redis", "rediss", "unix"}:
+        return None
+    try:
+        with _broker_client(url).pipeline(transaction=False) as pipe:
+            _, epoch, waiting = (pipe.setnx(EPOCH_KEY, now.isoformat()).get(EPOCH_KEY)
+                                 .llen("turns").execute())
+        return BrokerLook(holds_since=datetime.fromisoformat(epoch.decode()),
+                          turns_waiting=int(waiting))
+    except (redis.RedisError, OSError, AttributeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def _broker_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
 
 
 def _close_dangling_tool_uses(trace: Trace) -> int:
