@@ -23,6 +23,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from agentsite.devrunner import _die_with_parent
+
 from .measures import targets_missed
 from .report import table
 from .run import Options
@@ -115,8 +117,10 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> int:
     for db in dbs:
         out = ROOT / "var" / "chaos" / f"chaos-{db}.json"
         out.unlink(missing_ok=True)
+        # Told by the kernel to stop with this process, however it ends (as the stack's children).
         child = subprocess.Popen([sys.executable, "-m", "tests.chaos", *base, "--db", db,  # noqa: S603
-                                  "--json", str(out)], cwd=ROOT)
+                                  "--json", str(out)], cwd=ROOT,
+                                 preexec_fn=_die_with_parent)  # noqa: PLW1509 - only a prctl call
         try:
             code = child.wait()
         finally:

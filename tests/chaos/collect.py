@@ -125,25 +125,42 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
     }
 
     # -- killed and stopped workers ---------------------------------------------------------------
+    kills = [e for e in events if e.kind == "sigkill"]
+    cut_off_at: dict[int, list[float]] = {}
+    for event in kills:
+        for trace_id in event.traces:
+            cut_off_at.setdefault(trace_id, []).append(event.at)
+
+    def window(trace_id: int, at: float) -> tuple[float, float]:
+        """From a kill to the next kill of the same trace: what happened to it in between
+        answers for this kill."""
+        later = [t for t in cut_off_at.get(trace_id, []) if t > at]
+        return at, min(later, default=float("inf"))
+
+    def resumption(trace_id: int, at: float) -> float | None:
+        start, end = window(trace_id, at)
+        starts = [t for t in (_ts(s["started_at"]) for s in resume_steps.get(trace_id, []))
+                  if t is not None and start <= t < end]
+        return min(starts) - at if starts else None
+
     def detection(trace_id: int, at: float) -> tuple[float | None, str]:
         row = traces.get(trace_id)
         if row is None:
             return None, "gone"
-        backs = [t for t, _ in hand_backs(row["meta"], resume_steps.get(trace_id, []))]
-        handed = measures.first_at_or_after(backs, at)
-        if handed is not None:
-            return handed - at, "hand_back"
+        start, end = window(trace_id, at)
+        backs = [t for t, _ in hand_backs(row["meta"], resume_steps.get(trace_id, []))
+                 if start <= t < end]
+        if backs:
+            return min(backs) - at, "hand_back"
+        resumed_after = resumption(trace_id, at)
+        if resumed_after is not None:
+            # Its hand-back was overwritten by a later one: the resumption bounds it.
+            return resumed_after, "resume step"
         ended = _ts(row["finished_at"])
-        if row["status"] in FINAL and row["status"] != "completed" and ended and ended >= at:
+        if row["status"] in FINAL and row["status"] != "completed" and ended and start <= ended < end:
             return ended - at, "ended"
         return None, "never"
 
-    def resumption(trace_id: int, at: float) -> float | None:
-        starts = [_ts(s["started_at"]) for s in resume_steps.get(trace_id, [])]
-        first = measures.first_at_or_after([s for s in starts if s is not None], at)
-        return None if first is None else first - at
-
-    kills = [e for e in events if e.kind == "sigkill"]
     detected, resumptions, how = [], [], Counter()
     landing: Counter[str] = Counter()
     killed_ids: set[int] = set()
@@ -246,6 +263,7 @@ def integrity_figures(executions: dict[str, list[float]]) -> dict[str, Any]:
         done = row["started_at"].timestamp() + row["duration_ms"] / 1000
         recorded[row["call_id"]] = min(done, recorded.get(row["call_id"], done))
     runs = measures.tool_runs(executions, recorded)
+    repeated = [_tool_call_story(key, executions[key]) for key in runs.duplicated_keys[:10]]
 
     dims = {row["id"]: row for row in Trace.objects.values("id", "team_id", "agent_id", "user_id",
                                                            "conversation_id")}
@@ -286,10 +304,29 @@ def integrity_figures(executions: dict[str, list[float]]) -> dict[str, Any]:
         "duplicate_steps": sum(n - 1 for n in duplicates.values()),
         "duplicate_step_keys": [f"trace {t} {k} x{n}" for (t, k), n in sorted(duplicates.items())][:20],
         "tool_executions": runs.executions, "duplicate_tool_runs": runs.duplicates,
-        "tool_reruns": runs.reruns, "duplicated_tool_calls": list(runs.duplicated_keys)[:20],
+        "tool_reruns": runs.reruns, "duplicated_tool_calls": repeated,
         "rollup_drift": len(drift),
         "rollup_drift_rows": [f"{d.key} {d.field}: steps {d.expected}, roll-up {d.actual}"
                               for d in drift][:20],
         "cost_usd": str(sum((r["cost_usd"] for r in Trace.objects.values("cost_usd")), 0)),
         "trace_total_drift": len(trace_drift), "trace_total_drift_rows": trace_drift[:20],
+    }
+
+
+def _tool_call_story(key: str, starts: list[float]) -> dict[str, Any]:
+    """What the database holds about a tool call that ran again after its result was recorded:
+    its steps and its trace, with times in seconds from the call's first execution."""
+    from traces.models import Step, Trace
+
+    first = min(starts)
+    steps = list(Step.objects.filter(call_id=key).order_by("trace_id", "seq").values(
+        "trace_id", "seq", "iteration", "kind", "status", "started_at", "duration_ms"))
+    trace_ids = sorted({s["trace_id"] for s in steps})
+    return {
+        "call": key, "executions_s": [round(t - first, 2) for t in sorted(starts)],
+        "steps": [f"trace {s['trace_id']} #{s['seq']} it{s['iteration']} {s['kind']} {s['status']} "
+                  f"at {s['started_at'].timestamp() - first:.2f} s for {s['duration_ms']} ms"
+                  for s in steps],
+        "traces": list(Trace.objects.filter(pk__in=trace_ids).values(
+            "id", "status", "attempts", "error_kind", "worker", "meta")),
     }

@@ -41,7 +41,7 @@ ROWS: list[Row] = [
     ("  worker exit s after SIGTERM", lambda f: _s(f["sigterm"]["exit_s"])),
     ("  needed SIGKILL", lambda f: f["sigterm"]["forced_kills"]),
     ("Redis restarts", lambda f: f["redis"]["restarts"]),
-    ("  turns active / completed", lambda f: f"{f['redis']['turns_in_flight']} / {f['redis']['in_flight_completed']}"),
+    ("  turns in flight / completed", lambda f: f"{f['redis']['turns_in_flight']} / {f['redis']['in_flight_completed']}"),
     ("  worker exits / beat exits", lambda f: f"{f['redis']['worker_exits']} / {f['redis']['beat_exits']}"),
     ("  message while down: accepted",
      lambda f: f"{sum(p['accepted'] for p in f['redis']['messages_while_down'])} of "

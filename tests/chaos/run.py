@@ -148,10 +148,10 @@ class ChaosRun:
         self.sends.append(sent)
         return sent
 
-    def in_flight(self) -> int:
-        """Turns of the steady agent that run on a live worker or were sent lately. A trace
-        left ``running`` by a dead worker, or queued long ago (its task lost with Redis), is not
-        in flight: counting it would starve the scenarios of turns to cut off."""
+    def in_flight_ids(self, *, agent: Any = None, queued_since_s: float | None = None) -> list[int]:
+        """Traces (of ``agent``, or all) queued, or running on a live worker. A trace left
+        ``running`` by a dead worker is not in flight; with ``queued_since_s``, neither is one
+        queued longer ago than that (its task may be lost with Redis)."""
         from datetime import timedelta
 
         from django.db.models import Q
@@ -162,11 +162,21 @@ class ChaosRun:
         live = Q()
         for number in self.stack.alive_workers():
             live |= Q(worker__startswith=f"{self.stack.slots[number].name}@")
-        recent = timezone.now() - timedelta(seconds=RECENT_QUEUED_S)
-        flying = Q(status=Trace.Status.QUEUED, created_at__gte=recent)
+        flying = Q(status=Trace.Status.QUEUED)
+        if queued_since_s is not None:
+            flying &= Q(created_at__gte=timezone.now() - timedelta(seconds=queued_since_s))
         if live:
             flying |= Q(status=Trace.Status.RUNNING) & live
-        return Trace.objects.filter(flying, agent=self.world.steady).count()
+        rows = Trace.objects.filter(flying)
+        if agent is not None:
+            rows = rows.filter(agent=agent)
+        return list(rows.values_list("id", flat=True))
+
+    def in_flight(self) -> int:
+        """The steady agent's turns in flight, for the top-up (see ``in_flight_ids``): a turn
+        stranded by an earlier kill or Redis restart would starve the scenarios of turns to
+        cut off."""
+        return len(self.in_flight_ids(agent=self.world.steady, queued_since_s=RECENT_QUEUED_S))
 
     def top_up(self) -> None:
         for _ in range(max(self.o.in_flight - self.in_flight(), 0)):
@@ -259,8 +269,6 @@ class ChaosRun:
             self.stack.start_worker(slot)
 
     def redis_restarts(self) -> None:
-        from traces.models import Trace
-
         for number in range(1, self.o.redis_restarts + 1):
             if self.time_left() <= 0:
                 self.say(f"redis: out of time after {number - 1}")
@@ -269,7 +277,7 @@ class ChaosRun:
             self.top_up()
             self.pick_victim()
             time.sleep(self.rng.uniform(0.5, self.o.kill_delay_max_s))
-            in_flight = list(Trace.objects.filter(status__in=Trace.ACTIVE).values_list("id", flat=True))
+            in_flight = self.in_flight_ids(agent=None)
             at = time.time()
             self.stack.kill_redis()
             probe: list[Sent] = []
