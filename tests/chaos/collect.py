@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from . import measures
-from .model_server import LOOKUP_TOOL, FakeModelServer
+from .model_server import FakeModelServer
 
 FINAL = ("completed", "failed", "cancelled", "timed_out", "interrupted")
 ACTIVE = ("queued", "running")
@@ -46,7 +46,11 @@ class Event:
     forced: bool = False
     back_at: float | None = None  # Redis: when it answered again
     until: float | None = None  # Redis: the end of the watch after its return
-    probe: Sent | None = None
+    probe: list[Sent] = field(default_factory=list)  # Redis: the message sent while it was down
+    # Lookup calls of the traces cut off whose result was stored, as of ``recorded_at`` (the
+    # worker's death; ``at`` when empty): any later run of one is a duplicate.
+    recorded_calls: list[str] = field(default_factory=list)
+    recorded_at: float | None = None
 
 
 def _ts(value: Any) -> float | None:
@@ -205,12 +209,13 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
 
     probes = []
     for event in restarts:
-        probe = event.probe
-        if probe is None:
+        if not event.probe:
             continue
+        probe = event.probe[0]
         trace_id = trace_of.get(probe.token)
         started = _ts(traces[trace_id]["started_at"]) if trace_id else None
         probes.append({"accepted": not probe.error, "error": probe.error[:300],
+                       "send_s": round((probe.finished_at or probe.at) - probe.at, 2),
                        "sent_while_down": probe.at < (event.back_at or probe.at + 1),
                        "start_after_return_s": (round(started - event.back_at, 2)
                                                 if started is not None and event.back_at else None),
@@ -234,8 +239,13 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
               "stuck": sum(fault_statuses[s] for s in ACTIVE),
               "faults_played": dict(server.faults)}
 
+    recorded = dict(server.results_seen)
+    for event in events:
+        for call in event.recorded_calls:
+            at = event.recorded_at or event.at
+            recorded[call] = min(at, recorded.get(call, at))
     integrity = integrity_figures({key: [run.started for run in runs]
-                                   for key, runs in server.execution_log().items()})
+                                   for key, runs in server.execution_log().items()}, recorded)
     integrity["lost_messages"] = sum(lost.values())
     integrity["lost_by_reason"] = dict(lost)
     return {"turns": turns, "killed": killed, "sigterm": sigterm, "redis": redis, "faults": faults,
@@ -243,10 +253,15 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
             "exits": [{"name": x.name, "code": x.code, "last_lines": x.last_lines} for x in exits]}
 
 
-def integrity_figures(executions: dict[str, list[float]]) -> dict[str, Any]:
+def integrity_figures(executions: dict[str, list[float]], recorded: dict[str, float]) -> dict[str, Any]:
     """Duplicated steps, tool runs repeated after their result was recorded (``executions``:
-    call key -> start times the tool saw), and drift of the roll-ups and trace totals from the
-    steps they sum."""
+    call key -> start times the tool saw; ``recorded``: call key -> a moment its result was
+    known to be stored), and drift of the roll-ups and trace totals from the steps they sum.
+
+    When a result was stored is taken from outside the worker: a model request that carried it,
+    or a dead worker's trace whose step held it. (The step's own start plus its duration is no
+    bound: its start is taken before a write that can wait seconds for SQLite's lock, and the
+    duration is measured after that write.)"""
     from traces.models import ConversationCostRollup, CostRollup, Step, Trace
     from traces.pricing import cost_units
     from traces.rollups import AMOUNT_FIELDS, step_share, trace_totals_from_steps
@@ -255,13 +270,6 @@ def integrity_figures(executions: dict[str, list[float]]) -> dict[str, Any]:
             for trace_id, meta in Step.objects.values_list("trace_id", "meta")]
     duplicates = measures.duplicate_step_keys(keys)
 
-    recorded: dict[str, float] = {}
-    for row in Step.objects.filter(kind="tool_call", name=LOOKUP_TOOL, status="ok").values(
-            "call_id", "started_at", "duration_ms"):
-        if row["duration_ms"] is None:
-            continue
-        done = row["started_at"].timestamp() + row["duration_ms"] / 1000
-        recorded[row["call_id"]] = min(done, recorded.get(row["call_id"], done))
     runs = measures.tool_runs(executions, recorded)
     repeated = [_tool_call_story(key, executions[key]) for key in runs.duplicated_keys[:10]]
 

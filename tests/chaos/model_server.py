@@ -73,6 +73,9 @@ class FakeModelServer(ThreadingHTTPServer):
         self.faults: Counter[str] = Counter()
         self.attempts: Counter[tuple[str, int]] = Counter()
         self.executions: dict[str, list[Execution]] = {}
+        # Tool call id -> when a model request first carried its result: from then on the turn
+        # had the result in hand, so running the call again would be a duplicate.
+        self.results_seen: dict[str, float] = {}
         self._thread: threading.Thread | None = None
 
     @property
@@ -114,6 +117,14 @@ class FakeModelServer(ThreadingHTTPServer):
         with self.lock:
             self.executions.setdefault(key, []).append(run)
         return run
+
+    def results_arrived(self, messages: list[dict[str, Any]]) -> None:
+        now = time.time()
+        with self.lock:
+            for message in messages:
+                call = message.get("tool_call_id") if message.get("role") == "tool" else None
+                if isinstance(call, str) and call not in self.results_seen:
+                    self.results_seen[call] = now
 
     def execution_log(self) -> dict[str, list[Execution]]:
         with self.lock:
@@ -180,7 +191,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(404, {"error": {"message": "not found"}})
         faulty = self.path.startswith("/faulty/")
         self.server.requests["faulty" if faulty else "steady"] += 1
-        token, step = turn_position(body.get("messages") or [])
+        messages = body.get("messages") or []
+        self.server.results_arrived(messages)
+        token, step = turn_position(messages)
         fault = self.server.fault_for(token, step, faulty=faulty)
         try:
             self._answer(body, token, step, fault)

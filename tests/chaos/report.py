@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .measures import summary as _summary
+
 Row = tuple[str, Callable[[dict[str, Any]], Any]]
 
 
@@ -46,6 +48,7 @@ ROWS: list[Row] = [
     ("  message while down: accepted",
      lambda f: f"{sum(p['accepted'] for p in f['redis']['messages_while_down'])} of "
                f"{len(f['redis']['messages_while_down'])}"),
+    ("  ... the send took s", lambda f: _s(_summary(p.get("send_s") for p in f["redis"]["messages_while_down"]))),
     ("  ... start s after Redis is back", lambda f: _s(f["redis"]["start_after_return_s"])),
     ("fault turns (30 % failing requests)", lambda f: f["faults"]["turns"]),
     ("  completed / ended cleanly / stuck",

@@ -199,8 +199,20 @@ class ChaosRun:
             found[trace_id] = kind
         return found
 
+    def recorded_calls(self, trace_ids: list[int]) -> list[str]:
+        """The lookup calls of these traces whose result is stored: none of them may run again."""
+        from traces.models import Step
+
+        return list(Step.objects.filter(trace_id__in=trace_ids, kind=Step.Kind.TOOL_CALL,
+                                        name=LOOKUP_TOOL, status=Step.Status.OK)
+                    .values_list("call_id", flat=True))
+
     def pick_victim(self, timeout: float = 20.0) -> int:
-        """A live worker that runs turns now (any live one if none does within ``timeout``)."""
+        """A live worker that runs turns now (any live one if none does within ``timeout``),
+        once every other worker is up and consuming, so one always stays alive."""
+        self.stack.check_exits()
+        for number in self.stack.slots:
+            self.stack.wait_ready(number)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.stack.check_exits()
@@ -237,7 +249,8 @@ class ChaosRun:
             # A dead worker changes nothing: what runs on it now is what the kill cut off.
             victims = self.running_on(name)
             landing = self.landing(victims)
-            self.events.append(Event("sigkill", at, name, victims, landing))
+            self.events.append(Event("sigkill", at, name, victims, landing,
+                                     recorded_calls=self.recorded_calls(victims)))
             self.say(f"kill {number}/{self.o.kills}: {name}, {len(victims)} turn(s) in flight "
                      f"({', '.join(sorted(landing.values())) or 'none'})")
             self.stack.start_worker(slot)
@@ -262,7 +275,9 @@ class ChaosRun:
                 self.stack.wait_exit(slot, 10)
             victims = sorted(set(victims) | set(self.running_on(name)))
             self.events.append(Event("sigterm", at, name, victims, self.landing(victims),
-                                     stop_s=round(stop_s, 2), forced=not exited))
+                                     stop_s=round(stop_s, 2), forced=not exited,
+                                     recorded_calls=self.recorded_calls(victims),
+                                     recorded_at=time.time()))
             self.say(f"sigterm {number}/{self.o.sigterms}: {name}, {len(victims)} turn(s) in flight; "
                      + (f"exited after {stop_s:.1f} s" if exited else
                         f"still running after {self.o.stop_timeout_s:g} s: SIGKILL"))
@@ -287,7 +302,8 @@ class ChaosRun:
             self.stack.start_redis()
             back = time.time()
             sender.join(timeout=30)
-            event = Event("redis", at, "", in_flight, back_at=back, probe=probe[0] if probe else None)
+            # The probe's send may still be under way: the event keeps its box, read at the end.
+            event = Event("redis", at, "", in_flight, back_at=back, probe=probe)
             self.events.append(event)
             watch_end = time.monotonic() + self.o.redis_watch_s
             exited = []

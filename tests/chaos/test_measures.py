@@ -99,6 +99,14 @@ def test_the_fake_model_knows_a_turns_step_from_its_messages_and_replays_faults_
                 {"role": "tool", "tool_call_id": "call_abc_1", "content": "{}"}]
     assert turn_position(messages) == ("abc", 1)
     plays = []
+    server = FakeModelServer(seed=7)
+    try:
+        server.results_arrived(messages)
+        first = server.results_seen["call_abc_1"]
+        server.results_arrived(messages)
+        assert server.results_seen == {"call_abc_1": first}  # the first moment it was known
+    finally:
+        server.server_close()
     for _ in range(2):
         server = FakeModelServer(seed=7, fault_rate=0.5)
         try:
@@ -120,11 +128,11 @@ def test_the_ledger_check_finds_a_roll_up_or_trace_total_that_drifted(make_agent
     priced_demo(agent.team)
     trace = run(conversation_create(team=agent.team, agent=agent, user=alice), alice, "What is 6 * 7?")
     assert trace.status == "completed" and trace.cost_usd > 0
-    clean = integrity_figures({})
+    clean = integrity_figures({}, {})
     assert (clean["rollup_drift"], clean["trace_total_drift"], clean["duplicate_steps"]) == (0, 0, 0)
 
     CostRollup.objects.update(cost_units=F("cost_units") + 1)
     Trace.objects.filter(pk=trace.pk).update(output_tokens=F("output_tokens") + 1)
-    drifted = integrity_figures({})
+    drifted = integrity_figures({}, {})
     assert drifted["rollup_drift"] == 1 and "cost_units" in drifted["rollup_drift_rows"][0]
     assert drifted["trace_total_drift"] == 1
