@@ -82,7 +82,10 @@ def hand_backs(trace_meta: Any, resume_steps: Iterable[dict[str, Any]]) -> list[
 
 
 def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
-            exits: list[Any]) -> dict[str, Any]:
+            exits: list[Any], observed: dict[tuple[float, int], float] | None = None) -> dict[str, Any]:
+    """``observed``: (kill time, trace id) -> when the harness first saw the trace no longer
+    running on the dead worker (``run.HandBackWatch``)."""
+    observed = observed or {}
     from agents.models import Message
     from traces.models import Step, Trace
 
@@ -156,6 +159,9 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
                  if start <= t < end]
         if backs:
             return min(backs) - at, "hand_back"
+        seen = observed.get((at, trace_id))
+        if seen is not None:
+            return seen - at, "observed"
         resumed_after = resumption(trace_id, at)
         if resumed_after is not None:
             # Its hand-back was overwritten by a later one: the resumption bounds it.
@@ -178,7 +184,8 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
             killed_ids.add(trace_id)
     killed_done = sum(1 for tid in killed_ids if traces.get(tid, {}).get("status") == "completed")
     killed = {
-        "events": len(kills), "turns": len(killed_ids), "kills_in_flight": sum(len(e.traces) for e in kills),
+        "events": len(kills), "turns": len(killed_ids), "cut_offs": sum(len(e.traces) for e in kills),
+        "cut_off_twice_or_more": sum(1 for times in cut_off_at.values() if len(times) > 1),
         "completed": killed_done, "completed_pct": measures.pct(killed_done, len(killed_ids)),
         "resumed": len(killed_ids & resumed),
         "outcomes": dict(Counter(traces[t]["status"] for t in killed_ids if t in traces)),

@@ -44,7 +44,7 @@ class Options:
     redis_restarts: int = 5
     sigterms: int = 3
     fault_turns: int = 50
-    workers: int = 2
+    workers: int = 3
     threads: int = 16
     in_flight: int = 8
     latency_s: float = 2.0
@@ -107,6 +107,56 @@ def world_seed(model_url: str) -> World:
     return World(team, user, *agents)
 
 
+class HandBackWatch:
+    """Watches, from outside, the turns a kill cut off: the first moment each is no longer
+    ``running`` on the dead worker (handed back, resumed elsewhere or ended). Where a trace
+    does not say when it was handed back (a later hand-back overwrote it), this is when."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.pending: dict[tuple[float, int], str] = {}
+        self.seen: dict[tuple[float, int], float] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="hand-back-watch")
+
+    def start(self) -> HandBackWatch:
+        self.thread.start()
+        return self
+
+    def add(self, at: float, worker: str, trace_ids: list[int]) -> None:
+        with self.lock:
+            for trace_id in trace_ids:
+                self.pending[(at, trace_id)] = worker
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        from traces.models import Trace
+
+        try:
+            while not self.stopping.wait(self.interval):
+                with self.lock:
+                    pending = dict(self.pending)
+                if not pending:
+                    continue
+                rows = {r["id"]: r for r in Trace.objects.filter(
+                    pk__in={tid for _, tid in pending}).values("id", "status", "worker")}
+                now = time.time()
+                with self.lock:
+                    for (at, trace_id), worker in pending.items():
+                        row = rows.get(trace_id)
+                        if row is None or row["status"] != "running" or not row["worker"].startswith(f"{worker}@"):
+                            self.seen[(at, trace_id)] = now
+                            self.pending.pop((at, trace_id), None)
+        finally:
+            connection.close()
+
+
 class ChaosRun:
     def __init__(self, options: Options, stack: ChaosStack, server: FakeModelServer, world: World,
                  say: Any = print) -> None:
@@ -118,6 +168,7 @@ class ChaosRun:
         self.sends: list[Sent] = []
         self.events: list[Event] = []
         self.started = time.monotonic()
+        self.watch = HandBackWatch()
         self.deadline = self.started + options.time_limit_s - options.settle_s - 30
         self._say = say
 
@@ -207,16 +258,32 @@ class ChaosRun:
                                         name=LOOKUP_TOOL, status=Step.Status.OK)
                     .values_list("call_id", flat=True))
 
+    def spent(self, trace_ids: list[int]) -> bool:
+        """Whether one of these turns has used all its resumptions (``TURN_MAX_RESUMES``):
+        cutting it off again tests that limit (it ends ``interrupted`` by design), not
+        resumption."""
+        from django.conf import settings
+
+        from traces.models import Trace
+
+        limit = int(getattr(settings, "TURN_MAX_RESUMES", 3))
+        return Trace.objects.filter(pk__in=trace_ids, attempts__gt=limit).exists()
+
     def pick_victim(self, timeout: float = 20.0) -> int:
-        """A live worker that runs turns now (any live one if none does within ``timeout``),
-        once every other worker is up and consuming, so one always stays alive."""
+        """A live worker that runs turns now, none of which has used up its resumptions (any
+        live one if there is none within ``timeout``), once every other worker is up and
+        consuming, so one always stays alive."""
         self.stack.check_exits()
         for number in self.stack.slots:
             self.stack.wait_ready(number)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.stack.check_exits()
-            busy = [n for n in self.stack.alive_workers() if self.running_on(self.stack.slots[n].name)]
+            busy = []
+            for number in self.stack.alive_workers():
+                running = self.running_on(self.stack.slots[number].name)
+                if running and not self.spent(running):
+                    busy.append(number)
             if busy:
                 return self.rng.choice(sorted(busy))
             self.top_up()
@@ -249,6 +316,7 @@ class ChaosRun:
             # A dead worker changes nothing: what runs on it now is what the kill cut off.
             victims = self.running_on(name)
             landing = self.landing(victims)
+            self.watch.add(at, name, victims)
             self.events.append(Event("sigkill", at, name, victims, landing,
                                      recorded_calls=self.recorded_calls(victims)))
             self.say(f"kill {number}/{self.o.kills}: {name}, {len(victims)} turn(s) in flight "
@@ -354,15 +422,20 @@ class ChaosRun:
             time.sleep(0.5)
 
     def play(self) -> dict[str, Any]:
-        self.faults()
-        self.kills()
-        self.sigterms()
-        self.redis_restarts()
-        self.say(f"settling: waiting up to {self.o.settle_s:g} s for every turn to end")
-        settled_at = time.monotonic()
-        settled = self.wait_settled(timeout=self.o.settle_s)
-        self.say("settled" if settled else "not settled: the rest counts as stuck")
-        figures = collect(sends=self.sends, events=self.events, server=self.server, exits=self.stack.exits)
+        self.watch.start()
+        try:
+            self.faults()
+            self.kills()
+            self.sigterms()
+            self.redis_restarts()
+            self.say(f"settling: waiting up to {self.o.settle_s:g} s for every turn to end")
+            settled_at = time.monotonic()
+            settled = self.wait_settled(timeout=self.o.settle_s)
+            self.say("settled" if settled else "not settled: the rest counts as stuck")
+        finally:
+            self.watch.stop()
+        figures = collect(sends=self.sends, events=self.events, server=self.server,
+                          exits=self.stack.exits, observed=self.watch.seen)
         figures["settle_s"] = round(time.monotonic() - settled_at, 1)
         return figures
 
