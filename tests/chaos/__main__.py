@@ -30,7 +30,7 @@ from .report import table
 from .run import Options
 from .stack import ROOT, postgres_answers
 
-FULL = {"kills": 30, "redis_restarts": 5, "sigterms": 3, "fault_turns": 50, "settle_s": 75.0,
+FULL = {"kills": 30, "redis_restarts": 5, "sigterms": 3, "fault_turns": 50, "settle_s": 60.0,
         "time_limit_s": 480.0}
 CI = {"kills": 5, "redis_restarts": 1, "sigterms": 1, "fault_turns": 10, "settle_s": 60.0,
       "time_limit_s": 200.0}

@@ -51,7 +51,7 @@ class Options:
     tool_latency_s: float = 2.0
     fault_rate: float = 0.3
     seed: int = 13
-    settle_s: float = 75.0
+    settle_s: float = 60.0
     time_limit_s: float = 480.0
     stop_timeout_s: float = 30.0
     redis_down_s: float = 3.0
