@@ -17,6 +17,8 @@ from .model_server import FakeModelServer
 
 FINAL = ("completed", "failed", "cancelled", "timed_out", "interrupted")
 ACTIVE = ("queued", "running")
+# A cut-off turn resumed later than this is listed by name in the figures.
+SLOW_RESUMPTION_S = 20.0
 
 
 @dataclass
@@ -79,6 +81,17 @@ def hand_backs(trace_meta: Any, resume_steps: Iterable[dict[str, Any]]) -> list[
         if at is not None:
             found.append((at, str(record.get("reason") or "")))
     return sorted(set(found))
+
+
+def handed_off_after(trace_meta: Any, resume_steps: Iterable[dict[str, Any]], at: float) -> bool:
+    """Whether a stopping worker handed the trace back ("handoff") after ``at``: said by a
+    resume step, or by the trace's last hand-back."""
+    for step in resume_steps:
+        meta = step.get("meta") if isinstance(step.get("meta"), dict) else {}
+        started = _ts(step.get("started_at"))
+        if meta.get("reason") == "handoff" and started is not None and started >= at:
+            return True
+    return any(reason == "handoff" and when >= at for when, reason in hand_backs(trace_meta, []))
 
 
 def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
@@ -183,6 +196,12 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
             landing[event.landing.get(trace_id, "between steps")] += 1
             killed_ids.add(trace_id)
     killed_done = sum(1 for tid in killed_ids if traces.get(tid, {}).get("status") == "completed")
+    not_done = [{"trace": tid, "status": traces[tid]["status"], "attempts": traces[tid]["attempts"],
+                 "cut_offs": len(cut_off_at[tid]), "error_kind": traces[tid]["error_kind"]}
+                for tid in sorted(killed_ids) if tid in traces and traces[tid]["status"] != "completed"]
+    slow = sorted(((r, tid) for event in kills for tid in event.traces
+                   if (r := resumption(tid, event.at)) is not None and r > SLOW_RESUMPTION_S),
+                  reverse=True)
     killed = {
         "events": len(kills), "turns": len(killed_ids), "cut_offs": sum(len(e.traces) for e in kills),
         "cut_off_twice_or_more": sum(1 for times in cut_off_at.values() if len(times) > 1),
@@ -192,13 +211,18 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
         "landing": dict(landing), "detected_by": dict(how),
         "detection_s": measures.summary(detected),
         "resumption_s": measures.summary(r for r in resumptions if r is not None),
+        "not_completed": not_done[:20],
+        "slow_resumptions": [{"trace": tid, "s": round(r, 1)} for r, tid in slow[:10]],
     }
 
     stops = [e for e in events if e.kind == "sigterm"]
     stopped_ids = {t for e in stops for t in e.traces}
-    handed_off = sum(1 for e in stops for t in e.traces
-                     if any(r == "handoff" and at >= e.at for at, r in
-                            hand_backs(traces.get(t, {}).get("meta"), resume_steps.get(t, []))))
+    first_stop: dict[int, float] = {}
+    for event in stops:
+        for trace_id in event.traces:
+            first_stop.setdefault(trace_id, event.at)
+    handed_off = sum(1 for t, at in first_stop.items()
+                     if handed_off_after(traces.get(t, {}).get("meta"), resume_steps.get(t, []), at))
     sigterm = {
         "events": len(stops), "turns": len(stopped_ids),
         "completed": sum(1 for t in stopped_ids if traces.get(t, {}).get("status") == "completed"),

@@ -5,7 +5,6 @@ again after their result was recorded, ledger drift, time figures, and the issue
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -146,7 +145,3 @@ def targets_missed(figures: Mapping[str, Any]) -> list[str]:
         missed.append(f"a message sent while Redis was down started {start['max']} s after its "
                       f"return (target <= {START_AFTER_REDIS_MAX_S:g} s)")
     return missed
-
-
-def finite(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) or math.isinf(value) else value

@@ -6,7 +6,9 @@ Scenarios, in this order:
 
 * **faults**: turns against ``/faulty/``, where 30 % of model requests fail (5xx, cut streams);
 * **kills**: ``kill -9`` of a worker that runs turns, at a random moment, then a restart; the
-  other workers stay up throughout;
+  other workers stay up throughout. A worker running a turn that has used up its resumptions
+  (``TURN_MAX_RESUMES``) is spared: cutting that turn off again would test the limit (it ends
+  ``interrupted`` by design), not resumption;
 * **sigterm**: a warm stop (SIGTERM) of a worker mid-turn, as a service manager stops it; after
   ``stop_timeout_s`` it gets SIGKILL, as from a service manager whose stop timeout ran out;
 * **redis**: ``kill -9`` of Redis while turns run, a message sent while it is down, Redis
@@ -310,6 +312,9 @@ class ChaosRun:
             slot = self.pick_victim()
             time.sleep(self.rng.uniform(0, self.o.kill_delay_max_s))
             name = self.stack.slots[slot].name
+            if self.spent(self.running_on(name)) and self.stack.alive_workers() != [slot]:
+                slot = self.pick_victim()  # it took a turn meanwhile that may not be cut off again
+                name = self.stack.slots[slot].name
             at = time.time()
             self.stack.signal_worker(slot, signal.SIGKILL)
             self.stack.wait_exit(slot, 10)

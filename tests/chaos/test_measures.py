@@ -9,7 +9,7 @@ import pytest
 from django.db.models import F
 
 from tests.chaos import measures
-from tests.chaos.collect import hand_backs
+from tests.chaos.collect import hand_backs, handed_off_after
 from tests.chaos.model_server import FakeModelServer, turn_position
 
 
@@ -54,6 +54,19 @@ def test_the_first_hand_back_after_a_kill_is_found_in_the_trace_or_its_resume_st
     assert [reason for _, reason in backs] == ["handoff", "worker_lost"]
     kill = backs[0][0] - 3
     assert measures.first_at_or_after([at for at, _ in backs], kill) == backs[0][0]
+
+
+def test_a_handoff_counts_when_a_resume_step_or_the_last_hand_back_says_so_after_the_stop():
+    from datetime import UTC, datetime
+
+    stop = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp()
+    later = {"resume": {"reason": "worker_lost", "handed_back_at": "2026-01-01T00:00:40+00:00"}}
+    step = {"started_at": datetime(2026, 1, 1, 0, 0, 12, tzinfo=UTC), "meta": {"reason": "handoff"}}
+    assert handed_off_after(later, [step], stop)
+    assert not handed_off_after(later, [], stop)
+    assert handed_off_after({"resume": {"reason": "handoff",
+                                        "handed_back_at": "2026-01-01T00:00:11+00:00"}}, [], stop)
+    assert not handed_off_after({}, [step], stop + 5)
 
 
 def _figures(**changes):
