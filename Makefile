@@ -5,13 +5,15 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-unit test-e2e test-llm test-llm-suites lint format bench vendor clean
+.PHONY: help run test test-unit test-e2e test-llm test-llm-suites chaos chaos-ci lint format bench vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
 	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
 	@echo "make test-unit / make test-e2e   one of the two runs"
 	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~12 min)"
+	@echo "make chaos  kill workers, restart Redis, fail model requests; SQLite, then PostgreSQL (~15 min)"
+	@echo "make chaos-ci   the light slice of it that CI runs (SQLite, ~4 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make bench  the benchmarks the project ships"
 
@@ -53,6 +55,19 @@ test-llm-suites:
 	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
 	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
 	exit $$status
+
+# The chaos suite (tests/chaos): real workers killed with SIGKILL (30) and stopped with SIGTERM,
+# the embedded Redis killed and restarted (5), 50 turns against a model failing 30 % of
+# requests; SQLite, then PostgreSQL when 127.0.0.1:5432 answers. Fails on a missed target of
+# issue 13 (CHAOS_ASSERT= only reports them). Figures in var/chaos/.
+CHAOS_ASSERT ?= --assert-targets
+CHAOS_ARGS ?=
+chaos: $(VENV)/.installed-dev
+	$(PY) -m tests.chaos $(CHAOS_ASSERT) $(CHAOS_ARGS)
+
+# The slice CI runs: 5 kills, 1 Redis restart, 1 SIGTERM, 10 fault turns, SQLite only.
+chaos-ci: $(VENV)/.installed-dev
+	$(PY) -m tests.chaos --ci $(CHAOS_ASSERT) $(CHAOS_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
