@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.worker.consumer import Consumer as CeleryConsumer
+from django.conf import settings
 from kombu import Connection, Exchange, Queue
 from kombu.transport import redis as kombu_redis
 
@@ -48,8 +49,6 @@ class Consumer(CeleryConsumer):
     back."""
 
     def ensure_connected(self, conn: Connection) -> Connection:
-        from django.conf import settings
-
         every = max(0.1, float(settings.BROKER_RECONNECT_MAX_S))
         conn.ensure_connection = functools.partial(  # type: ignore[method-assign]
             conn.ensure_connection, interval_start=min(every, 0.5), interval_step=0.5,

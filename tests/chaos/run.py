@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from .collect import Event, Sent, collect
 from .model_server import LOOKUP_TOOL, MODEL, FakeModelServer
 from .stack import ChaosStack
@@ -264,8 +266,6 @@ class ChaosRun:
         """Whether one of these turns has used all its resumptions (``TURN_MAX_RESUMES``):
         cutting it off again tests that limit (it ends ``interrupted`` by design), not
         resumption."""
-        from django.conf import settings
-
         from traces.models import Trace
 
         limit = int(getattr(settings, "TURN_MAX_RESUMES", 3))

@@ -1,10 +1,14 @@
-"""Fixtures of the turns' tests: a Redis of the test's own that it stops and restarts."""
+"""Fixtures of the turns' tests: a Redis of the test's own that it stops and restarts, and an
+agent with a tool that takes its time."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import signal
+import threading
+from dataclasses import dataclass, field
 
 import pytest
 import redis
@@ -79,3 +83,39 @@ def broker(settings, tmp_path):
     yield broker
     broker.close()
     set_celery_broker(previous)
+
+
+@dataclass
+class SlowTool:
+    """The ``slow_tool`` built-in of ``slow_tool_agent``: it sleeps 30 s; ``started`` is set
+    when it begins, ``stopped`` when it ends (cancelled or not)."""
+
+    started: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    agent: object = None
+
+    async def run(self, arguments):
+        self.started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            self.stopped.set()
+        return "done"
+
+
+@pytest.fixture
+def slow_tool_agent(monkeypatch, make_agent) -> SlowTool:
+    """An agent ("Toolish") with the calculator and ``slow_tool``, a built-in registered for
+    the test only; "call the slow_tool tool 1 times" makes the demo model call it."""
+    from agents.models import Tool
+    from agents.runtime.tools import FunctionTool
+    from agents.tools import registry
+
+    slow = SlowTool()
+    monkeypatch.setitem(registry.BUILTINS, "slow_tool", registry.Builtin(
+        "slow_tool", "Takes its time.", {"type": "object", "properties": {}},
+        lambda row, context: FunctionTool("slow_tool", "Takes its time.", slow.run)))
+    agent = make_agent(name="Toolish", tools=("calculator",))
+    agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
+    slow.agent = agent
+    return slow

@@ -4,17 +4,15 @@ one turn in flight per conversation, cancellation, approvals and the time limit.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from decimal import Decimal
 
 import pytest
 
-from agents.models import Message, Tool
+from agents.models import Message
 from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
-from agents.runtime.tools import FunctionTool
 from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.helpers import drain, listen, wait_for
@@ -212,26 +210,14 @@ def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
 
 
 def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
-        monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
+        slow_tool_agent, alice, sent_turns, use_redis, run_in_thread):
     from agents.chat.services import conversation_create
-    from agents.tools import registry
 
-    tool_started = threading.Event()
-
-    async def slow(arguments):
-        tool_started.set()
-        await asyncio.sleep(30)
-        return "done"
-
-    monkeypatch.setitem(registry.BUILTINS, "slow_tool", registry.Builtin(
-        "slow_tool", "Takes its time.", {"type": "object", "properties": {}},
-        lambda row, context: FunctionTool("slow_tool", "Takes its time.", slow)))
-    agent = make_agent(name="Toolish", tools=("calculator",))
-    agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
+    agent = slow_tool_agent.agent
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
-    assert tool_started.wait(10)
+    assert slow_tool_agent.started.wait(10)
 
     started = time.monotonic()
     turn_cancel(trace=trace, user=alice)

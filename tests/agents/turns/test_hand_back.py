@@ -5,16 +5,13 @@ a worker's thread pool runs them, on the demo model slowed down."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
 from django.utils import timezone
 
 from agents.chat.services import conversation_create
-from agents.models import Message, Tool, TurnWorker
-from agents.runtime.tools import FunctionTool
+from agents.models import Message, TurnWorker
 from agents.turns.execution import HANDED_BACK, RUNNING, turn_execute, turns_hand_back
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run, worker_stopping
@@ -68,34 +65,17 @@ def test_a_streaming_turn_is_handed_back_and_its_thread_ends(
 
 
 def test_a_tool_cut_off_by_the_hand_back_gets_no_cancelled_result(
-        monkeypatch, make_agent, alice, sent_turns, use_redis, run_in_thread):
-    from agents.tools import registry
-
-    tool_started = threading.Event()
-    tool_stopped = threading.Event()
-
-    async def slow(arguments):
-        tool_started.set()
-        try:
-            await asyncio.sleep(30)
-        finally:
-            tool_stopped.set()
-        return "done"
-
-    monkeypatch.setitem(registry.BUILTINS, "slow_tool", registry.Builtin(
-        "slow_tool", "Takes its time.", {"type": "object", "properties": {}},
-        lambda row, context: FunctionTool("slow_tool", "Takes its time.", slow)))
-    agent = make_agent(name="Toolish", tools=("calculator",))
-    agent.tools.add(Tool.objects.create(team=agent.team, name="slow_tool", kind="builtin"))
+        slow_tool_agent, alice, sent_turns, use_redis, run_in_thread):
+    agent = slow_tool_agent.agent
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
-    assert tool_started.wait(10)
+    assert slow_tool_agent.started.wait(10)
 
     assert turns_hand_back(wait_s=5) == 1
     worker.join(timeout=5)
     assert not worker.is_alive() and worker.result == HANDED_BACK
-    assert tool_stopped.is_set()  # the tool was cancelled, not left running
+    assert slow_tool_agent.stopped.is_set()  # the tool was cancelled, not left running
 
     trace = assert_handed_back(trace)
     steps = list(trace.steps.order_by("seq").values_list("kind", "status", "error"))
