@@ -49,6 +49,16 @@ def conversation_lock(conversation_id: int) -> None:
     list(Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk"))
 
 
+def trace_conversation_lock(trace_id: int) -> int | None:
+    """Lock the conversation of trace ``trace_id`` (``conversation_lock``) and return its id;
+    None when the trace is gone. Call inside a transaction."""
+    conversation_id = (Trace.objects.filter(pk=trace_id)
+                       .values_list("conversation_id", flat=True).first())
+    if conversation_id is not None:
+        conversation_lock(conversation_id)
+    return conversation_id
+
+
 # -- dispatch -----------------------------------------------------------------------------------
 # What a send to a broker that is down raises (kombu wraps most of them in OperationalError).
 BROKER_ERRORS = (OperationalError, redis.RedisError, OSError)
@@ -126,11 +136,9 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
     is still queued or running."""
     now = now or timezone.now()
     with transaction.atomic():
-        conversation_id = (Trace.objects.filter(pk=trace_id)
-                           .values_list("conversation_id", flat=True).first())
+        conversation_id = trace_conversation_lock(trace_id)
         if conversation_id is None:
             return None
-        conversation_lock(conversation_id)
         # Turns of a conversation run one at a time, in the order they were sent.
         ahead = Trace.objects.filter(
             Q(status=Status.RUNNING) | Q(status=Status.QUEUED, pk__lt=OuterRef("pk")),
@@ -156,11 +164,8 @@ def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: date
     life of the worker that ran it, for the resumption's step ("resumed after N s")."""
     now = now or timezone.now()
     with transaction.atomic():
-        conversation_id = (Trace.objects.filter(pk=trace_id)
-                           .values_list("conversation_id", flat=True).first())
-        if conversation_id is None:
+        if trace_conversation_lock(trace_id) is None:
             return False
-        conversation_lock(conversation_id)
         rows = Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
         if only is not None:
             rows = rows.filter(only)
