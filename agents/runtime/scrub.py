@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["LeakDetector", "LeakResult", "redact_leaks", "scrub_credentials"]
+__all__ = ["LeakDetector", "LeakResult", "redact_leaks", "scrub_credentials", "scrub_secrets"]
 
 # --------------------------------------------------------------------------------------------
 # scrub_credentials
@@ -286,3 +286,10 @@ def redact_leaks(text: str) -> str:
     """``text`` with every credential ``LeakDetector`` finds replaced by a ``[REDACTED_…]``
     marker."""
     return _DEFAULT_DETECTOR.scan(text).redacted
+
+
+def scrub_secrets(text: str) -> str:
+    """The platform's one scrubber for untrusted text before it is stored, logged, broadcast or
+    shown: tool output, tool errors, provider errors, replies, error bodies of outbound
+    requests. Credentials found by shape are replaced, ``key=value`` secrets masked."""
+    return scrub_credentials(redact_leaks(text))
