@@ -396,7 +396,10 @@ class Conversation(models.Model):
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="conversations")
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="conversations")
+    # Its owner: the person who started it (``agents.access`` says who sees and acts in it).
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="conversations")
+    # Private (its owner and the team's admins) until its owner shares it with the whole team.
+    shared = models.BooleanField(default=False)
     title = models.CharField(max_length=200, blank=True)
     archived = models.BooleanField(default=False)
     # Set by /model for this conversation only: one of the agent's allowed models.

@@ -8,6 +8,11 @@ Rules:
 Views use ``team_required(role)``; they then find ``request.team`` and ``request.membership``
 set, and load objects with ``get_for_team_or_404(Model, request.team, ...)``. Consumers call
 ``membership_for(user, team)`` (through ``database_sync_to_async``).
+
+Inside a team, what belongs to one person (a conversation, its traces, their memory) is seen by
+that person, by the team's owners and admins, and by everyone in the team once it is shared:
+``own_or_shared``. The apps apply it to their models (``agents.access``, ``traces.selectors``,
+``memory.selectors``); see the README's "Privacy inside a team".
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
@@ -115,3 +121,29 @@ def team_required(minimum: str = Role.VIEWER, *, action: str = "see this page") 
         return wrapped
 
     return decorator
+
+
+# -- inside a team: what belongs to one person ----------------------------------------------------
+def sees_all_of_team(membership: Membership | None) -> bool:
+    """Team owners and admins see every conversation, trace and memory entry of their team."""
+    return membership is not None and membership.has_role(Role.ADMIN)
+
+
+def own_or_shared(membership: Membership | None, *, owner: str, shared: str) -> Q:
+    """The filter for the rows ``membership`` may see among its team's rows that belong to one
+    person (the user at lookup ``owner``) and are shown to the whole team when lookup ``shared``
+    is true: every row for owners and admins; otherwise their own rows and the shared ones. A row
+    without an owner is for owners and admins only. Callers limit the rows to the team first."""
+    if membership is None:
+        return Q(pk__in=[])
+    if sees_all_of_team(membership):
+        return Q()
+    return Q(**{owner: membership.user_id}) | Q(**{shared: True})
+
+
+def may_act_for(membership: Membership | None, owner_id: int | None) -> bool:
+    """Whether ``membership`` may act in what belongs to the user ``owner_id`` (send, stop,
+    approve, manage): that person or the team's owners and admins, never a viewer."""
+    if membership is None or not membership.can_chat:
+        return False
+    return (owner_id is not None and owner_id == membership.user_id) or sees_all_of_team(membership)

@@ -40,7 +40,7 @@ class Membership(models.Model):
 
     RANKS = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
     ROLE_HELP = {
-        Role.VIEWER: "can read conversations, traces and costs",
+        Role.VIEWER: "can read shared conversations and their traces, and costs",
         Role.MEMBER: "can also chat with the team's agents",
         Role.ADMIN: "can also edit agents, tools, providers and routing, and invite people",
         Role.OWNER: "can also manage members, roles and billing",

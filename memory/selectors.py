@@ -1,4 +1,10 @@
-"""Read queries for the memory pages."""
+"""Read queries for the memory pages, and who sees which entry:
+
+* agent memory (``scope=agent``): everyone in the team;
+* user memory: that person, and the team's owners and admins;
+* conversation memory: whoever may see the conversation (its owner, the team's admins, and
+  everyone once it is shared; ``agents.access``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from agents.models import Agent
-from agentsite.access import get_for_team_or_404
+from agentsite.access import get_for_team_or_404, own_or_shared, sees_all_of_team
 from agentsite.models import Membership, Team
 
 from .models import MemoryEntry
@@ -38,9 +44,30 @@ class MemoryFilters:
                    text=(query.get("q") or "").strip()[:200])
 
 
-def memory_entries(*, team: Team, filters: MemoryFilters) -> QuerySet[MemoryEntry]:
-    """The team's memory entries for the page, newest first, with what each row shows."""
-    qs = (MemoryEntry.objects.filter(team=team)
+def memory_visibility(membership: Membership | None) -> Q:
+    """The filter for the memory entries ``membership`` may see (of its team)."""
+    if sees_all_of_team(membership):
+        return Q()
+    if membership is None:
+        return Q(pk__in=[])
+    Scope = MemoryEntry.Scope
+    return (Q(scope=Scope.AGENT)
+            | Q(scope=Scope.USER, user_id=membership.user_id)
+            | (Q(scope=Scope.CONVERSATION)
+               & own_or_shared(membership, owner="conversation__created_by", shared="conversation__shared")))
+
+
+def memory_visible(membership: Membership | None) -> QuerySet[MemoryEntry]:
+    """The memory entries of ``membership``'s team that it may see."""
+    if membership is None:
+        return MemoryEntry.objects.none()
+    return MemoryEntry.objects.filter(team_id=membership.team_id).filter(memory_visibility(membership))
+
+
+def memory_entries(*, membership: Membership, filters: MemoryFilters) -> QuerySet[MemoryEntry]:
+    """The memory entries ``membership`` may see for the page, newest first, with what each
+    row shows."""
+    qs = (memory_visible(membership)
           .select_related("agent", "user", "conversation", "source_trace")
           .only("uuid", "scope", "key", "content", "category", "updated_at", "agent__name",
                 "agent__uuid", "user__username", "conversation__uuid", "conversation__title",

@@ -1,7 +1,8 @@
 """What an agent remembers: a team's memory entries, filtered by agent, person, scope and text.
 
-Any member of the team can read it (memory shapes every answer, so it should be visible); another
-team's agent or member in the filters is a 404."""
+Everyone in the team reads agent memory (it shapes every answer); a person's user memory is
+theirs and the team admins' to read; conversation memory follows its conversation
+(``memory.selectors``). Another team's agent or member in the filters is a 404."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from agentsite.access import team_required
+from agentsite.access import sees_all_of_team, team_required
 
 from . import selectors
 
@@ -21,7 +22,7 @@ PAGE_SIZE = 50
 @require_GET
 def memory_list(request: HttpRequest) -> HttpResponse:
     filters = selectors.MemoryFilters.from_query(request.GET, team=request.team)
-    paginator = Paginator(selectors.memory_entries(team=request.team, filters=filters), PAGE_SIZE)
+    paginator = Paginator(selectors.memory_entries(membership=request.membership, filters=filters), PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -32,6 +33,7 @@ def memory_list(request: HttpRequest) -> HttpResponse:
         "choices": selectors.memory_filter_choices(team=request.team),
         "query": query.urlencode(),
         "can_manage": request.membership.can_configure or request.user.is_superuser,
+        "sees_all": sees_all_of_team(request.membership),
     }
     template = "memory/memory_list.html"
     if request.htmx and request.htmx.target == "results":

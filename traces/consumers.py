@@ -6,15 +6,15 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentsite.access import membership_for
 from agentsite.consumers import CLOSE_FORBIDDEN
 
 from . import live
 from .models import Trace
+from .selectors import trace_visible_to
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Base for the live views: authorise the user against the object's team, join its group,
+    """Base for the live views: authorise the user (may they see the object?), join its group,
     forward announcements. No business logic here."""
 
     async def connect(self) -> None:
@@ -28,13 +28,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
-    # The model whose rows the socket follows (its ``team`` decides who may), and its group.
+    # The model whose rows the socket follows, its group, and who may follow one:
+    # ``visible(user, uuid)`` (sync), the privacy rule of the model's selectors.
     model: Any = None
     group_of: Callable[[str], str]
+    visible: Callable[[Any, str], bool]
 
     async def authorised_group(self, user: Any, uuid: str) -> str | None:
-        team_id = await team_of(self.model, uuid)
-        if team_id is None or await database_sync_to_async(membership_for)(user, team_id) is None:
+        if not await database_sync_to_async(type(self).visible)(user, uuid):
             return None
         return type(self).group_of(uuid)
 
@@ -49,14 +50,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(event["payload"])
 
 
-@database_sync_to_async
-def team_of(model: Any, uuid: str) -> int | None:
-    try:
-        return model.objects.filter(uuid=uuid).values_list("team_id", flat=True).first()
-    except (ValueError, TypeError):
-        return None
-
-
 class TraceConsumer(LiveConsumer):
     model = Trace
     group_of = staticmethod(live.trace_group)
+    visible = staticmethod(trace_visible_to)

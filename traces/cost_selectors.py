@@ -1,7 +1,11 @@
 """Read queries of the costs page: totals, per-day series and break-downs from the cost
 roll-ups, and the most expensive traces from the trace table. Every figure for a filter is a sum
 of the same roll-up rows, so the page's total, its charts' bars and its tables add up to each
-other and to the steps behind them."""
+other and to the steps behind them.
+
+Costs are the team's: everyone in it reads every figure. What a figure names follows the privacy
+model: a private conversation's title and link, and the traces of the list of the most expensive
+ones, only for the people who may see them (``selectors.traces_visible``)."""
 
 from __future__ import annotations
 
@@ -18,18 +22,20 @@ from django.db.models import QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
+from agentsite.access import own_or_shared
 from agentsite.models import Membership, Team
 
 from .models import ConversationCostRollup, CostRollup, Trace
 from .pricing import units_usd
 from .rollups import AMOUNT_FIELDS
-from .selectors import date_param
+from .selectors import date_param, traces_visible
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 366
 SPLITS = {"agent": "Agent", "model": "Model", "user": "Person", "conversation": "Conversation"}
 TOP_TRACES = 10
 TOP_CONVERSATIONS = 10
+PRIVATE_CONVERSATION = "(a private conversation)"
 
 
 @dataclass(frozen=True)
@@ -181,8 +187,10 @@ class Group:
     detail: str = ""
 
 
-def _names(kind: str, ids: Iterable[int], team: Team) -> dict[Any, tuple[str, str]]:
-    """Display names (and a link) for roll-up ids."""
+def _names(kind: str, ids: Iterable[int], team: Team,
+           membership: Membership | None = None) -> dict[Any, tuple[str, str]]:
+    """Display names (and a link) for roll-up ids; a conversation ``membership`` may not see
+    is named as private, without its title or a link."""
     ids = [i for i in ids if i]
     if kind == "agent":
         return {pk: (name, "") for pk, name in team.agents.filter(pk__in=ids).values_list("pk", "name")}
@@ -190,8 +198,12 @@ def _names(kind: str, ids: Iterable[int], team: Team) -> dict[Any, tuple[str, st
         return {pk: (name, "") for pk, name in
                 get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")}
     if kind == "conversation":
-        found = {}
-        for pk, title, code in team.conversations.filter(pk__in=ids).values_list("pk", "title", "uuid"):
+        # The conversation's own rule (``agents.access``), on its fields: its owner, shared.
+        visible = own_or_shared(membership, owner="created_by", shared="shared")
+        found = {pk: (PRIVATE_CONVERSATION, "") for pk in team.conversations.filter(pk__in=ids)
+                 .exclude(visible).values_list("pk", flat=True)}
+        for pk, title, code in (team.conversations.filter(pk__in=ids).filter(visible)
+                                .values_list("pk", "title", "uuid")):
             found[pk] = (title or f"Conversation {code.hex[:8]}", reverse("conversation", args=[code]))
         return found
     return {}
@@ -212,14 +224,15 @@ def _key(row: dict[str, Any], by: str) -> Any:
 
 
 def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
-              limit: int | None = None) -> list[Group]:
-    """Amounts grouped by agent, model, user or conversation, largest cost first."""
+              limit: int | None = None, membership: Membership | None = None) -> list[Group]:
+    """Amounts grouped by agent, model, user or conversation, largest cost first. Conversations
+    ``membership`` may not see keep their amounts but not their names."""
     model = ConversationCostRollup if by == "conversation" else CostRollup
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
     grouped = rows.values(*keys).annotate(**_sums()).order_by("-cost_units", *keys)
     grouped = list(grouped[:limit] if limit is not None else grouped)
-    names = _names(by, [g[keys[0]] for g in grouped], team) if by != "model" else {}
+    names = _names(by, [g[keys[0]] for g in grouped], team, membership) if by != "model" else {}
     groups = []
     for g in grouped:
         key = _key(g, by)
@@ -245,14 +258,16 @@ def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: st
     return series
 
 
-def top_traces(*, team: Team, filters: CostFilters, resolved: Resolved, limit: int = TOP_TRACES) -> list[Trace]:
-    """The most expensive traces started in the range (the ``trace_team_cost`` index)."""
+def top_traces(*, membership: Membership, filters: CostFilters, resolved: Resolved,
+               limit: int = TOP_TRACES) -> list[Trace]:
+    """The most expensive traces started in the range that ``membership`` may see (the
+    ``trace_team_cost`` index)."""
     if resolved.impossible:
         return []
     zone = timezone.get_current_timezone()
     start = timezone.make_aware(datetime.combine(filters.date_from, time.min), zone)
     end = timezone.make_aware(datetime.combine(filters.date_to + timedelta(days=1), time.min), zone)
-    traces = Trace.objects.filter(team=team, created_at__gte=start, created_at__lt=end, cost_usd__gt=0)
+    traces = traces_visible(membership).filter(created_at__gte=start, created_at__lt=end, cost_usd__gt=0)
     if resolved.agent_id is not None:
         traces = traces.filter(agent_id=resolved.agent_id)
     if resolved.user_id is not None:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agentsite.access import get_for_team_or_404, team_required
+from agentsite.access import team_required
 from agentsite.models import Membership
 
 from . import cost_selectors as selectors
@@ -31,6 +31,7 @@ from .repricing import (
     trace_reprice_apply,
     trace_reprice_preview,
 )
+from .selectors import trace_get_or_404
 
 Role = Membership.Role
 SERIES_SHOWN = 7  # bars are stacked by the largest few; the rest is "other"
@@ -48,7 +49,7 @@ def costs(request: HttpRequest) -> HttpResponse:
     tables = {by: selectors.breakdown(team=team, filters=filters, resolved=resolved, by=by)
               for by in ("agent", "model", "user")}
     tables["conversation"] = selectors.breakdown(team=team, filters=filters, resolved=resolved,
-                                                 by="conversation",
+                                                 by="conversation", membership=request.membership,
                                                  limit=selectors.TOP_CONVERSATIONS)
     shown = tables[filters.split][:SERIES_SHOWN]
     series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
@@ -64,7 +65,8 @@ def costs(request: HttpRequest) -> HttpResponse:
                            ("Cache write", totals.cache_write_tokens, "bucket-cache-write"),
                            ("Cache read", totals.cache_read_tokens, "bucket-cache-read"),
                            ("Output", totals.output_tokens, "bucket-output")]),
-        "top_traces": selectors.top_traces(team=team, filters=filters, resolved=resolved),
+        "top_traces": selectors.top_traces(membership=request.membership, filters=filters,
+                                           resolved=resolved),
         "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
         "choices": selectors.cost_filter_choices(team=team),
         "can_correct": request.membership.can_configure,
@@ -75,8 +77,10 @@ def costs(request: HttpRequest) -> HttpResponse:
 
 
 def _trace(request: HttpRequest, trace_uuid: Any) -> Trace:
-    return get_for_team_or_404(Trace.objects.select_related("agent", "user", "user_message"),
-                               request.team, uuid=trace_uuid)
+    """A trace the person may see (``traces.selectors``); 404 otherwise."""
+    return trace_get_or_404(request.membership,
+                            Trace.objects.select_related("agent", "user", "user_message"),
+                            uuid=trace_uuid)
 
 
 @team_required()

@@ -1,4 +1,12 @@
-"""Read queries for traces: the filtered list, the inspector's skeleton, changes since a seq."""
+"""Read queries for traces: who may see which, the filtered list, the inspector's skeleton,
+changes since a seq.
+
+Who sees a trace: the team's owners and admins see every trace of the team; members and viewers
+see the traces of the conversations they may see (their own, and those shared with the team).
+Any other trace is a 404. The conversation's rule is ``agents.access``; it is applied here
+through the trace's conversation (``conversation__created_by``, ``conversation__shared``), as
+this app knows nothing of the agents' models.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,17 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from agentsite.access import (
+    get_for_team_or_404,
+    may_act_for,
+    membership_for,
+    own_or_shared,
+    sees_all_of_team,
+)
 from agentsite.models import Membership, Team
 
 from .models import Step, StepPayload, Trace, TrajectoryState
@@ -30,6 +46,53 @@ LIST_COLUMNS = (
     "cache_read_tokens", "reasoning_tokens", "error", "answer", "team_id", "agent_id", "user_id", "conversation_id",
     "routing",
 )
+
+
+# -- who sees which trace ---------------------------------------------------------------------------
+ADMIN_NOTICE = "You see every trace of this team as an admin."
+
+
+def trace_visibility(membership: Membership | None, *, prefix: str = "") -> Q:
+    """The filter for the traces ``membership`` may see (``prefix``: the path from another
+    model to its trace, such as ``"trace__"``)."""
+    return own_or_shared(membership, owner=f"{prefix}conversation__created_by",
+                         shared=f"{prefix}conversation__shared")
+
+
+def traces_visible(membership: Membership | None, queryset: QuerySet[Trace] | None = None) -> QuerySet[Trace]:
+    """The traces of ``membership``'s team that it may see."""
+    qs = Trace.objects.all() if queryset is None else queryset
+    if membership is None:
+        return qs.none()
+    return qs.filter(team_id=membership.team_id).filter(trace_visibility(membership))
+
+
+def trace_get_or_404(membership: Membership, queryset: QuerySet[Trace] | None = None, **lookup: Any) -> Trace:
+    """One trace of the membership's team that it may see; any other is a 404."""
+    qs = Trace.objects.all() if queryset is None else queryset
+    return get_for_team_or_404(qs.filter(trace_visibility(membership)), membership.team, **lookup)
+
+
+def trace_visible_to(user: Any, trace_uuid: Any) -> bool:
+    """Whether ``user`` may see (and so follow live) the trace with this public id."""
+    try:
+        team_id = Trace.objects.filter(uuid=trace_uuid).values_list("team_id", flat=True).first()
+    except (ValueError, TypeError, ValidationError):
+        return False
+    membership = membership_for(user, team_id)
+    return membership is not None and traces_visible(membership).filter(uuid=trace_uuid).exists()
+
+
+def sees_every_trace(membership: Membership | None) -> bool:
+    return sees_all_of_team(membership)
+
+
+def trace_can_act(membership: Membership | None, trace: Trace) -> bool:
+    """Whether ``membership`` may stop the trace's turn or decide on its tool calls (its
+    conversation's owner or a team admin; ``agents.turns`` checks again when they do)."""
+    if membership is None or membership.team_id != trace.team_id:
+        return False
+    return may_act_for(membership, trace.conversation.created_by_id)
 
 
 def date_param(params: Any, name: str, default: date | None, errors: dict[str, str]) -> Any:
@@ -102,9 +165,10 @@ def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
 
 
-def trace_list(*, team: Team, filters: TraceFilters) -> QuerySet[Trace]:
+def trace_list(*, membership: Membership, filters: TraceFilters) -> QuerySet[Trace]:
+    """The traces ``membership`` may see, filtered, newest first."""
     qs = (
-        Trace.objects.filter(team=team)
+        traces_visible(membership)
         .select_related("agent", "user", "user_message")
         .only(*LIST_COLUMNS, "agent__name", "agent__uuid", "user__username", "user_message__text")
         .order_by("-created_at", "-id")

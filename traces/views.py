@@ -19,16 +19,18 @@ LIST_PAGE_SIZE = 25
 
 
 def _trace(request: HttpRequest, trace_uuid) -> Trace:
-    return get_for_team_or_404(
-        Trace.objects.select_related("agent", "conversation", "user", "user_message"), request.team, uuid=trace_uuid
-    )
+    """A trace the person may see (every one of the team for admins; else those of their own
+    and of shared conversations); 404 otherwise."""
+    return selectors.trace_get_or_404(
+        request.membership, Trace.objects.select_related("agent", "conversation", "user", "user_message"),
+        uuid=trace_uuid)
 
 
 @team_required()
 @require_GET
 def trace_list(request: HttpRequest) -> HttpResponse:
     filters, errors = selectors.TraceFilters.from_query(request.GET)
-    paginator = Paginator(selectors.trace_list(team=request.team, filters=filters), LIST_PAGE_SIZE)
+    paginator = Paginator(selectors.trace_list(membership=request.membership, filters=filters), LIST_PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -39,6 +41,8 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         "errors": errors,
         "choices": selectors.trace_filter_choices(team=request.team),
         "query": query.urlencode(),
+        "sees_every_trace": selectors.sees_every_trace(request.membership),
+        "admin_notice": selectors.ADMIN_NOTICE,
     }
     template = "traces/trace_list.html#results" if request.htmx and request.htmx.target == "results" else "traces/trace_list.html"
     return render(request, template, context)
@@ -53,6 +57,8 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
     states, earlier = selectors.trace_states(trace)
     context = {
         "trace": trace,
+        "can_act": selectors.trace_can_act(request.membership, trace),
+        "admin_notice": selectors.ADMIN_NOTICE if selectors.sees_every_trace(request.membership) else "",
         "steps": steps,
         "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
         "states": decorate_states(states, trace=trace),

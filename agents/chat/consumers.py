@@ -1,10 +1,12 @@
-"""The chat's websocket: a conversation's live fragments (``agents.chat.live``), for members
-of its team. Text deltas go out as bare frames (``delta_frame``); everything else as JSON."""
+"""The chat's websocket: a conversation's live fragments (``agents.chat.live``), for the people
+who may see it (``agents.access``). Text deltas go out as bare frames (``delta_frame``);
+everything else as JSON."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agents.access import conversation_visible_to
 from agents.models import Conversation
 from traces import live
 from traces.consumers import LiveConsumer
@@ -15,6 +17,7 @@ from .live import delta_frame
 class ConversationConsumer(LiveConsumer):
     model = Conversation
     group_of = staticmethod(live.conversation_group)
+    visible = staticmethod(conversation_visible_to)
 
     async def live_event(self, event: dict[str, Any]) -> None:
         payload = event["payload"]

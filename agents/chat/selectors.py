@@ -16,6 +16,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Substr
 from django.urls import NoReverseMatch, reverse
 
+from agents.access import conversations_visible
 from agents.chat.windows import context_window
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
@@ -23,7 +24,7 @@ from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
-from agentsite.models import Team
+from agentsite.models import Membership, Team
 from traces.live import uuid_hex
 from traces.models import Step, StepPayload, Trace
 
@@ -33,20 +34,20 @@ def agent_choices(*, team: Team) -> QuerySet[Agent]:
     return Agent.objects.filter(team=team).only("uuid", "name", "description", "model").order_by("name")
 
 
-def conversation_list(*, team: Team, user: Any, query: str = "", scope: str = "mine",
+def conversation_list(*, membership: Membership, query: str = "", scope: str = "mine",
                       archived: bool = False, limit: int = 100) -> list[Conversation]:
-    """The conversations of ``team`` to list: the user's own (``scope="mine"``) or everyone's
-    in the team (``"team"``), archived or not, newest first. ``query`` matches the title or
-    the text of any message."""
-    rows = (Conversation.objects.filter(team=team, archived=archived, deleted_at__isnull=True)
-            .select_related("agent", "created_by"))
+    """The conversations of the membership's team to list: the person's own (``scope="mine"``)
+    or every one of the team they may see (``"team"``: shared ones, and all for admins),
+    archived or not, newest first. ``query`` matches the title or the text of any message."""
+    rows = (conversations_visible(membership)
+            .filter(archived=archived, deleted_at__isnull=True).select_related("agent", "created_by"))
     if scope != "team":
-        rows = rows.filter(created_by=user)
+        rows = rows.filter(created_by_id=membership.user_id)
     query = " ".join((query or "").split())[:200]
     if query:
         in_messages = Message.objects.filter(conversation_id=OuterRef("pk"), text__icontains=query)
         rows = rows.filter(Q(title__icontains=query) | Exists(in_messages))
-    return list(rows.only("uuid", "title", "updated_at", "archived", "created_by_id",
+    return list(rows.only("uuid", "title", "updated_at", "archived", "shared", "created_by_id",
                           "agent__name", "created_by__username")
                 .order_by("-updated_at", "-id")[:limit])
 

@@ -1,21 +1,30 @@
-"""The chat's actions on conversations: create, rename, archive, delete; and the commands typed
-in the chat (``/new``, ``/model``, ``/models``, ``/stop``, ``/help``), which never reach a model.
-Turns themselves start through ``agents.turns.services``.
+"""The chat's actions on conversations: create, rename, archive, delete, share; and the commands
+typed in the chat (``/new``, ``/model``, ``/models``, ``/stop``, ``/help``), which never reach a
+model. Turns themselves start through ``agents.turns.services``. Only the conversation's owner
+or a team admin acts on it (``agents.access``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.utils import timezone
 
+from agents.access import conversation_act_check
 from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.turns.selectors import conversation_active_traces
 from agents.turns.services import chat_membership, conversation_stop, turn_cancel
 from agentsite.models import Membership, Team
+
+# Called after a conversation stops being shared, with the ids of the people who no longer see
+# it, so that their open sockets on it (the chat's and its traces') check their access again.
+# The composition root appends to it; nothing here knows about sockets.
+on_unshared: list[Callable[[Iterable[int]], None]] = []
 
 
 def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "") -> Conversation:
@@ -27,16 +36,8 @@ def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "")
 
 
 # -- managing conversations ----------------------------------------------------------------------
-def _manage_membership(user: Any, conversation: Conversation, action: str) -> Membership:
-    membership = chat_membership(user, conversation.team_id)
-    if conversation.created_by_id != user.pk and not membership.has_role(Membership.Role.ADMIN):
-        raise PermissionDenied(f"Only the person who started this conversation or a team admin "
-                               f"can {action} it.")
-    return membership
-
-
 def conversation_rename(*, conversation: Conversation, user: Any, title: str) -> Conversation:
-    _manage_membership(user, conversation, "rename")
+    conversation_act_check(user, conversation, "rename it")
     title = " ".join((title or "").split())
     if not title:
         raise ValidationError("Give the conversation a title.")
@@ -49,7 +50,7 @@ def conversation_rename(*, conversation: Conversation, user: Any, title: str) ->
 
 def conversation_archive(*, conversation: Conversation, user: Any, archived: bool = True) -> Conversation:
     """Archive (hide from the list, read-only) or bring back a conversation."""
-    _manage_membership(user, conversation, "archive")
+    conversation_act_check(user, conversation, "archive it")
     conversation.archived = bool(archived)
     conversation.save(update_fields=["archived", "updated_at"])
     return conversation
@@ -58,11 +59,35 @@ def conversation_archive(*, conversation: Conversation, user: Any, archived: boo
 def conversation_delete(*, conversation: Conversation, user: Any) -> None:
     """Delete a conversation for the chat: it is gone from the lists and its page. Its running
     turns stop; their traces stay, as the team's record of what was spent."""
-    _manage_membership(user, conversation, "delete")
+    conversation_act_check(user, conversation, "delete it")
     for trace in conversation_active_traces(conversation=conversation):
         turn_cancel(trace=trace, user=user)
     conversation.deleted_at = timezone.now()
     conversation.save(update_fields=["deleted_at", "updated_at"])
+
+
+def conversation_share(*, conversation: Conversation, user: Any, shared: bool) -> Conversation:
+    """Share the conversation with the whole team (everyone in it may read it and its traces;
+    still only its owner and the team's admins act in it), or make it private again."""
+    conversation_act_check(user, conversation, "share it or make it private")
+    shared = bool(shared)
+    if conversation.shared == shared:
+        return conversation
+    conversation.shared = shared
+    conversation.save(update_fields=["shared", "updated_at"])
+    if not shared:
+        lost = _people_who_lost_sight(conversation)
+        for hook in on_unshared:
+            transaction.on_commit(lambda hook=hook: hook(lost))
+    return conversation
+
+
+def _people_who_lost_sight(conversation: Conversation) -> list[int]:
+    """Who saw the conversation only because it was shared: the team's members and viewers
+    other than its owner."""
+    return list(Membership.objects.filter(team_id=conversation.team_id)
+                .filter(role__in=[Membership.Role.MEMBER, Membership.Role.VIEWER])
+                .exclude(user_id=conversation.created_by_id).values_list("user_id", flat=True))
 
 
 # -- commands typed in the chat ------------------------------------------------------------------
@@ -84,7 +109,8 @@ def chat_command(*, conversation: Conversation, user: Any, text: str) -> Command
     command = parse_command(text or "")
     if command is None:
         return None
-    chat_membership(user, conversation.team_id)
+    # Commands are typed where messages are sent: the same people may use them.
+    conversation_act_check(user, conversation, "send messages in it")
     agent = Agent.objects.get(pk=conversation.agent_id)
     name = command.name
     if name is CommandName.NEW:

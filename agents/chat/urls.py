@@ -12,6 +12,7 @@ urlpatterns = [
     path("<uuid:conversation_uuid>/rename/", views.conversation_rename, name="conversation_rename"),
     path("<uuid:conversation_uuid>/archive/", views.conversation_archive, name="conversation_archive"),
     path("<uuid:conversation_uuid>/delete/", views.conversation_delete, name="conversation_delete"),
+    path("<uuid:conversation_uuid>/share/", views.conversation_share, name="conversation_share"),
     path("<uuid:conversation_uuid>/turns/<uuid:trace_uuid>/regenerate/", views.turn_regenerate,
          name="turn_regenerate"),
     path("<uuid:conversation_uuid>/messages/<uuid:message_uuid>/edit/", views.message_edit,

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.access import can_act_in, conversation_get_or_404
 from agents.chat import selectors, services
 from agents.models import Agent, Conversation, Message
 from agents.turns import services as turns
@@ -29,7 +30,7 @@ def chat(request: HttpRequest) -> HttpResponse:
     scope = "team" if request.GET.get("scope") == "team" else "mine"
     archived = request.GET.get("archived") == "1"
     context = {
-        "conversations": selectors.conversation_list(team=request.team, user=request.user, query=query,
+        "conversations": selectors.conversation_list(membership=request.membership, query=query,
                                                      scope=scope, archived=archived),
         "agents": selectors.agent_choices(team=request.team),
         "query": query,
@@ -52,15 +53,12 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
 
 
 def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
-    return get_for_team_or_404(
+    """A conversation the person may see (their own, a shared one, or any as an admin); 404
+    otherwise, whether it is another team's or a teammate's private one."""
+    return conversation_get_or_404(
+        request.membership,
         Conversation.objects.select_related("agent", "agent__provider", "created_by", "team"),
-        request.team, uuid=conversation_uuid, deleted_at__isnull=True)
-
-
-def _can_manage(request: HttpRequest, conversation: Conversation) -> bool:
-    membership = request.membership
-    return membership.can_chat and (conversation.created_by_id == request.user.pk
-                                    or membership.has_role(Role.ADMIN))
+        uuid=conversation_uuid, deleted_at__isnull=True)
 
 
 def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
@@ -75,11 +73,14 @@ def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
     view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")))
+    can_act = can_act_in(request.membership, convo)
     context = {
         "conversation": convo,
         "view": view,
         "can_chat": request.membership.can_chat,
-        "can_manage": _can_manage(request, convo),
+        # The owner and the team's admins send, edit, stop, approve and manage; others read.
+        "can_act": can_act,
+        "can_manage": can_act,
         "max_chars": turns.MAX_MESSAGE_CHARS,
     }
     template = "chat/conversation.html"
@@ -206,6 +207,24 @@ def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpRe
     archived = request.POST.get("archived", "1") != "0"
     services.conversation_archive(conversation=convo, user=request.user, archived=archived)
     flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
+    return redirect_back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="share conversations")
+@require_POST
+def conversation_share(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    """Share with the team (``shared=1``) or make private again (``shared=0``)."""
+    convo = _conversation(request, conversation_uuid)
+    shared = request.POST.get("shared", "1") != "0"
+    services.conversation_share(conversation=convo, user=request.user, shared=shared)
+    if request.htmx:
+        return render(request, "chat/conversation.html#share", {"conversation": convo, "can_act": True})
+    if shared:
+        flash.success(request, f"“{convo}” is shared: everyone in the team can read it and its "
+                               "traces; only its owner and the team's admins act in it.")
+    else:
+        flash.success(request, f"“{convo}” is private again: only its owner and the team's admins "
+                               "see it.")
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
 
 

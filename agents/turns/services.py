@@ -1,8 +1,10 @@
 """A turn's actions: send a message (start a turn), regenerate an answer, edit and resend a
 message, stop a turn or a conversation's turns, decide on a tool call that waits for approval.
 
-Who may act is checked here (a team member who can chat); views resolve the objects through
-the team-scoped access helpers first, so another team's object is a 404 before this runs.
+Who may act is checked here: the conversation's owner or a team admin, never a viewer
+(``agents.access``); views resolve the objects through the access helpers first, so a
+conversation the person may not see (another team's, or a teammate's private one) is a 404
+before this runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from agents.access import VIEWER_MESSAGE, conversation_act_check
 from agents.models import Agent, Conversation, Message
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.announce import announcements
@@ -37,7 +40,7 @@ INTERRUPT_REASON = "interrupted by a new message"
 def chat_membership(user: Any, team: Team | int) -> Membership:
     membership = membership_for(user, team)
     if membership is None or not membership.can_chat:
-        raise PermissionDenied("You need to be a team member (not a viewer) to chat with agents.")
+        raise PermissionDenied(VIEWER_MESSAGE)
     return membership
 
 
@@ -89,7 +92,7 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     One turn runs per conversation at a time: while another is queued or running, the new trace
     waits and is sent when the earlier ones end. If the agent interrupts on a new message, the
     earlier turns are stopped instead and the new one goes next."""
-    chat_membership(user, conversation.team_id)
+    conversation_act_check(user, conversation, "send messages in it")
     text = _clean_text(text)
     _check_open(conversation)
     client_id = (client_id or "").strip()[:64]
@@ -175,7 +178,7 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message
 def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> Trace:
     """Answer the user message of ``trace`` again, as a new branch beside that answer (which
     stays reachable)."""
-    chat_membership(user, conversation.team_id)
+    conversation_act_check(user, conversation, "regenerate its answers")
     _check_open(conversation)
     if trace.conversation_id != conversation.pk or trace.user_message_id is None:
         raise ValidationError("That answer cannot be regenerated.")
@@ -191,11 +194,12 @@ def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> T
 def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: str) -> Trace:
     """Send an edited version of an earlier user message: a new branch from the point where
     ``message`` was sent. The original and everything after it stay reachable."""
-    chat_membership(user, conversation.team_id)
+    conversation_act_check(user, conversation, "edit its messages")
     text = _clean_text(text)
     _check_open(conversation)
     if message.conversation_id != conversation.pk or message.role != Message.Role.USER:
-        raise ValidationError("Only your messages in this conversation can be edited.")
+        raise ValidationError("Only the messages sent to the agent in this conversation can be "
+                              "edited, not its answers.")
     agent = Agent.objects.get(pk=conversation.agent_id)
     with transaction.atomic():
         conversation_lock(conversation.pk)
@@ -213,9 +217,10 @@ def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: 
 
 def conversation_stop(*, conversation: Conversation, user: Any) -> int:
     """Stop every queued or running turn of the conversation; how many there were."""
-    chat_membership(user, conversation.team_id)
+    conversation_act_check(user, conversation, "stop its turns")
     stopped = 0
     for trace in conversation_active_traces(conversation=conversation):
+        trace.conversation = conversation
         turn_cancel(trace=trace, user=user)
         stopped += 1
     return stopped
@@ -225,7 +230,7 @@ def conversation_stop(*, conversation: Conversation, user: Any) -> int:
 def turn_cancel(*, trace: Trace, user: Any) -> Trace:
     """Stop a turn: a queued one ends ``cancelled`` at once; a running one is signalled and its
     worker ends it. Stopping a turn that has ended does nothing."""
-    chat_membership(user, trace.team_id)
+    conversation_act_check(user, trace.conversation, "stop its turns")
     reason = f"Cancelled by {user.get_username()}"
     if not trace_cancel_queued(trace=trace, reason=reason):
         trace_request_cancel(trace=trace, reason=reason)
@@ -235,7 +240,7 @@ def turn_cancel(*, trace: Trace, user: Any) -> Trace:
 
 def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) -> None:
     """Approve or deny a tool call that waits for approval in a running turn."""
-    chat_membership(user, trace.team_id)
+    conversation_act_check(user, trace.conversation, "approve or deny its tool calls")
     running = Trace.objects.filter(pk=trace.pk, status=Trace.Status.RUNNING).exists()
     if not running or approval_waiting(trace=trace, call_id=call_id) is None:
         raise ValidationError("This tool call is not waiting for approval any more.")

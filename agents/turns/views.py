@@ -1,5 +1,8 @@
 """The inspector's actions on a running turn: stop it, decide on a tool call that waits for
-approval. The inspector's pages post here; the chat has its own stop (``/stop``)."""
+approval. The inspector's pages post here; the chat has its own stop (``/stop``).
+
+A trace the person may not see is a 404 (``traces.selectors``); one they see but whose
+conversation is not theirs (and they are no admin) is a 403 from the service."""
 
 from __future__ import annotations
 
@@ -9,14 +12,16 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_POST
 
 from agents.turns.services import approval_decide, turn_cancel
-from agentsite.access import get_for_team_or_404, team_required
+from agentsite.access import team_required
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 from traces.models import Trace
+from traces.selectors import trace_get_or_404
 
 
 def _trace(request: HttpRequest, trace_uuid) -> Trace:
-    return get_for_team_or_404(Trace.objects.all(), request.team, uuid=trace_uuid)
+    return trace_get_or_404(request.membership, Trace.objects.select_related("conversation"),
+                            uuid=trace_uuid)
 
 
 @team_required(Membership.Role.MEMBER, action="stop turns")

@@ -22,12 +22,20 @@ def remembered(agent, alice, bob, make_agent):
     return other
 
 
-def test_members_see_what_agents_remember_escaped(client_for, bob, remembered):
-    response = client_for(bob).get(reverse("memory"))
+def test_the_owner_sees_what_agents_remember_escaped(client_for, alice, remembered):
+    response = client_for(alice).get(reverse("memory"))
     assert response.status_code == 200
     html = response.content.decode()
     assert "alice likes &lt;b&gt;blue&lt;/b&gt;" in html and "<b>blue</b>" not in html
-    assert "bob likes red" in html and "alice lives in Oslo" in html
+    assert "bob likes red" in html and "alice lives in Oslo" in html  # an owner sees everyone's
+
+
+def test_a_member_sees_only_their_own_user_memory(client_for, bob, remembered):
+    response = client_for(bob).get(reverse("memory"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "bob likes red" in html
+    assert "alice likes" not in html and "alice lives in Oslo" not in html
 
 
 def test_the_page_filters_by_agent_and_person(client_for, alice, agent, remembered, team_a):

@@ -158,6 +158,9 @@ def test_members_and_viewers_read_costs_and_charlie_sees_nothing_of_team_a(price
     for url in (reverse("trace_reprice", args=[trace.uuid]), reverse("trace_reprice", args=[trace.uuid]) + "?target=table"):
         assert client_for(charlie).get(url).status_code == 404
     assert client_for(charlie).post(reverse("trace_reprice_apply", args=[trace.uuid])).status_code == 404
+    # alice's conversation is private: its trace is not the viewer's to re-price until she shares it
+    assert client_for(viewer).get(reverse("trace_reprice", args=[trace.uuid])).status_code == 404
+    Conversation.objects.filter(pk=chat.pk).update(shared=True)
     assert client_for(viewer).get(reverse("trace_reprice", args=[trace.uuid])).status_code == 200
     assert client_for(viewer).post(reverse("trace_reprice_apply", args=[trace.uuid])).status_code == 403
     assert client_for(bob).post(reverse("trace_reprice_apply", args=[trace.uuid])).status_code == 403
@@ -214,6 +217,7 @@ def test_the_page_runs_a_bounded_number_of_queries(team_a, alice, client_for, ma
 def test_a_trace_is_repriced_under_another_model_beside_what_was_recorded(priced_agent, chat, alice, viewer,
                                                                           sent_turns, use_redis, client_for):
     trace = run(chat, alice)
+    Conversation.objects.filter(pk=chat.pk).update(shared=True)  # so that the viewer may see its trace
     gpt = ModelPrice.objects.get(team__isnull=True, model="gpt-4o")
     response = client_for(viewer).get(reverse("trace_reprice", args=[trace.uuid]), {"target": f"row:{gpt.pk}"})
     preview = response.context["preview"]

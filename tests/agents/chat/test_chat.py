@@ -329,9 +329,11 @@ def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, co
     assert 'class="approval-actions chat-only"' in member_page and 'class="can-chat"' in member_page
     assert ">Approve</button>" in member_page and ">Deny</button>" in member_page
 
+    assert client_for(vera).get(url).status_code == 404  # alice's conversation is private
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
     viewer_page = client_for(vera).get(url).content.decode()
     assert 'class="can-chat"' not in viewer_page  # .chat-only hides the buttons
-    assert "A team member who can chat decides." in viewer_page
+    assert "The conversation's owner or a team admin decides." in viewer_page
     decision = reverse("approval_decision", args=[trace.uuid, "call_1"])
     assert client_for(vera).post(decision, {"approved": "1"}).status_code == 403
 

@@ -52,8 +52,11 @@ def test_message_text_is_escaped(client_for, alice, conversation, sent_turns):
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
-def test_viewer_reads_but_cannot_send_or_stop(client_for, alice, conversation, queued_trace, vera):
+def test_viewer_reads_a_shared_conversation_but_cannot_send_or_stop(client_for, alice, conversation, queued_trace,
+                                                                     vera):
     c = client_for(vera)
+    assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 404  # private
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
     assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
     assert c.post(reverse("message_send", args=[conversation.uuid]), {"text": "hi"}).status_code == 403
     trace = queued_trace(client_for(alice))
@@ -106,13 +109,18 @@ def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_tu
     assert weather.title in c.get(reverse("chat")).content.decode()
 
 
-def test_mine_and_team_lists(client_for, alice, bob, agent, sent_turns):
+def test_mine_and_team_lists_show_a_teammates_conversation_once_shared(client_for, alice, bob, agent, sent_turns):
     from agents.chat import services
 
-    services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's plan")
+    plan = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's plan")
+    services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's diary")
     mine = client_for(bob).get(reverse("chat")).content.decode()
     team = client_for(bob).get(reverse("chat"), {"scope": "team"}).content.decode()
-    assert "Alice&#x27;s plan" not in mine and "Alice&#x27;s plan" in team
+    assert "Alice&#x27;s plan" not in mine and "Alice&#x27;s plan" not in team and "Alice&#x27;s diary" not in team
+    services.conversation_share(conversation=plan, user=alice, shared=True)
+    team = listed(client_for(bob).get(reverse("chat"), {"scope": "team"}))
+    assert "Alice&#x27;s plan" in team and "Shared" in team and "Alice&#x27;s diary" not in team
+    assert "Alice&#x27;s plan" not in listed(client_for(bob).get(reverse("chat")))
 
 
 def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sent_turns):
@@ -149,11 +157,18 @@ def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sen
 
 
 def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, bob, conversation, team_a, make_member, vera):
-    assert client_for(bob).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "mine now"}).status_code == 403
+    # private: bob does not even find it
+    assert client_for(bob).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "mine now"}).status_code == 404
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
+    # shared: he reads it, and is told plainly that he may not manage it
+    refused = client_for(bob).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "mine now"})
+    assert refused.status_code == 403 and b"Only the conversation&#x27;s owner or a team admin can rename it." in refused.content
     assert client_for(bob).post(reverse("conversation_delete", args=[conversation.uuid])).status_code == 403
+    assert client_for(bob).post(reverse("conversation_share", args=[conversation.uuid]), {"shared": "0"}).status_code == 403
     assert client_for(vera).post(reverse("conversation_archive", args=[conversation.uuid])).status_code == 403
     conversation.refresh_from_db()
     assert conversation.title == "" and conversation.deleted_at is None and not conversation.archived
+    assert conversation.shared
     admin = make_member(team_a, "adam", "admin")
     client_for(admin).post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "Renamed by an admin"})
     conversation.refresh_from_db()
@@ -178,11 +193,12 @@ def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conve
     assert str(conversation.uuid) not in c.get(reverse("chat"), {"q": "hello", "scope": "team"}).content.decode()
 
 
-def test_viewers_read_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, sent_turns, vera):
+def test_viewers_read_shared_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, sent_turns, vera):
     from agents.turns import services as turns
 
     trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
     c = client_for(vera)
     page = c.get(reverse("conversation", args=[conversation.uuid]), {"at": trace.uuid.hex})
     assert page.status_code == 200 and "hello" in page.content.decode()

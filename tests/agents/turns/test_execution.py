@@ -270,18 +270,19 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
     from agents.chat.services import conversation_create
 
     agent = make_agent(name="Careful", approval=("calculator",))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    # bob's conversation; alice decides, as the team's owner may (the step names the decider)
+    conversation = conversation_create(team=agent.team, agent=agent, user=bob)
+    trace = turn_start(conversation=conversation, user=bob, text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
     step = _wait_for_approval(trace)
 
-    approval_decide(trace=trace, call_id=step.call_id, approved=approved, user=bob)
+    approval_decide(trace=trace, call_id=step.call_id, approved=approved, user=alice)
     worker.join(timeout=10)
 
     trace.refresh_from_db()
     step.refresh_from_db()
     assert (trace.status, trace.answer) == ("completed", answer)
-    assert step.status == ("ok" if approved else "error") and step.meta["decided_by"] == "bob"
+    assert step.status == ("ok" if approved else "error") and step.meta["decided_by"] == "alice"
     assert Step.objects.filter(trace=trace, kind="tool_call", success=approved).exists()
 
 

@@ -50,9 +50,15 @@ def test_a_viewer_cannot_chat_and_nor_can_another_team(conversation, vera, charl
     assert not Trace.objects.exists() and sent_turns == []
 
 
-def test_a_member_can_chat_in_a_conversation_of_the_team(conversation, bob, sent_turns):
-    trace = turn_start(conversation=conversation, user=bob, text="hello")
+def test_a_member_chats_in_their_own_conversation_not_in_a_teammates(conversation, agent, bob, sent_turns):
+    own = conversation_create(team=agent.team, agent=agent, user=bob)
+    trace = turn_start(conversation=own, user=bob, text="hello")
     assert trace.user == bob
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
+    conversation.refresh_from_db()
+    with pytest.raises(PermissionDenied, match="Only the conversation's owner or a team admin can send"):
+        turn_start(conversation=conversation, user=bob, text="hello")  # alice's, shared or not
+    assert list(Trace.objects.values_list("conversation_id", flat=True)) == [own.pk]
 
 
 def test_an_archived_conversation_takes_no_messages(conversation, alice, sent_turns):
@@ -118,9 +124,10 @@ def test_with_interrupt_on_new_message_the_running_turn_is_signalled(
 
 # -- stopping ---------------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_stopping_a_running_turn_sets_the_flag_and_the_signal(conversation, bob, sent_turns, use_redis):
+def test_stopping_a_running_turn_sets_the_flag_and_the_signal(agent, bob, sent_turns, use_redis):
     from agents.turns.lifecycle import trace_claim
 
+    conversation = conversation_create(team=agent.team, agent=agent, user=bob)
     trace = turn_start(conversation=conversation, user=bob, text="one")
     trace_claim(trace_id=trace.pk, worker="w1")
 
