@@ -133,12 +133,13 @@ def own_or_shared(membership: Membership | None, *, owner: str, shared: str) -> 
     """The filter for the rows ``membership`` may see among its team's rows that belong to one
     person (the user at lookup ``owner``) and are shown to the whole team when lookup ``shared``
     is true: every row for owners and admins; otherwise their own rows and the shared ones. A row
-    without an owner is for owners and admins only. Callers limit the rows to the team first."""
+    whose owner is gone (no user) is for owners and admins only, shared or not. Callers limit
+    the rows to the team first."""
     if membership is None:
         return Q(pk__in=[])
     if sees_all_of_team(membership):
         return Q()
-    return Q(**{owner: membership.user_id}) | Q(**{shared: True})
+    return Q(**{owner: membership.user_id}) | Q(**{shared: True, f"{owner}__isnull": False})
 
 
 def may_act_for(membership: Membership | None, owner_id: int | None) -> bool:
