@@ -73,14 +73,12 @@ def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
     view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")))
-    can_act = can_act_in(request.membership, convo)
     context = {
         "conversation": convo,
         "view": view,
         "can_chat": request.membership.can_chat,
         # The owner and the team's admins send, edit, stop, approve and manage; others read.
-        "can_act": can_act,
-        "can_manage": can_act,
+        "can_act": can_act_in(request.membership, convo),
         "max_chars": turns.MAX_MESSAGE_CHARS,
     }
     template = "chat/conversation.html"

@@ -78,13 +78,16 @@ def test_a_member_approves_one_tool_call_and_denies_another_while_a_viewer_only_
     waiting = s.page.locator(".tool-card.state-waiting")
     waiting.wait_for()
     assert re.search(r"\d+ s left", waiting.locator(".countdown").inner_text())
+    # conversations are private: alice shares this one so that the viewer may watch it
+    s.page.locator("#share-state button:has-text('Share with the team')").click()
+    s.page.locator("#share-state .tag-shared").wait_for()
 
     vera = login("vera")
     vera.page.goto(url)
     vera.page.locator(".tool-card.state-waiting").wait_for()
     assert not vera.page.locator(".tool-card button:has-text('Approve')").is_visible()
     assert vera.page.locator("#composer").count() == 0
-    assert vera.page.get_by_text("A team member who can chat decides.").is_visible()
+    assert vera.page.get_by_text("The conversation's owner or a team admin decides.").is_visible()
 
     waiting.locator("button:has-text('Approve')").click()
     s.answers("completed").first.wait_for()
