@@ -9,6 +9,9 @@ class AgentsiteConfig(AppConfig):
     name = "agentsite"
     default_auto_field = "django.db.models.BigAutoField"
 
+    def ready(self) -> None:
+        from . import signals  # noqa: F401 - connects the receivers
+
 
 class AgentsiteAdminConfig(admin_apps.AdminConfig):
     """The admin, opened to team admins and scoped to their teams (see ``admin_site``)."""

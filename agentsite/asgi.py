@@ -1,7 +1,8 @@
 """ASGI entry point: daphne serves HTTP (Django) and websockets (Channels) from one process.
 
-Websockets pass the Origin check against ALLOWED_HOSTS, then session authentication; each
-consumer re-checks the user's access to the team it serves."""
+Websockets pass the Origin check (``agentsite.origin``: the site's own scheme, host and port),
+then session authentication; each consumer checks the user's access to what it serves, and
+checks again while it is open (``agentsite.live``). A path no route serves is closed as a 404."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from .origin import SameOriginValidator  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

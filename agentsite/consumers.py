@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from .access import membership_for
+from .live import RECHECK_INTERVAL_S, user_group
 from .models import Team
 
 # Close codes in the application range: the browser can tell "not allowed" from a network drop.
 CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
 
 
 @database_sync_to_async
@@ -18,8 +22,65 @@ def _membership(user: Any, team_uuid: str):
     return membership_for(user, team) if team else None
 
 
-class TeamConsumer(AsyncJsonWebsocketConsumer):
+@database_sync_to_async
+def _user_active(user_id: int) -> bool:
+    return get_user_model()._default_manager.filter(pk=user_id, is_active=True).exists()
+
+
+class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
+    """A socket whose access is checked at connect and again whenever it may have changed: on a
+    notice to the user's group (``agentsite.live.recheck_sockets``) and, before forwarding a
+    frame, once the last check is older than ``RECHECK_INTERVAL_S``. Subclasses say how in
+    ``still_allowed`` and call ``join`` instead of ``accept``, and ``may_forward`` before
+    sending."""
+
+    recheck_interval_s = RECHECK_INTERVAL_S
+    _checked_at = 0.0
+    _user_group: str | None = None
+    _closed = False
+
+    async def still_allowed(self) -> bool:
+        raise NotImplementedError
+
+    async def join(self, *groups: str) -> None:
+        user = self.scope["user"]
+        self._user_group = user_group(user.pk)
+        for group in (*groups, self._user_group):
+            await self.channel_layer.group_add(group, self.channel_name)
+        self._checked_at = time.monotonic()
+        await self.accept()
+
+    async def leave(self, *groups: str) -> None:
+        for group in (*groups, self._user_group):
+            if group:
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _check(self) -> bool:
+        user = self.scope["user"]
+        allowed = await _user_active(user.pk) and await self.still_allowed()
+        self._checked_at = time.monotonic()
+        if not allowed and not self._closed:
+            self._closed = True
+            await self.close(code=CLOSE_FORBIDDEN)
+        return allowed
+
+    async def may_forward(self) -> bool:
+        """False when the socket may no longer listen (it is then closed)."""
+        if self._closed:
+            return False
+        if time.monotonic() - self._checked_at < self.recheck_interval_s:
+            return True
+        return await self._check()
+
+    async def access_recheck(self, event: dict[str, Any]) -> None:
+        if not self._closed:
+            await self._check()
+
+
+class TeamConsumer(AccessCheckedConsumer):
     """Live team events (members, invitations, later configuration changes) for its members."""
+
+    membership = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -29,22 +90,32 @@ class TeamConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.group = self.membership.team.group_name
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
+        await self.join(self.group)
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "membership", None) is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.membership is not None:
+            await self.leave(self.group)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The socket is one-way; clients have nothing to say on it."""
+
+    async def still_allowed(self) -> bool:
+        self.membership = await _membership(self.scope["user"], str(self.membership.team.uuid))
+        return self.membership is not None
 
     async def team_event(self, event: dict[str, Any]) -> None:
         data = event.get("data") or {}
         if event.get("event") == "members.changed" and data.get("user") == self.membership.user_id:
             # Our own membership changed: removed members stop hearing the team at once.
-            self.membership = await _membership(self.scope["user"], str(self.membership.team.uuid))
-            if self.membership is None:
-                await self.close(code=CLOSE_FORBIDDEN)
+            if not await self._check():
                 return
+        elif not await self.may_forward():
+            return
         await self.send_json({"event": event.get("event"), "data": data})
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):
+    """Any websocket path no route serves: closed before the handshake completes, as a 404."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)

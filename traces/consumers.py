@@ -4,18 +4,18 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentsite.consumers import CLOSE_FORBIDDEN
+from agentsite.consumers import CLOSE_FORBIDDEN, AccessCheckedConsumer
 
 from . import live
 from .models import Trace
 from .selectors import trace_visible_to
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):
+class LiveConsumer(AccessCheckedConsumer):
     """Base for the live views: authorise the user (may they see the object?), join its group,
-    forward announcements. No business logic here."""
+    forward announcements while access lasts (``AccessCheckedConsumer``). No business logic
+    here."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -25,8 +25,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.group is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
+        await self.join(self.group)
 
     # The model whose rows the socket follows, its group, and who may follow one:
     # ``visible(user, uuid)`` (sync), the privacy rule of the model's selectors.
@@ -39,15 +38,23 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return None
         return type(self).group_of(uuid)
 
+    async def still_allowed(self) -> bool:
+        uuid = str(self.scope["url_route"]["kwargs"]["uuid"])
+        return await self.authorised_group(self.scope["user"], uuid) is not None
+
     async def disconnect(self, code: int) -> None:
         if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.leave(self.group)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients act through HTTP (send, stop, approve); the socket only listens."""
 
     async def live_event(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["payload"])
+        if await self.may_forward():
+            await self.forward(event["payload"])
+
+    async def forward(self, payload: dict[str, Any]) -> None:
+        await self.send_json(payload)
 
 
 class TraceConsumer(LiveConsumer):

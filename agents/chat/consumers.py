@@ -19,8 +19,7 @@ class ConversationConsumer(LiveConsumer):
     group_of = staticmethod(live.conversation_group)
     visible = staticmethod(conversation_visible_to)
 
-    async def live_event(self, event: dict[str, Any]) -> None:
-        payload = event["payload"]
+    async def forward(self, payload: dict[str, Any]) -> None:
         if payload.get("event") == "delta":
             await self.send(text_data=delta_frame(payload))
         else:
