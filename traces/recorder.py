@@ -47,7 +47,7 @@ from agents.runtime.events import (
 from agents.runtime.pricing import Price, Usage
 from agents.runtime.providers.base import Outcome, outcome_of
 from agents.runtime.providers.registry import PROVIDER_CLASSES
-from agents.runtime.scrub import scrub_credentials
+from agents.runtime.scrub import scrub_secrets
 
 from . import live, services
 from .models import Step, Trace
@@ -110,7 +110,7 @@ def price_fields(priced: StepCost) -> dict[str, Any]:
 
 def payload_json(data: Any) -> tuple[str, str]:
     """``data`` as scrubbed JSON for a ``StepPayload``."""
-    text = scrub_credentials(json.dumps(data, ensure_ascii=False, default=str))
+    text = scrub_secrets(json.dumps(data, ensure_ascii=False, default=str))
     if len(text) > PAYLOAD_MAX_CHARS:
         text = json.dumps({"truncated": True, "chars": len(text), "head": text[:PAYLOAD_MAX_CHARS]},
                           ensure_ascii=False)
@@ -118,7 +118,7 @@ def payload_json(data: Any) -> tuple[str, str]:
 
 
 def payload_text(text: str) -> tuple[str, str]:
-    text = scrub_credentials(text or "")
+    text = scrub_secrets(text or "")
     if len(text) > PAYLOAD_MAX_CHARS:
         text = text[:PAYLOAD_MAX_CHARS] + f"\n… ({len(text) - PAYLOAD_MAX_CHARS} more characters)"
     return text, TEXT
@@ -321,7 +321,7 @@ class TraceRecorder:
             "provider": provider[:100],
             "status": StepStatus.OK if event.success else StepStatus.ERROR,
             "success": event.success, "duration_ms": _ms(event.latency_ms),
-            "error": scrub_credentials(event.error or ""), "meta": meta, **recorded,
+            "error": scrub_secrets(event.error or ""), "meta": meta, **recorded,
             **usage.to_dict(),
         }
         payloads = {"response": payload_json(event.response)} if event.response else None
@@ -411,8 +411,8 @@ class TraceRecorder:
             "call_id": event.call_id[:200],
             "status": StepStatus.OK if event.success else StepStatus.ERROR,
             "success": event.success, "duration_ms": _ms(event.duration_ms),
-            "error": scrub_credentials(event.error or ""),
-            "meta": {"output_preview": scrub_credentials(event.output_preview),
+            "error": scrub_secrets(event.error or ""),
+            "meta": {"output_preview": scrub_secrets(event.output_preview),
                      "output_chars": len(event.output)},
         }, payloads)
         self.tool_last[(event.iteration, event.name)] = seq
@@ -480,7 +480,7 @@ class TraceRecorder:
         await self._write(f"retry:{request}:{event.provider}:{event.model}:{event.attempt}", {
             "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
             "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
-            "model": event.model[:200], "error": scrub_credentials(event.error),
+            "model": event.model[:200], "error": scrub_secrets(event.error),
             "iteration": max(self.llm_count, default=0),
             "meta": {"attempt": event.attempt, "backoff_ms": event.backoff_ms,
                      "failover": event.failover, "next_provider": event.next_provider,
@@ -500,7 +500,7 @@ class TraceRecorder:
         await self._write(f"restart:{seq}:{count}", {
             "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
             "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
-            "model": event.model[:200], "error": scrub_credentials(event.reason),
+            "model": event.model[:200], "error": scrub_secrets(event.reason),
             "iteration": event.iteration,
             "meta": {"restart": True, "restarted_step": seq, "failover": (
                          (event.next_provider, event.next_model) != (event.provider, event.model)),
@@ -517,7 +517,7 @@ class TraceRecorder:
         await self._write(f"error:{event.error_kind}", {
             "kind": Kind.ERROR, "name": name[:200], "iteration": event.iteration,
             "status": StepStatus.ERROR, "success": False,
-            "error": scrub_credentials(event.message), "meta": {"error_kind": event.error_kind},
+            "error": scrub_secrets(event.message), "meta": {"error_kind": event.error_kind},
         }, {"output": payload_text(event.details)} if event.details else None)
 
     async def record_resume(self, *, worker: str, iteration: int, paused_s: float | None,

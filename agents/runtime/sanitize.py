@@ -27,7 +27,7 @@ from .parsing import (
     _trim,
 )
 from .parsing import strip_think_tags as _strip_think_tags
-from .scrub import redact_leaks
+from .scrub import redact_leaks, scrub_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -284,12 +284,12 @@ def strip_tool_narration(message: str) -> str:
 
 def sanitize_channel_response(response: str, known_tools: Iterable[str] = ()) -> str:
     """ZeroClaw's ``sanitize_channel_response``: summary prefix, tool-call tags, isolated tool
-    JSON and leading narration removed, then credentials redacted."""
+    JSON and leading narration removed, then credentials redacted (``scrub_secrets``)."""
     text = strip_tool_summary_prefix(_trim(response))
     text = strip_tool_call_tags(text)
     text = strip_isolated_tool_json_artifacts(text, known_tools)
     text = strip_tool_narration(text)
-    return redact_leaks(text)
+    return scrub_secrets(redact_leaks(text))
 
 
 def sanitize_response(text: str, known_tools: Iterable[str] = ()) -> str:

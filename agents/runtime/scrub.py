@@ -29,6 +29,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .secret_shapes import scrub_shapes
+
 __all__ = ["LeakDetector", "LeakResult", "redact_leaks", "scrub_credentials", "scrub_secrets"]
 
 # --------------------------------------------------------------------------------------------
@@ -288,8 +290,30 @@ def redact_leaks(text: str) -> str:
     return _DEFAULT_DETECTOR.scan(text).redacted
 
 
+class _ShapeDetector(LeakDetector):
+    """``LeakDetector`` without its database-URL and ``password=``/``secret=``/``token=`` rules:
+    ``secret_shapes`` masks the password of any URL and keeps the rest readable (the original
+    replaces the whole URL), and masks named values by more names and shapes."""
+
+    def scan(self, content: str) -> LeakResult:
+        result = LeakResult(content)
+        self._apply(content, result, _API_KEY_PATTERNS, "[REDACTED_API_KEY]")
+        self._apply(content, result, _AWS_PATTERNS, "[REDACTED_AWS_CREDENTIAL]")
+        self._private_keys(content, result)
+        self._find_and_replace(content, result, _jwt_spans, "JWT token", "[REDACTED_JWT]")
+        self._high_entropy(content, result)
+        return result
+
+
+_SHAPES = _ShapeDetector()
+
+
 def scrub_secrets(text: str) -> str:
     """The platform's one scrubber for untrusted text before it is stored, logged, broadcast or
     shown: tool output, tool errors, provider errors, replies, error bodies of outbound
-    requests. Credentials found by shape are replaced, ``key=value`` secrets masked."""
-    return scrub_credentials(redact_leaks(text))
+    requests, log lines. Credentials found by shape (``secret_shapes``, then ZeroClaw's
+    ``LeakDetector`` rules: JWTs, AWS keys, high-entropy tokens) are replaced by markers, and
+    ``key=value`` secrets masked (``scrub_credentials``). Never raises; linear time."""
+    if not text:
+        return text or ""
+    return scrub_credentials(_SHAPES.scan(scrub_shapes(text)).redacted)

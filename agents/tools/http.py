@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
+from agents.runtime.scrub import scrub_secrets
 from agents.runtime.tools import Tool, ToolError, ToolResult
 from agentsite.crypto import decrypt, encrypt
 
@@ -171,7 +172,7 @@ def redact(text: str, secrets: list[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, REDACTED)
-    return text
+    return scrub_secrets(text)
 
 
 # -- results --------------------------------------------------------------------------------------

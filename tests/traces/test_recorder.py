@@ -115,7 +115,7 @@ def test_payloads_are_scrubbed_and_sized(claimed, turn_db):
     for payload in payloads.values():
         assert "hunter2hunter2" not in payload.content and "[REDACTED]" in payload.content
         assert payload.size == len(payload.content.encode())
-    assert json.loads(payloads["arguments"].content) == {"note": "password=hunt*[REDACTED]"}
+    assert json.loads(payloads["arguments"].content) == {"note": "password=[REDACTED]"}
     assert payloads["output"].content_type == "text/plain"
     assert "hunter2hunter2" not in json.dumps(Step.objects.get(trace=claimed).meta)
 

@@ -45,7 +45,7 @@ from ..providers.base import (
     StreamText,
     StreamThinking,
 )
-from ..scrub import scrub_credentials
+from ..scrub import scrub_secrets
 from ..tools import ToolSpec
 from .conversation import Conversation
 from .prompt import SystemPrompt
@@ -248,7 +248,7 @@ class ModelStep:
         if parsed.parse_issue:
             await self.observer.emit(ToolCallParseIssue(
                 iteration=iteration, issue=parsed.parse_issue,
-                excerpt=clip(scrub_credentials(response.text), PARSE_EXCERPT_CHARS)))
+                excerpt=clip(scrub_secrets(response.text), PARSE_EXCERPT_CHARS)))
         if self.hooks is not None:
             await self.hooks.after_llm_call(call)
         self.prompt.notices = []
@@ -318,11 +318,11 @@ class ModelStep:
         usage = usage + stream.voided
         self.usage = self.usage + usage
         call = LlmCall(iteration, provider_name, request.model, usage, latency_ms, False,
-                       scrub_credentials(error))
+                       scrub_secrets(error))
         self.llm_calls.append(call)
         response: dict[str, str] = {"partial_text": stream.text} if stream.parts else {}
         if details:
-            response["attempts"] = scrub_credentials(details)
+            response["attempts"] = scrub_secrets(details)
         await self.observer.emit(LlmRequestFinished(
             iteration=iteration, provider=provider_name, model=request.model, success=False,
             usage=usage, usage_estimated=not usage.is_zero(),

@@ -20,7 +20,7 @@ from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
 from ..dispatch import ParsedResponse
 from ..events import LoopDetected, Observer, ToolFinished, ToolStarted
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
-from ..scrub import scrub_credentials
+from ..scrub import scrub_secrets
 from ..tools import Tool, ToolError, ToolResult
 from .approvals import DENIED_OUTPUT, Approver, ask_approval
 from .conversation import Conversation
@@ -230,9 +230,9 @@ class ToolStep:
     async def finish_call(self, iteration: int, call: ToolUseBlock, outcome: _Outcome,
                           seconds: float) -> ToolResultBlock:
         # Every output, failures included, is scrubbed before it reaches history or an event.
-        output = history_ops.truncate_tool_result(scrub_credentials(outcome.output),
+        output = history_ops.truncate_tool_result(scrub_secrets(outcome.output),
                                                   self.cfg.max_tool_output_chars)
-        error = scrub_credentials(outcome.error) if outcome.error else None
+        error = scrub_secrets(outcome.error) if outcome.error else None
         if call.id not in self.started:
             self.started.add(call.id)
             await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id,

@@ -24,7 +24,7 @@ from ..messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangl
 from ..parsing import parse_tool_calls, strip_think_tags
 from ..providers.base import Provider, SystemBlock
 from ..sanitize import sanitize_response
-from ..scrub import scrub_credentials
+from ..scrub import scrub_secrets
 from ..tools import Tool
 from ..trajectory import (
     ObservedCall,
@@ -239,10 +239,10 @@ class Turn:
                    details: str = "") -> TurnResult:
         self.conversation.close_open_calls(
             CANCELLED_OUTPUT if status is TurnStatus.CANCELLED else INTERRUPTED_OUTPUT)
-        message = scrub_credentials(message)  # provider errors may quote a key
+        message = scrub_secrets(message)  # provider errors may quote a key
         await self.observer.emit(TurnError(message=message, error_kind=kind,
                                            iteration=self.iteration,
-                                           details=scrub_credentials(details)))
+                                           details=scrub_secrets(details)))
         new_messages = self.conversation.new_messages
         partial = new_messages[-1] if len(new_messages) > 1 else None
         raw = partial.text if partial is not None and partial.role is Role.ASSISTANT and not partial.tool_uses else ""

@@ -92,7 +92,7 @@ def test_try_it_scrubs_credentials_from_the_output(client_for, alice, team_a, ma
     client.post(try_url(store), {"arguments": json.dumps({"content": "deploy token=abcd1234efgh5678ijkl",
                                                           "key": "deploy"}), "agent": agent.pk})
     html = client.post(try_url(recall), {"arguments": '{"query": "deploy"}', "agent": agent.pk}).content.decode()
-    assert "token=abcd*[REDACTED]" in html and "abcd1234efgh" not in html
+    assert "token=[REDACTED]" in html and "abcd1234" not in html
 
 
 def test_memory_tools_need_an_agent_to_try(client_for, alice, team_a):
