@@ -7,7 +7,6 @@ them; another team (or its agent or rule) is a 404."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -28,6 +27,7 @@ from agents.config.routing_admin import (
 )
 from agents.models import Agent, ModelRoute, Provider, RoutingRule
 from agents.runtime.history import estimate_tokens
+from agents.runtime.patterns import PatternError, compile_pattern
 from agents.runtime.pricing import Price, Usage
 from agents.runtime.routing import PATTERN_SEARCH_LIMIT, resolve_route
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
@@ -177,8 +177,8 @@ def highlight(text: str, *, keyword: str | None = None, pattern: str | None = No
             span = (start, start + len(keyword.lower()))
     elif pattern:
         try:
-            found = re.search(pattern, text[:PATTERN_SEARCH_LIMIT])
-        except re.error:
+            found = compile_pattern(pattern).search(text[:PATTERN_SEARCH_LIMIT])
+        except PatternError:
             found = None
         if found is not None:
             span = found.span()

@@ -7,101 +7,35 @@ and matches when any keyword occurs in the message ignoring case, or any pattern
 
 Where this differs from ZeroClaw, deliberately:
 
-* ``patterns`` are regular expressions (``re.search``, case-sensitive unless the pattern says
+* ``patterns`` are regular expressions (searched like ``re.search``, case-sensitive unless the pattern says
   ``(?i)``); ZeroClaw tests them as case-sensitive substrings. A plain word is the same either
   way; a pattern with regex metacharacters must be escaped to match literally.
 * Lengths count characters, not UTF-8 bytes, so a limit means the same for every script.
 * Empty keywords and patterns are ignored: they would otherwise match every message.
-* Patterns that nest one unbounded repetition inside another (``(a+)+``), whose matching time
-  grows exponentially, are refused when the rule is built; and patterns only search the first
-  ``PATTERN_SEARCH_LIMIT`` characters (keywords search everything), which bounds the polynomial
-  blow-ups this check cannot see (``a*a*b``). Python's ``re`` has no timeout, so this is a
-  mitigation, not a guarantee: ``(a|aa)*b`` still passes the check.
+* Patterns run on RE2 (``agents.runtime.patterns``), in time linear in the message whatever
+  the pattern; features that need backtracking (backreferences, lookaround) are refused when
+  the rule is built. Patterns search the first ``PATTERN_SEARCH_LIMIT`` characters (keywords
+  search everything).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from .patterns import compile_pattern, pattern_problem
+
 PATTERN_SEARCH_LIMIT = 1_000
-MAX_PATTERN_LENGTH = 500
 
 
 class InvalidRoutingRule(ValueError):
     """A routing rule that cannot be used; the message says what to fix."""
 
 
-# -- pattern safety -----------------------------------------------------------------------------
-try:  # the parser behind ``re``; its module name changed in 3.11
-    from re import _constants as _sre_constants  # type: ignore[attr-defined]
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - other interpreters
-    _sre_constants = None
-    _sre_parse = None
-
-
-def _repeats_unbounded(parsed: Any) -> bool:
-    """True when ``parsed`` contains a repetition without an upper bound (``+``, ``*``,
-    ``{n,}``) that can backtrack."""
-    constants = _sre_constants
-    for op, value in parsed:
-        if op in (constants.MAX_REPEAT, constants.MIN_REPEAT):
-            _, high, sub = value
-            if high == constants.MAXREPEAT or _repeats_unbounded(sub):
-                return True
-        elif any(_repeats_unbounded(sub) for sub in _children(op, value)):
-            return True
-    return False
-
-
-def _children(op: Any, value: Any) -> list[Any]:
-    """The sub-patterns of a group, alternation or lookaround; atomic groups and possessive
-    repeats are left out because they never backtrack into their content."""
-    constants = _sre_constants
-    if op == constants.SUBPATTERN:
-        return [value[-1]]
-    if op == constants.BRANCH:
-        return list(value[1])
-    if op in (constants.ASSERT, constants.ASSERT_NOT):
-        return [value[1]]
-    return []
-
-
-def _nests_repetition(parsed: Any) -> bool:
-    constants = _sre_constants
-    for op, value in parsed:
-        if op in (constants.MAX_REPEAT, constants.MIN_REPEAT):
-            _, high, sub = value
-            if (high > 1 and _repeats_unbounded(sub)) or _nests_repetition(sub):
-                return True
-        elif any(_nests_repetition(sub) for sub in _children(op, value)):
-            return True
-    return False
-
-
 def pattern_error(pattern: str) -> str | None:
     """Why ``pattern`` cannot be used as a routing pattern, as a sentence; None if it can."""
-    if len(pattern) > MAX_PATTERN_LENGTH:
-        return (f"Pattern is {len(pattern)} characters long; keep patterns under "
-                f"{MAX_PATTERN_LENGTH} characters.")
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        where = f" at position {exc.pos}" if exc.pos is not None else ""
-        return f"Pattern {pattern!r} is not a valid regular expression: {exc.msg}{where}."
-    if _sre_parse is not None:
-        try:
-            risky = _nests_repetition(_sre_parse.parse(pattern))
-        except Exception:  # noqa: BLE001 - the safety check must never reject on its own bugs
-            risky = False
-        if risky:
-            return (f"Pattern {pattern!r} repeats a group that itself repeats (like '(a+)+'), "
-                    "which can make matching take extremely long. Simplify it, or make the "
-                    "inner repetition possessive ('a++') or atomic ('(?>a+)').")
-    return None
+    return pattern_problem(pattern)
 
 
 # -- rules ----------------------------------------------------------------------------------------
@@ -119,7 +53,7 @@ class RoutingRule:
     # Patterns left out because they are invalid (only ever non-empty for lenient rules).
     skipped_patterns: tuple[str, ...] = ()
     strict: InitVar[bool] = True
-    _compiled: tuple[tuple[str, re.Pattern[str]], ...] = field(
+    _compiled: tuple[tuple[str, Any], ...] = field(
         default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self, strict: bool) -> None:
@@ -129,7 +63,7 @@ class RoutingRule:
         object.__setattr__(self, "priority", int(self.priority))
         if strict:
             self.validate()
-        compiled = tuple((p, re.compile(p)) for p in self.patterns if p)
+        compiled = tuple((p, compile_pattern(p)) for p in self.patterns if p)
         object.__setattr__(self, "_compiled", compiled)
 
     def errors(self) -> list[str]:

@@ -1,6 +1,11 @@
 """JSON-schema checks for tool parameters: the schema itself when a tool is saved, and every
 call's arguments before the tool runs.
 
+Schemas are written by tenants, so their ``pattern`` and ``patternProperties`` regexes run on
+RE2 (``agents.runtime.patterns``, linear time) instead of jsonschema's ``re``: the validator
+is Draft 2020-12 with those keywords (and ``additionalProperties``, which consults
+``patternProperties``) replaced, and a schema whose patterns RE2 refuses is refused on save.
+
 An invalid call is a ``ToolError`` whose message names the argument and the problem, so the
 model can correct the call and try again."""
 
@@ -8,12 +13,73 @@ from __future__ import annotations
 
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
+from agents.runtime.patterns import PatternError, compile_pattern, pattern_problem
 from agents.runtime.tools import Tool, ToolError, ToolResult
 
 MAX_PROBLEMS_SHOWN = 3
+
+
+# -- linear-time patterns -------------------------------------------------------------------------
+def _matches(pattern: str, text: str) -> bool:
+    try:
+        return compile_pattern(pattern).search(text) is not None
+    except PatternError:
+        return False  # refused on save; a stored one never matches rather than failing the call
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not _matches(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [key for key in instance if key not in properties
+              and not any(_matches(p, key) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        names = ", ".join(repr(e) for e in sorted(extras, key=str))
+        yield ValidationError(f"Additional properties are not allowed ({names} "
+                              f"{'was' if len(extras) == 1 else 'were'} unexpected)")
+
+
+ArgumentsValidator = validators.extend(Draft202012Validator, {
+    "pattern": _pattern, "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+})
+
+
+def _patterns_in(schema: Any) -> list[str]:
+    """Every regex of a schema: ``pattern`` values and ``patternProperties`` keys, at any depth."""
+    found: list[str] = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "pattern" and isinstance(value, str):
+                found.append(value)
+            elif key == "patternProperties" and isinstance(value, dict):
+                found.extend(str(k) for k in value)
+            found.extend(_patterns_in(value))
+    elif isinstance(schema, list):
+        for item in schema:
+            found.extend(_patterns_in(item))
+    return found
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -26,6 +92,10 @@ def schema_problem(schema: Any) -> str | None:
         where = _path(exc.path) or _path(exc.schema_path)
         at = f" (at {where})" if where else ""
         return f"The parameters are not a valid JSON schema{at}: {exc.message}."
+    for pattern in _patterns_in(schema):
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            return f"The parameters schema has a pattern that cannot be used. {problem}"
     if schema.get("type") != "object":
         return 'The parameters schema must describe an object: set "type": "object" at the top.'
     properties = schema.get("properties", {})
@@ -43,7 +113,7 @@ def _describe(error: ValidationError) -> str:
     return f"'{where}': {error.message}" if where else error.message
 
 
-def argument_problem(validator: Draft202012Validator, arguments: Any) -> str | None:
+def argument_problem(validator: Any, arguments: Any) -> str | None:
     """The problems of ``arguments`` under the tool's schema, most relevant first; None when
     they are valid."""
     errors = list(validator.iter_errors(arguments))
@@ -65,7 +135,7 @@ class CheckedTool(Tool):
         self.requires_approval = (inner.requires_approval if requires_approval is None
                                   else requires_approval)
         self.idempotent = inner.idempotent
-        self._validator = Draft202012Validator(self.parameters)
+        self._validator = ArgumentsValidator(self.parameters)
         # The tool's own time limit (HTTP tools), for the loop's limit per call.
         self.timeout_s: float | None = getattr(inner, "timeout_s", None)
 
