@@ -12,18 +12,33 @@ goes to the vetted address (the name kept for ``Host`` and TLS), so a second DNS
 redirect it; redirects are followed by hand, each hop vetted again; one time limit for the
 whole exchange; the body is read up to ``max_bytes`` and a longer one is refused, not cut.
 Refusals are ``OutboundRefused``, other failures ``OutboundFailed``, both with a plain message.
+
+The operator allowlist: ``settings.OUTBOUND_ALLOWED_NETWORKS`` (env ``OUTBOUND_ALLOWED_NETWORKS``,
+comma-separated networks such as ``10.0.0.0/8,127.0.0.1/32``) names networks the server may
+reach although the policy would refuse them: an Ollama or llama.cpp server on the host, an
+internal API. ``allowed_networks()`` reads it; every check here, the tools' ``Fetcher`` and
+``GuardedTransport`` use it.
+
+``GuardedTransport``: the policy as an ``httpx`` transport, for clients whose URLs an admin
+sets (model providers, their connection test). Every request — so every redirect hop a client
+follows — has its host resolved once, each address vetted, and the connection made to the
+vetted address (``Host`` and TLS SNI keep the name).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import ipaddress
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -117,6 +132,37 @@ def _ipv6_problem(ip: ipaddress.IPv6Address) -> str | None:
     return None
 
 
+# -- the operator's allowlist ---------------------------------------------------------------------
+ALLOWLIST_HINT = ("An operator can allow it with OUTBOUND_ALLOWED_NETWORKS (see the README's "
+                  "\u201cOutbound network policy\u201d).")
+
+
+def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """``entries`` as networks; ``ImproperlyConfigured`` naming the first one that is not."""
+    networks = []
+    for entry in entries:
+        entry = str(entry).strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"OUTBOUND_ALLOWED_NETWORKS: {entry!r} is not an IP address or network "
+                "(write e.g. 127.0.0.1/32, 10.0.0.0/8 or ::1/128).") from exc
+    return tuple(networks)
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(entries: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    return parse_networks(entries)
+
+
+def allowed_networks() -> tuple[IPNetwork, ...]:
+    """The networks the operator allows although the policy would refuse them."""
+    return _networks(tuple(getattr(settings, "OUTBOUND_ALLOWED_NETWORKS", ()) or ()))
+
+
 def address_problem(ip: IPAddress, allowed: Iterable[IPNetwork] = ()) -> str | None:
     """Why this server may not connect to ``ip`` ("a loopback address"), or None when it may."""
     if any(ip.version == net.version and ip in net for net in allowed):
@@ -177,12 +223,109 @@ def vet_url(url: httpx.URL, *, resolver: SyncResolver = system_resolver,
         addresses = list(dict.fromkeys(a for a in map(parse_ip, answers) if a is not None))
         if not addresses:
             raise OutboundFailed(f"Could not resolve {host}.")
-    for address in addresses:
-        problem = address_problem(address)
-        if problem:
-            where = host if literal is not None else f"{host} resolves to {address}, which"
-            raise OutboundRefused(f"Refused: {where} is {problem}.")
+    _check_addresses(host, literal is not None, addresses)
     return addresses
+
+
+def _check_addresses(host: str, literal: bool, addresses: list[IPAddress]) -> None:
+    allowed = allowed_networks()
+    for address in addresses:
+        problem = address_problem(address, allowed)
+        if problem:
+            where = host if literal else f"{host} resolves to {address}, which"
+            raise OutboundRefused(f"Refused: {where} is {problem}. {ALLOWLIST_HINT}")
+
+
+def base_url_problem(url: str, *, resolver: SyncResolver = system_resolver) -> str | None:
+    """Why ``url`` cannot be a model provider's base URL, as a sentence; None when it can.
+    http and https are both allowed (a model server on the operator's network speaks http);
+    the host must pass the policy; user names, passwords, queries and fragments are refused
+    (a ``?`` would otherwise decide the path of every request)."""
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        return f"Not a valid URL ({exc})."
+    if parsed.query or "?" in url:
+        return "The base URL cannot have a query ('?…'): requests add their own path to it."
+    if parsed.fragment or "#" in url:
+        return "The base URL cannot have a fragment ('#…')."
+    try:
+        vet_url(parsed, resolver=resolver, allow_http=True)
+    except OutboundRefused as exc:
+        return str(exc)
+    except OutboundFailed:
+        return None  # a name that does not resolve from here is checked again at every request
+    return None
+
+
+# -- the policy as an httpx transport ---------------------------------------------------------------
+AsyncResolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def async_system_resolver(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+class OutboundBlocked(httpx.UnsupportedProtocol):
+    """A request the policy refused before connecting. (An ``UnsupportedProtocol``, so clients
+    treat it as a request that cannot be made, not as a network failure worth retrying.)"""
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """``inner`` (a plain ``AsyncHTTPTransport`` by default) behind the policy: each request's
+    host is resolved once, every address vetted, and the connection pinned to a vetted
+    address. ``resolver``: for tests."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *,
+                 resolver: AsyncResolver = async_system_resolver) -> None:
+        self._inner = inner or httpx.AsyncHTTPTransport(retries=0)
+        self._resolver = resolver
+
+    async def _vetted(self, url: httpx.URL) -> list[IPAddress]:
+        if url.scheme not in ("http", "https"):
+            raise OutboundBlocked(f"Refused: only http and https URLs are fetched, not '{url.scheme}'.")
+        if url.userinfo:
+            raise OutboundBlocked("Refused: URLs with a user name or password are not fetched.")
+        host = url.raw_host.decode("ascii", "replace")
+        literal = parse_ip(host)
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:
+                answers = await self._resolver(host, url.port or (443 if url.scheme == "https" else 80))
+            except (OSError, UnicodeError) as exc:
+                raise httpx.ConnectError(f"Could not resolve {host}: {exc}") from exc
+            addresses = list(dict.fromkeys(a for a in map(parse_ip, answers) if a is not None))
+            if not addresses:
+                raise httpx.ConnectError(f"Could not resolve {host}.")
+        try:
+            _check_addresses(host, literal is not None, addresses)
+        except OutboundRefused as exc:
+            raise OutboundBlocked(str(exc)) from exc
+        return addresses
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        addresses = await self._vetted(url)
+        host = url.raw_host.decode("ascii")
+        if url.scheme == "https" and parse_ip(host) is None:
+            request.extensions = {**request.extensions, "sni_hostname": host}
+        last_error: Exception | None = None
+        for address in addresses:
+            request.url = url.copy_with(host=str(address))  # Host header keeps the name
+            try:
+                return await self._inner.handle_async_request(request)
+            except httpx.ConnectError as exc:
+                last_error = exc  # the host's next vetted address
+        assert last_error is not None
+        raise last_error
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aexit__(self, *args: Any) -> None:
+        await self.aclose()
 
 
 def fetch_document(url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES,

@@ -8,11 +8,13 @@ are the embedded development setup: SQLite under ``var/``, the bundled Redis ser
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENTSITE_VAR_DIR") or BASE_DIR / "var")
@@ -250,6 +252,19 @@ CONTENT_SECURITY_POLICY = env.str(
         "form-action 'self'; object-src 'none'"
     ),
 )
+
+# The outbound-network policy (agentsite.outbound) refuses loopback, private, link-local,
+# metadata and other internal addresses for every URL the server fetches or posts to (model
+# providers, tools, the model catalogue). Networks listed here are allowed anyway: a model
+# server on this host or an internal API. Comma-separated, e.g. "127.0.0.1/32,10.0.0.0/8".
+# ``make run`` (manage.py dev) allows loopback unless this is set.
+OUTBOUND_ALLOWED_NETWORKS = env.list("OUTBOUND_ALLOWED_NETWORKS", default=[])
+for _network in OUTBOUND_ALLOWED_NETWORKS:  # a mistake stops the start, naming the entry
+    try:
+        ipaddress.ip_network(_network.strip().strip("[]"), strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not an IP address or "
+                                   "network (write e.g. 127.0.0.1/32, 10.0.0.0/8 or ::1/128).") from _exc
 
 # Thread pool: one worker process carries many turns that wait on model APIs.
 CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")

@@ -64,6 +64,8 @@ class Stack:
             "DEBUG": "1",
             "CHANNEL_LAYER_IN_MEMORY": "0",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            # The browser tests' model and tool servers run on this machine.
+            "OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,

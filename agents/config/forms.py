@@ -18,6 +18,7 @@ from agents.models import Agent, Provider, ProviderModel, Tool
 from agents.runtime.providers import build_provider, get_provider_class
 from agentsite.crypto import SecretUnreadable, decrypt
 from agentsite.models import Team
+from agentsite.outbound import base_url_problem
 
 # -- providers ------------------------------------------------------------------------------------
 CAPABILITY_LABELS = {
@@ -73,7 +74,8 @@ class ProviderAdminForm(forms.ModelForm):
         label="Base URL", required=False, max_length=200, assume_scheme="https",
         help_text="Leave empty for the kind's default endpoint (api.openai.com, api.anthropic.com). "
                   "For Ollama, vLLM, LM Studio or OpenRouter, the API root, e.g. "
-                  "http://localhost:11434/v1.")
+                  "http://localhost:11434/v1. Internal and loopback addresses are refused unless "
+                  "the operator allows their network (OUTBOUND_ALLOWED_NETWORKS).")
 
     class Meta:
         model = Provider
@@ -127,6 +129,14 @@ class ProviderAdminForm(forms.ModelForm):
                 lines.append(f"{label.split(' (')[0]}: {', '.join(names)}")
         return ('Kind-specific options as a JSON object, e.g. {"token_delay_s": 0.02} for the demo '
                 "model. Known options — " + "; ".join(lines) + ".")
+
+    def clean_base_url(self) -> str:
+        value = (self.cleaned_data.get("base_url") or "").strip()
+        if value:
+            problem = base_url_problem(value)
+            if problem:
+                raise ValidationError(problem)
+        return value
 
     def clean_extra_headers(self) -> dict[str, str]:
         value = self.cleaned_data.get("extra_headers")

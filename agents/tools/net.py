@@ -29,7 +29,7 @@ import codecs
 import socket
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -37,7 +37,7 @@ import httpx
 from agents.runtime.tools import ToolError
 
 # The address policy is the platform's, shared with every other outbound request.
-from agentsite.outbound import IPAddress, IPNetwork, address_problem, parse_ip
+from agentsite.outbound import IPAddress, IPNetwork, address_problem, allowed_networks, parse_ip
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -140,11 +140,11 @@ async def _read_bounded(response: httpx.Response, max_bytes: int) -> tuple[bytes
 class Fetcher:
     """Vets, pins and fetches. ``resolver`` and ``transport`` are injectable (tests use a fake
     resolver and ``httpx.MockTransport``); ``allowed_networks`` lists networks an operator
-    explicitly trusts (none by default)."""
+    explicitly trusts (by default the site's ``OUTBOUND_ALLOWED_NETWORKS``)."""
 
     resolver: Resolver = system_resolver
     transport: Callable[[], httpx.AsyncBaseTransport] | None = None
-    allowed_networks: tuple[IPNetwork, ...] = field(default_factory=tuple)
+    allowed_networks: tuple[IPNetwork, ...] | None = None
 
     async def vet(self, url: httpx.URL) -> list[IPAddress]:
         """The addresses ``url``'s host may be reached at; ``FetchRefused`` when any of them is
@@ -158,9 +158,10 @@ class Fetcher:
         host = url.raw_host.decode("ascii", "replace")
         if not host:
             raise FetchRefused("refused: the URL has no host")
+        allowed = allowed_networks() if self.allowed_networks is None else self.allowed_networks
         literal = parse_ip(host)
         if literal is not None:
-            problem = address_problem(literal, self.allowed_networks)
+            problem = address_problem(literal, allowed)
             if problem:  # named as written: "::ffff:127.0.0.1", not "::ffff:7f00:1"
                 raise FetchRefused(f"refused: {host} is {problem}")
             return [literal]
@@ -173,7 +174,7 @@ class Fetcher:
         if not addresses:
             raise FetchFailed(f"could not resolve {host}", retryable=True)
         for address in addresses:
-            problem = address_problem(address, self.allowed_networks)
+            problem = address_problem(address, allowed)
             if problem:
                 raise FetchRefused(f"refused: {host} resolves to {address}, {problem}")
         return list(dict.fromkeys(addresses))

@@ -12,6 +12,7 @@ from agents.runtime.providers import build_provider
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.providers.reliable import ReliableProvider
 from agentsite.crypto import SecretUnreadable, decrypt
+from agentsite.outbound import GuardedTransport
 
 OnRetry = Callable[[Retry], Awaitable[None]]
 
@@ -37,6 +38,9 @@ def runtime_provider(row: Provider) -> RuntimeProvider:
         name=row.name, base_url=row.base_url or None, api_key=provider_api_key(row) or None,
         timeout=row.timeout_s, extra_headers=row.extra_headers or None,
         capabilities=row.runtime_capabilities() or None)
+    if "http_client" not in options:
+        # Every request to the base URL an admin set goes through the outbound-network policy.
+        options["transport"] = GuardedTransport()
     try:
         return build_provider(row.kind, **options)
     except (TypeError, ValueError) as exc:

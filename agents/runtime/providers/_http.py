@@ -231,8 +231,8 @@ def _origin(url: str) -> str:
 class HttpProvider(Provider):
     """A provider that posts JSON to one endpoint with an ``httpx.AsyncClient``.
 
-    The client is created lazily, or passed in (tests pass one on an ``httpx.MockTransport``);
-    only a client created here is closed by ``aclose``."""
+    The client is created lazily (on ``transport`` when given), or passed in (tests pass one on
+    an ``httpx.MockTransport``); only a client created here is closed by ``aclose``."""
 
     def __init__(
         self,
@@ -244,6 +244,7 @@ class HttpProvider(Provider):
         extra_body: Mapping[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         name: str = "",
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -253,6 +254,9 @@ class HttpProvider(Provider):
         self.extra_body = dict(extra_body or {})
         self._client = http_client
         self._owns_client = http_client is None
+        # The transport of the client made here (the platform passes one that enforces its
+        # outbound-network policy).
+        self._transport = transport
         super().__init__(name=name, capabilities=capabilities)
 
     def __repr__(self) -> str:
@@ -261,7 +265,7 @@ class HttpProvider(Provider):
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout)
+            self._client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport)
         return self._client
 
     @property

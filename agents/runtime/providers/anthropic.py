@@ -309,13 +309,15 @@ class AnthropicProvider(HttpProvider):
         extra_body: dict[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
         http_client: Any = None,
+        transport: Any = None,
         name: str = "",
     ) -> None:
         self.anthropic_version = anthropic_version
         self.default_max_tokens = default_max_tokens
         super().__init__(base_url=base_url, api_key=api_key, timeout=timeout,
                          extra_headers=extra_headers, extra_body=extra_body,
-                         capabilities=capabilities, http_client=http_client, name=name)
+                         capabilities=capabilities, http_client=http_client, transport=transport,
+                         name=name)
 
     @property
     def url(self) -> str:

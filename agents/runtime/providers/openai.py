@@ -346,6 +346,7 @@ class OpenAIProvider(HttpProvider):
         extra_body: dict[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
         http_client: Any = None,
+        transport: Any = None,
         name: str = "",
         max_tokens_param: str | None = None,
         stream_usage: bool = True,
@@ -356,7 +357,8 @@ class OpenAIProvider(HttpProvider):
         self.stream_usage = stream_usage
         super().__init__(base_url=base_url, api_key=api_key, timeout=timeout,
                          extra_headers=extra_headers, extra_body=extra_body,
-                         capabilities=capabilities, http_client=http_client, name=name)
+                         capabilities=capabilities, http_client=http_client, transport=transport,
+                         name=name)
 
     @property
     def url(self) -> str:

@@ -13,6 +13,10 @@ from agents.turns.selectors import running_turns_time_left
 from agentsite.devrunner import DevOptions, DevRunner, Printer, dev_worker_prefix
 
 
+# What ``manage.py dev`` allows unless OUTBOUND_ALLOWED_NETWORKS is set: loopback only.
+DEV_ALLOWED_NETWORKS = "127.0.0.0/8,::1/128"
+
+
 class Command(BaseCommand):
     help = (
         "Run everything for development: the embedded Redis (when REDIS_URL is unset), "
@@ -29,6 +33,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         printer = Printer(self.stdout._out)
+        if "OUTBOUND_ALLOWED_NETWORKS" not in os.environ:
+            # Development: model servers on this machine (Ollama, llama.cpp, vLLM) are reachable.
+            # The processes started below inherit it.
+            os.environ["OUTBOUND_ALLOWED_NETWORKS"] = DEV_ALLOWED_NETWORKS
+            settings.OUTBOUND_ALLOWED_NETWORKS = DEV_ALLOWED_NETWORKS.split(",")
+            printer.line("setup", f"Outbound requests may reach this machine ({DEV_ALLOWED_NETWORKS}): "
+                                  "a development default; set OUTBOUND_ALLOWED_NETWORKS to choose.")
         runner = DevRunner(
             DevOptions(
                 host=options["host"],

@@ -4,7 +4,6 @@ bounded, team admins only, and nothing saved."""
 from __future__ import annotations
 
 import time
-
 from decimal import Decimal
 from urllib.parse import urlencode
 

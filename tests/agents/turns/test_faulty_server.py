@@ -118,7 +118,8 @@ class FaultyHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def faulty_server():
+def faulty_server(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the operator allows this model server
     server = FakeFaultyServer(seed=9)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
