@@ -24,7 +24,8 @@ env = environ.Env()
 if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-DEBUG = env.bool("DEBUG", default=True)
+# Off unless the environment turns it on; ``manage.py dev`` (``make run``) and the test suite do.
+DEBUG = env.bool("DEBUG", default=False)
 
 # -- secret key ---------------------------------------------------------------------------------
 def _dev_secret_key() -> str:
@@ -76,6 +77,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    "agentsite.inputs.SafeInputMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

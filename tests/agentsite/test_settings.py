@@ -49,8 +49,28 @@ def settings_in(tmp_path: Path, **env: str) -> dict:
     return json.loads(result.stdout)
 
 
+def test_debug_is_off_unless_the_environment_turns_it_on(tmp_path):
+    # Without DEBUG there is no development fallback: a production start needs its SECRET_KEY.
+    result = run_settings(tmp_path)
+    assert result.returncode != 0 and "SECRET_KEY" in result.stderr
+    s = settings_in(tmp_path, SECRET_KEY="x" * 60, ALLOWED_HOSTS="agents.example.com")
+    assert s["debug"] is False
+
+
+def test_manage_py_dev_turns_debug_on(tmp_path):
+    code = ("import os, sys; sys.argv = ['manage.py', 'dev']; import runpy; "
+            "mod = runpy.run_path('manage.py', run_name='not_main'); "
+            "import unittest.mock as m\n"
+            "with m.patch('django.core.management.execute_from_command_line'):\n"
+            "    mod['main']()\n"
+            "print(os.environ['DEBUG'])")
+    result = run_settings(tmp_path, code=code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"
+
+
 def test_defaults_are_the_embedded_setup(tmp_path):
-    s = settings_in(tmp_path)
+    s = settings_in(tmp_path, DEBUG="1")
     assert s["debug"] is True
     assert s["engine"] == "django.db.backends.sqlite3"
     assert s["name"] == str(tmp_path / "var" / "agentsite.sqlite3")
@@ -66,8 +86,8 @@ def test_defaults_are_the_embedded_setup(tmp_path):
 
 
 def test_dev_secret_key_is_generated_once_and_kept_private(tmp_path):
-    first = settings_in(tmp_path)["secret"]
-    second = settings_in(tmp_path)["secret"]
+    first = settings_in(tmp_path, DEBUG="1")["secret"]
+    second = settings_in(tmp_path, DEBUG="1")["secret"]
     assert first == second and len(first) >= 50
     key_file = tmp_path / "var" / "secret_key"
     assert key_file.read_text().strip() == first
