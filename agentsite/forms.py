@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.forms import UsernameField
 
 from .models import Membership
+from .usernames import username_problem
 
 User = get_user_model()
 Role = Membership.Role
@@ -42,6 +43,9 @@ class SignupForm(forms.Form):
         username = self.cleaned_data["username"]
         if User.objects.filter(username__iexact=username).exists():
             raise forms.ValidationError("That username is taken. Choose another, or log in if it is yours.")
+        problem = username_problem(username, User.objects.values_list("username", flat=True).iterator())
+        if problem:
+            raise forms.ValidationError(problem)
         return username
 
     def clean(self) -> dict:

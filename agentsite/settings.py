@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -65,6 +66,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "axes",
     "agentsite",
     "agents",
     "traces",
@@ -84,6 +86,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "agentsite.middleware.ActiveTeamMiddleware",
     "agentsite.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentsite.urls"
@@ -177,6 +181,20 @@ CELERY_TIMEZONE = "UTC"
 
 # -- auth, teams --------------------------------------------------------------------------------
 LOGIN_URL = "login"
+
+# -- sign-in throttling (django-axes) ----------------------------------------------------------
+# AXES_FAILURE_LIMIT failed sign-ins for one account, or from one address, lock that account or
+# address out for AXES_COOLOFF_MINUTES. An admin unlocks early: admin -> Access attempts, or
+# ``manage.py axes_reset_username <name>`` / ``axes_reset_ip <address>``.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_MINUTES = env.int("AXES_COOLOFF_MINUTES", default=15)
+AXES_COOLOFF_TIME = timedelta(minutes=AXES_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one over the limit locks
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "agentsite.views.signin_locked_out"
+AXES_VERBOSE = False
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 AUTH_PASSWORD_VALIDATORS = [

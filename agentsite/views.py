@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
@@ -215,3 +217,12 @@ def signup(request: HttpRequest) -> HttpResponse:
         request.session[SESSION_KEY] = str(team.uuid)
         return redirect("home")
     return render(request, "registration/signup.html", {"form": form})
+
+
+def signin_locked_out(request: HttpRequest, credentials: Any = None, *args: Any, **kwargs: Any) -> HttpResponse:
+    """django-axes' answer to a locked-out sign-in (``AXES_LOCKOUT_CALLABLE``): a 429 page that
+    says how long the lock lasts and who can lift it."""
+    return render(request, "registration/locked_out.html", {
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "cooloff_minutes": settings.AXES_COOLOFF_MINUTES,
+    }, status=429)
