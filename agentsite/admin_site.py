@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.contenttypes.models import ContentType
+from django.contrib.contenttypes.views import shortcut
 from django.db import models
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import path
 
 from .models import Membership, Team
 
@@ -44,6 +47,26 @@ class AgentsiteAdminSite(admin.AdminSite):
         if not (user.is_active and user.is_authenticated):
             return False
         return user.is_superuser or bool(admin_team_ids(request))
+
+    def get_urls(self) -> list[Any]:
+        # "View on site" (/admin/r/<type>/<id>/) answers only for objects of the user's own
+        # teams: Django's view redirects for any object that exists, which told a team admin
+        # whether another team's object id existed.
+        return [path("r/<int:content_type_id>/<path:object_id>/", self.admin_view(self.view_on_site),
+                     name="view_on_site"), *super().get_urls()]
+
+    def view_on_site(self, request: HttpRequest, content_type_id: int, object_id: str) -> HttpResponse:
+        if not request.user.is_superuser:
+            try:
+                model = ContentType.objects.get_for_id(content_type_id).model_class()
+                field = {f.name for f in model._meta.get_fields()} if model else set()
+                found = ("team" in field and model._default_manager.filter(
+                    pk=object_id, team_id__in=admin_team_ids(request)).exists())
+            except (ContentType.DoesNotExist, ValueError, TypeError) as exc:
+                raise Http404("Not found.") from exc
+            if not found:
+                raise Http404("Not found.")
+        return shortcut(request, content_type_id, object_id)
 
 
 class TeamScopedAdmin(admin.ModelAdmin):
