@@ -39,12 +39,12 @@ def test_rules_of_other_agents_do_not_apply_and_bad_patterns_are_skipped(
         agent, make_agent, conversation, coder):
     other = make_agent(name="Other")
     RoutingRule.objects.create(team=agent.team, agent=other, hint="code", keywords=["python"])
-    RoutingRule.objects.create(team=agent.team, hint="code", patterns=["(a+)+", "^def "])
+    RoutingRule.objects.create(team=agent.team, hint="code", patterns=[r"(e)\1", "^def "])
     ModelRoute.objects.create(team=agent.team, hint="code", provider=coder, model="demo-coder")
 
     plain = route_turn(agent=agent, conversation=conversation, text="python please")
     assert (plain.provider, plain.model, plain.routing["hint"]) == (agent.provider, "demo", None)
-    assert plain.warnings and "(a+)+" in plain.warnings[0]
+    assert plain.warnings and r"(e)\1" in plain.warnings[0]
 
     matched = route_turn(agent=agent, conversation=conversation, text="def main(): pass")
     assert (matched.model, matched.routing["matched_pattern"]) == ("demo-coder", "^def ")
