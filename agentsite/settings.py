@@ -258,6 +258,7 @@ LOGGING = {
     "loggers": {
         "django": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
         "httpx": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # one line per sign-in otherwise
         "httpcore": {"level": "WARNING"},
     },
 }
