@@ -13,4 +13,5 @@ def teams(request: HttpRequest) -> dict[str, Any]:
         "membership": getattr(request, "membership", None),
         "memberships": getattr(request, "memberships", []),
         "open_signup": settings.OPEN_SIGNUP,
+        "password_reset": settings.PASSWORD_RESET_BY_EMAIL,
     }

@@ -182,6 +182,16 @@ CELERY_TIMEZONE = "UTC"
 # -- auth, teams --------------------------------------------------------------------------------
 LOGIN_URL = "login"
 
+# -- e-mail (password reset) --------------------------------------------------------------------
+# EMAIL_URL (e.g. smtp+tls://user:password@smtp.example.com:587) turns on password reset by
+# e-mail; without it the "Forgot your password?" link and pages do not exist.
+EMAIL_URL = env.str("EMAIL_URL", default="")
+if EMAIL_URL:
+    vars().update(env.email_url("EMAIL_URL"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agentsite <noreply@localhost>")
+PASSWORD_RESET_BY_EMAIL = bool(EMAIL_URL)
+PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3600)
+
 # -- sign-in throttling (django-axes) ----------------------------------------------------------
 # AXES_FAILURE_LIMIT failed sign-ins for one account, or from one address, lock that account or
 # address out for AXES_COOLOFF_MINUTES. An admin unlocks early: admin -> Access attempts, or

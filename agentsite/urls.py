@@ -16,6 +16,15 @@ urlpatterns = [
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("accounts/signup/", views.signup, name="signup"),
+    # password reset by e-mail (404 unless EMAIL_URL is set)
+    path("accounts/password/reset/", views.email_configured(auth_views.PasswordResetView.as_view()),
+         name="password_reset"),
+    path("accounts/password/reset/sent/", views.email_configured(auth_views.PasswordResetDoneView.as_view()),
+         name="password_reset_done"),
+    path("accounts/reset/<uidb64>/<token>/", views.email_configured(auth_views.PasswordResetConfirmView.as_view()),
+         name="password_reset_confirm"),
+    path("accounts/reset/done/", views.email_configured(auth_views.PasswordResetCompleteView.as_view()),
+         name="password_reset_complete"),
     path("invite/<str:token>/", views.invitation_accept, name="invitation_accept"),
     # teams
     path("teams/none/", views.no_team, name="no_team"),

@@ -226,3 +226,14 @@ def signin_locked_out(request: HttpRequest, credentials: Any = None, *args: Any,
         "failure_limit": settings.AXES_FAILURE_LIMIT,
         "cooloff_minutes": settings.AXES_COOLOFF_MINUTES,
     }, status=429)
+
+
+def email_configured(view: Any) -> Any:
+    """``view``, or a 404 while no e-mail backend is configured (``EMAIL_URL``)."""
+
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.PASSWORD_RESET_BY_EMAIL:
+            raise Http404("Password reset by e-mail is not set up on this site.")
+        return view(request, *args, **kwargs)
+
+    return wrapped

@@ -46,14 +46,15 @@ ADMIN_OBJECT = {"anonymous": "login", "charlie": "missing", "vera": "login", "bo
 ADMIN_PAGES = {"anonymous": "login", "charlie": "any", "vera": "login", "bob": "login"}
 
 PUBLIC_ROUTES = {"login", "signup", "healthz", "favicon.ico", "invitation_accept", "logout",
-                 "admin:login", "admin:logout"}
+                 "admin:login", "admin:logout", "password_reset", "password_reset_done",
+                 "password_reset_confirm", "password_reset_complete"}
 KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
     "conversation_uuid": PRIVATE_OBJECT, "trace_uuid": PRIVATE_OBJECT, "message_uuid": PRIVATE_OBJECT,
     "invitation_uuid": TEAM_OBJECT, "membership_uuid": TEAM_OBJECT, "tool_uuid": TEAM_OBJECT,
     "object_id": ADMIN_OBJECT, "id": ADMIN_OBJECT,
 }
 # Keywords that only qualify another object's URL (the step of a trace, the payload kind...).
-QUALIFIERS = {"seq": 1, "kind": "output", "call_id": "call-1", "number": 1, "token": None,
+QUALIFIERS = {"seq": 1, "kind": "output", "call_id": "call-1", "number": 1, "uidb64": "MQ", "token": None,
               "content_type_id": None, "app_label": None, "url": None}
 
 
