@@ -3,6 +3,7 @@ and messages). Everything belongs to a team."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from agents.runtime.providers.base import PER_MODEL_OVERRIDES
+from agentsite.crypto import decrypt, encrypt
 from agentsite.models import Team
 
 # The capabilities a provider or one of its models can be told it has or lacks (the runtime's
@@ -58,7 +60,10 @@ class Provider(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Longest answer per model request, unless the agent sets its own. Empty: the "
                   "server's default.")
-    extra_headers = models.JSONField(default=dict, blank=True)
+    # Extra HTTP headers: the values encrypted (a Fernet token of a JSON object), write-only like
+    # the API key; their names kept in clear, for the admin to show.
+    extra_headers_encrypted = models.TextField(blank=True, editable=False)
+    extra_header_names = models.JSONField(default=list, blank=True, editable=False)
     options = models.JSONField(
         default=dict, blank=True,
         help_text='Kind-specific options, e.g. for the demo model {"token_delay_s": 0.02}.',
@@ -77,6 +82,18 @@ class Provider(models.Model):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key_encrypted)
+
+    def extra_headers(self) -> dict[str, str]:
+        """The extra headers in clear, for the outgoing request only (never render, log or
+        trace them); ``agentsite.crypto.SecretUnreadable`` when the encryption key changed."""
+        if not self.extra_headers_encrypted:
+            return {}
+        data = json.loads(decrypt(self.extra_headers_encrypted))
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def set_extra_headers(self, headers: dict[str, str]) -> None:
+        self.extra_header_names = sorted(headers)
+        self.extra_headers_encrypted = encrypt(json.dumps(headers)) if headers else ""
 
     def capability_overrides(self) -> dict[str, bool]:
         """The capabilities set on or off for every model of the provider."""

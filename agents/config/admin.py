@@ -161,7 +161,7 @@ class ProviderAdmin(AuditedAdmin, TeamScopedAdmin):
         return ListChangeList
 
     def changelist_queryset(self, qs: models.QuerySet) -> models.QuerySet:
-        return qs.defer("capabilities", "extra_headers", "options")
+        return qs.defer("capabilities", "extra_headers_encrypted", "options")
 
     @admin.display(boolean=True, description="API key")
     def key_status(self, obj: Provider) -> bool:

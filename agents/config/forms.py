@@ -66,6 +66,12 @@ class ProviderAdminForm(forms.ModelForm):
     capability_vision = _capability_field("vision")
     capability_prompt_caching = _capability_field("prompt_caching")
     capability_streaming = _capability_field("streaming")
+    extra_headers = forms.JSONField(
+        label="Extra headers", required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text='Extra HTTP headers sent with every request, as a JSON object, e.g. '
+                  '{"HTTP-Referer": "https://example.com"}. Values are stored encrypted and never '
+                  "shown again: the names of stored headers appear with empty values; leave a "
+                  "value empty to keep it, remove a name to remove the header.")
     api_key = forms.CharField(
         label="API key", required=False, strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}))
@@ -80,7 +86,7 @@ class ProviderAdminForm(forms.ModelForm):
     class Meta:
         model = Provider
         fields = ["team", "name", "kind", "base_url", "context_window", "max_output_tokens",
-                  "timeout_s", "extra_headers", "options"]
+                  "timeout_s", "options"]
         labels = {"timeout_s": "Timeout (seconds)", "context_window": "Context window (tokens)",
                   "max_output_tokens": "Max output tokens"}
         help_texts = {
@@ -90,9 +96,6 @@ class ProviderAdminForm(forms.ModelForm):
             "max_output_tokens": "Longest answer per model request, for agents that set none. "
                                  "Empty: the server's default. A model row below wins.",
             "timeout_s": "Longest wait for one model request, 1 to 3600 seconds.",
-            "extra_headers": 'Extra HTTP headers sent with every request, as a JSON object, e.g. '
-                             '{"HTTP-Referer": "https://example.com"}. Stored and shown in clear: '
-                             "put the API key in the API key field, never here.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -104,6 +107,8 @@ class ProviderAdminForm(forms.ModelForm):
                 self.initial[capability_field_name(name)] = "" if value is None else ("on" if value else "off")
         if "api_key" in self.fields:
             self.fields["api_key"].help_text = self._key_help()
+        names = self.instance.extra_header_names if self.instance.pk else []
+        self.initial["extra_headers"] = {str(n): "" for n in names or []}
         if "options" in self.fields:
             self.fields["options"].help_text = self._options_help()
 
@@ -151,12 +156,30 @@ class ProviderAdminForm(forms.ModelForm):
                 raise ValidationError(f"The value of “{name}” must be a string (in quotes).")
             if name.lower() in CREDENTIAL_HEADERS:
                 raise ValidationError(
-                    f"“{name}” carries a credential; extra headers are stored and shown in clear. "
-                    "Enter the key in the API key field instead: it is stored encrypted and sent "
-                    "as the provider's own authentication header.")
+                    f"“{name}” carries a credential the provider sets itself: enter the key in the "
+                    "API key field instead, and it is sent as the provider's own authentication "
+                    "header.")
             if "\n" in header_value or "\r" in header_value:
                 raise ValidationError(f"The value of “{name}” must be on one line.")
-        return value
+        # Write-only: an empty value keeps the stored one (the form never shows values).
+        stored = self._stored_headers()
+        merged = {}
+        for name, header_value in value.items():
+            if header_value == "":
+                if name not in stored:
+                    raise ValidationError(f"Enter a value for “{name}”.")
+                merged[name] = stored[name]
+            else:
+                merged[name] = header_value
+        return merged
+
+    def _stored_headers(self) -> dict[str, str]:
+        if not self.instance.pk:
+            return {}
+        try:
+            return self.instance.extra_headers()
+        except SecretUnreadable:
+            return {}
 
     def clean_options(self) -> dict[str, Any]:
         value = self.cleaned_data.get("options")
@@ -206,6 +229,8 @@ class ProviderAdminForm(forms.ModelForm):
         stored = self.instance.capabilities if isinstance(self.instance.capabilities, dict) else {}
         kept = {k: v for k, v in stored.items() if k not in CAPABILITY_LABELS}
         self.instance.capabilities = {**kept, **self.capability_overrides()}
+        if "extra_headers" in self.cleaned_data:
+            self.instance.set_extra_headers(self.cleaned_data["extra_headers"] or {})
         return super().save(commit=commit)
 
 

@@ -34,9 +34,13 @@ def provider_api_key(provider: Provider) -> str:
 def runtime_provider(row: Provider) -> RuntimeProvider:
     """``row`` as a runtime provider, with its capability overrides and its models' own."""
     options: dict[str, Any] = dict(row.options or {}) if isinstance(row.options, dict) else {}
+    try:
+        extra_headers = row.extra_headers()
+    except SecretUnreadable as exc:
+        raise TurnSetupError(f"Provider “{row.name}”'s extra headers: {exc}") from exc
     options.update(
         name=row.name, base_url=row.base_url or None, api_key=provider_api_key(row) or None,
-        timeout=row.timeout_s, extra_headers=row.extra_headers or None,
+        timeout=row.timeout_s, extra_headers=extra_headers or None,
         capabilities=row.runtime_capabilities() or None)
     if "http_client" not in options:
         # Every request to the base URL an admin set goes through the outbound-network policy.

@@ -270,7 +270,9 @@ class HttpProvider(Provider):
 
     @property
     def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+        # The key and the extra headers' values: an error body that echoes one is redacted.
+        values = [self._api_key, *self.extra_headers.values()]
+        return tuple(v for v in values if v and len(v) >= 6)
 
     def auth_headers(self) -> dict[str, str]:
         return {}

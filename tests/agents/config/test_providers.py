@@ -176,6 +176,35 @@ def test_options_are_checked_against_the_kind(client_for, alice, team_a):
     assert Provider.objects.get(name="Demo").options == {"token_delay_s": 0.01}
 
 
+def test_extra_headers_are_encrypted_and_write_only(client_for, alice, team_a):
+    c = client_for(alice)
+    secret = "org-Secret-Value-0123456789"
+    c.post(reverse("admin:agents_provider_add"), provider_data(
+        team=team_a.pk, name="Gateway", extra_headers=json.dumps({"X-Title": "agentsite", "X-Org-Token": secret})))
+    provider = Provider.objects.get(name="Gateway")
+    assert secret not in provider.extra_headers_encrypted and provider.extra_header_names == ["X-Org-Token", "X-Title"]
+    assert provider.extra_headers() == {"X-Title": "agentsite", "X-Org-Token": secret}
+    page = c.get(reverse("admin:agents_provider_change", args=[provider.pk])).content.decode()
+    assert "X-Org-Token" in page and secret not in page and "agentsite&quot;" not in page
+    # an empty value keeps the stored one; a name left out is removed; a new value replaces
+    c.post(reverse("admin:agents_provider_change", args=[provider.pk]), provider_data(
+        team=team_a.pk, name="Gateway", extra_headers=json.dumps({"X-Org-Token": "", "X-New": "v2-value"})))
+    provider.refresh_from_db()
+    assert provider.extra_headers() == {"X-Org-Token": secret, "X-New": "v2-value"}
+
+
+def test_an_extra_header_value_echoed_in_an_error_is_redacted(team_a):
+    provider = Provider(team=team_a, name="Echo", kind="openai", base_url="https://api.example.com/v1")
+    provider.set_extra_headers({"X-Org-Token": "org-Secret-Value-0123456789"})
+    provider_save(provider=provider)
+
+    def handler(request):
+        return httpx.Response(400, json={"error": {"message": f"bad header {request.headers['x-org-token']}"}})
+
+    check = provider_test_connection(provider=provider, model="m", transport=httpx.MockTransport(handler))
+    assert not check.ok and "org-Secret-Value" not in check.message
+
+
 # -- test connection ------------------------------------------------------------------------------------
 def openai_reply(text: str = "OK") -> dict:
     return {"id": "chatcmpl-1", "model": "gpt-4o-mini", "choices": [
@@ -331,7 +360,8 @@ def test_deleting_a_provider_in_use_says_why_not(client_for, alice, make_agent):
 
 def test_provider_pages_run_a_bounded_number_of_queries(client_for, alice, team_a, django_assert_max_num_queries):
     for i in range(8):
-        provider = Provider(team=team_a, name=f"P{i}", kind="openai", extra_headers={"X-N": str(i)})
+        provider = Provider(team=team_a, name=f"P{i}", kind="openai")
+        provider.set_extra_headers({"X-N": str(i)})
         provider_save(provider=provider, api_key=f"sk-key-{i:012d}")
     c = client_for(alice)
     with django_assert_max_num_queries(15):
