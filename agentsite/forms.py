@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.forms import UsernameField
 
 from .models import Membership
-from .usernames import username_problem
+from .usernames import display_name_problem, username_problem
 
 User = get_user_model()
 Role = Membership.Role
@@ -13,6 +13,13 @@ Role = Membership.Role
 
 class TeamForm(forms.Form):
     name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"autocomplete": "off"}))
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        problem = display_name_problem(name)
+        if problem:
+            raise forms.ValidationError(problem)
+        return name
 
 
 class InvitationForm(forms.Form):

@@ -32,6 +32,16 @@ def skeleton(name: str) -> str:
     return "".join(out)
 
 
+def display_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a team (shown to everyone in it), as a sentence; None when it
+    can: no invisible, bidirectional-override or control characters, one script."""
+    if any(unicodedata.category(c) in ("Cf", "Cc", "Co", "Cn") for c in name):
+        return "Names cannot contain invisible or control characters."
+    if confusables.is_mixed_script(name, allowed_aliases=["COMMON"]):
+        return "Use letters of one script in a name (it mixes, for example, Latin and Cyrillic)."
+    return None
+
+
 def username_problem(name: str, existing: Iterable[str] = ()) -> str | None:
     """Why ``name`` cannot be a new username, as a sentence; None when it can."""
     if any(unicodedata.category(c) in ("Cf", "Cc", "Co", "Cn", "Zs") for c in name):

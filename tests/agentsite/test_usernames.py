@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
+from agentsite.forms import TeamForm
 from agentsite.usernames import skeleton, username_problem
 
 pytestmark = pytest.mark.django_db
@@ -49,3 +50,9 @@ def test_signup_refuses_a_cyrillic_look_alike_of_a_teammate(client, alice, setti
                                                "password2": "a-Long-pass-123!", "team_name": "X"})
     assert response.status_code == 200 and "one script" in response.content.decode()
     assert not get_user_model().objects.filter(username="\u0430lice").exists()
+
+
+@pytest.mark.parametrize(("name", "ok"), [("Acme Research", True), ("Équipe Ω", False), ("Ops\u202e", False),
+                                          ("Команда", True), ("Pаyments", False)])
+def test_team_names_refuse_invisible_characters_and_mixed_scripts(name, ok):
+    assert TeamForm({"name": name}).is_valid() is ok
