@@ -194,7 +194,8 @@ PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3600)
 
 # -- sign-in throttling (django-axes) ----------------------------------------------------------
 # AXES_FAILURE_LIMIT failed sign-ins for one account, or from one address, lock that account or
-# address out for AXES_COOLOFF_MINUTES. An admin unlocks early: admin -> Access attempts, or
+# address out for AXES_COOLOFF_MINUTES. The site operator unlocks early: admin -> Access attempts
+# (superusers), or
 # ``manage.py axes_reset_username <name>`` / ``axes_reset_ip <address>``.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
                            "django.contrib.auth.backends.ModelBackend"]
