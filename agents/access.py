@@ -16,11 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 
 from agents.models import Conversation
-from agentsite.access import get_for_team_or_404, may_act_for, membership_for, own_or_shared
+from agentsite.access import (
+    get_for_team_or_404,
+    may_act_for,
+    membership_for,
+    own_or_shared,
+    visible_by_uuid,
+)
 from agentsite.models import Membership
 
 VIEWER_MESSAGE = "You need to be a team member (not a viewer) to chat with agents."
@@ -50,14 +56,7 @@ def conversation_get_or_404(membership: Membership, queryset: QuerySet[Conversat
 
 def conversation_visible_to(user: Any, conversation_uuid: Any) -> bool:
     """Whether ``user`` may see (and so follow live) the conversation with this public id."""
-    try:
-        team_id = Conversation.objects.filter(uuid=conversation_uuid).values_list("team_id", flat=True).first()
-    except (ValueError, TypeError, ValidationError):
-        return False
-    membership = membership_for(user, team_id)
-    if membership is None:
-        return False
-    return conversations_visible(membership).filter(uuid=conversation_uuid).exists()
+    return visible_by_uuid(user, Conversation, conversation_uuid, conversations_visible)
 
 
 def can_act_in(membership: Membership | None, conversation: Conversation) -> bool:

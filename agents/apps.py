@@ -12,9 +12,6 @@ class AgentsConfig(AppConfig):
         # chat's live fragments reach the turns here. Imported in ready() because Django loads
         # models after apps.py (the usual place to wire an app, as for signal receivers).
         from agents.chat.live import CHAT
-        from agents.chat.services import on_unshared
         from agents.turns.announce import announcements_use
-        from agentsite.live import recheck_sockets
 
         announcements_use(CHAT)
-        on_unshared.append(recheck_sockets)

@@ -148,3 +148,15 @@ def may_act_for(membership: Membership | None, owner_id: int | None) -> bool:
     if membership is None or not membership.can_chat:
         return False
     return (owner_id is not None and owner_id == membership.user_id) or sees_all_of_team(membership)
+
+
+def visible_by_uuid(user: Any, model: type[models.Model], uuid: Any,
+                    visible: Callable[[Membership], models.QuerySet]) -> bool:
+    """Whether ``user`` may see the ``model`` row with this public id, by ``visible`` (the
+    model's privacy rule: the rows a membership may see). For consumers, which get an id."""
+    try:
+        team_id = model._default_manager.filter(uuid=uuid).values_list("team_id", flat=True).first()
+    except (ValueError, TypeError, ValidationError):
+        return False
+    membership = membership_for(user, team_id)
+    return membership is not None and visible(membership).filter(uuid=uuid).exists()

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 
+from . import signals
+
 
 class AgentsiteConfig(AppConfig):
     verbose_name = "Teams and accounts"
@@ -10,7 +12,7 @@ class AgentsiteConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401 - connects the receivers
+        signals.connect()
 
 
 class AgentsiteAdminConfig(admin_apps.AdminConfig):

@@ -16,16 +16,15 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agentsite.access import (
     get_for_team_or_404,
     may_act_for,
-    membership_for,
     own_or_shared,
     sees_all_of_team,
+    visible_by_uuid,
 )
 from agentsite.models import Membership, Team
 
@@ -75,12 +74,7 @@ def trace_get_or_404(membership: Membership, queryset: QuerySet[Trace] | None = 
 
 def trace_visible_to(user: Any, trace_uuid: Any) -> bool:
     """Whether ``user`` may see (and so follow live) the trace with this public id."""
-    try:
-        team_id = Trace.objects.filter(uuid=trace_uuid).values_list("team_id", flat=True).first()
-    except (ValueError, TypeError, ValidationError):
-        return False
-    membership = membership_for(user, team_id)
-    return membership is not None and traces_visible(membership).filter(uuid=trace_uuid).exists()
+    return visible_by_uuid(user, Trace, trace_uuid, traces_visible)
 
 
 def sees_every_trace(membership: Membership | None) -> bool:

@@ -6,12 +6,10 @@ or a team admin acts on it (``agents.access``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.utils import timezone
 
 from agents.access import conversation_act_check
@@ -19,12 +17,8 @@ from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.turns.selectors import conversation_active_traces
 from agents.turns.services import chat_membership, conversation_stop, turn_cancel
+from agentsite.live import recheck_sockets_on_commit
 from agentsite.models import Membership, Team
-
-# Called after a conversation stops being shared, with the ids of the people who no longer see
-# it, so that their open sockets on it (the chat's and its traces') check their access again.
-# The composition root appends to it; nothing here knows about sockets.
-on_unshared: list[Callable[[Iterable[int]], None]] = []
 
 
 def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "") -> Conversation:
@@ -76,9 +70,8 @@ def conversation_share(*, conversation: Conversation, user: Any, shared: bool) -
     conversation.shared = shared
     conversation.save(update_fields=["shared", "updated_at"])
     if not shared:
-        lost = _people_who_lost_sight(conversation)
-        for hook in on_unshared:
-            transaction.on_commit(lambda hook=hook: hook(lost))
+        # Their open sockets on it (the chat's and its traces') check their access again.
+        recheck_sockets_on_commit(_people_who_lost_sight(conversation))
     return conversation
 
 

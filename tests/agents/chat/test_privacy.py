@@ -14,6 +14,7 @@ from django.urls import reverse
 from agents.chat import services
 from agents.models import Conversation, Message
 from agents.turns import services as turns
+from agentsite import live
 from tests.helpers import communicator, session_cookie
 from traces.models import Trace
 
@@ -113,7 +114,7 @@ def test_a_shared_conversation_is_read_by_the_team_but_only_its_owner_acts(
 def test_the_owner_shares_and_makes_private_with_htmx_and_teammates_lose_sight(
         client_for, alice, bob, vera, admin, conversation, monkeypatch, django_capture_on_commit_callbacks):
     lost: list[list[int]] = []
-    monkeypatch.setattr(services, "on_unshared", [lambda ids: lost.append(sorted(ids))])
+    monkeypatch.setattr(live, "recheck_sockets", lambda ids: lost.append(sorted(ids)))
     c = client_for(alice)
     url = reverse("conversation_share", args=[conversation.uuid])
     shared = c.post(url, {"shared": "1"}, HTTP_HX_REQUEST="true").content.decode()
