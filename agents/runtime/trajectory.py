@@ -16,7 +16,9 @@ model made and their (already scrubbed) results. The fields are derived as follo
 * ``failures``      -- one line per *failed* tool result, ``"{tool}: {first line of output}"``,
                        appended to the previous failures; a later success of the same tool
                        removes that tool's earlier failures. Newest ``MAX_ITEMS`` kept.
-* ``next_plan``     -- if this iteration had failures: retry or work around them. Otherwise the
+* ``next_plan``     -- if this iteration had failures: retry or work around them; if a person
+                       declined a call (or no one approved it in time): respect that and go on
+                       without it, never retry it. Otherwise the
                        last sentence of the assistant text that announces a step (``PLAN_CUES``),
                        else "Use the results of {tools} to continue toward the objective."
 * ``tool_calls``    -- this iteration's calls in call order: ``{id, name, arguments, success}``,
@@ -47,7 +49,10 @@ HEDGES = (
 PLAN_CUES = ("next", "then", "i will", "i'll", "let me", "now ", "going to", "plan", "need to")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WS = re.compile(r"\s+")
-_DENIED_PREFIXES = ("Denied by user.", "Error: tool '")
+# A call a person declined (or that no one approved in time) did not fail: it must not be
+# retried. ``approvals.declined_output`` writes these; they are told apart from failures here.
+DECLINED_PREFIXES = ("Declined by ", "Not approved", "Denied by user.")
+_DENIED_PREFIXES = (*DECLINED_PREFIXES, "Error: tool '")
 
 
 @dataclass(slots=True)
@@ -180,7 +185,7 @@ def build_trajectory_state(
     recovered = tuple(f"{c.name}: " for c in succeeded)
     failures = [f for f in (previous.failures if previous else [])
                 if not (recovered and f.startswith(recovered))]
-    failures.extend(_outcome_line(c) for c in failed)
+    failures.extend(_outcome_line(c) for c in failed if not _declined(c))
 
     sentences = _sentences(assistant_text)
     uncertainties = [_clip(s, ITEM_CHARS) for s in sentences if _is_hedge(s)]
@@ -201,11 +206,20 @@ def build_trajectory_state(
     )
 
 
+def _declined(call: ObservedCall) -> bool:
+    return call.output.startswith(DECLINED_PREFIXES)
+
+
 def _next_plan(sentences: list[str], succeeded: Sequence[ObservedCall],
                failed: Sequence[ObservedCall]) -> str:
+    broken = [c for c in failed if not _declined(c)]
+    if broken:
+        names = ", ".join(dict.fromkeys(c.name for c in broken))
+        return f"Retry or work around the failed call(s) to {names}, then continue toward the objective."
     if failed:
         names = ", ".join(dict.fromkeys(c.name for c in failed))
-        return f"Retry or work around the failed call(s) to {names}, then continue toward the objective."
+        return (f"Do not call {names} again: the call was not approved. Answer with what is "
+                "known, or ask the person how to go on.")
     for sentence in reversed(sentences):
         if _is_plan(sentence):
             return _clip(sentence, ITEM_CHARS)

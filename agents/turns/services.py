@@ -238,6 +238,13 @@ def turn_cancel(*, trace: Trace, user: Any) -> Trace:
     return trace
 
 
+def _deciding_role(trace: Trace, user: Any) -> str:
+    if trace.conversation.created_by_id == user.pk:
+        return "the conversation's owner"
+    membership = membership_for(user, trace.team_id)
+    return f"a team {membership.get_role_display().lower()}" if membership else "a site operator"
+
+
 def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) -> None:
     """Approve or deny a tool call that waits for approval in a running turn."""
     conversation_act_check(user, trace.conversation, "approve or deny its tool calls")
@@ -245,6 +252,6 @@ def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) ->
     if not running or approval_waiting(trace=trace, call_id=call_id) is None:
         raise ValidationError("This tool call is not waiting for approval any more.")
     if not approval_signal_send(trace_uuid=trace.uuid, call_id=call_id, approved=approved,
-                                decided_by=user.get_username()):
+                                decided_by=user.get_username(), role=_deciding_role(trace, user)):
         raise ValidationError("Your decision could not be delivered to the worker. Try again in "
                               "a moment.")

@@ -63,9 +63,12 @@ def cancel_signal_send(*, trace_uuid: Any, reason: str) -> bool:
     return _set(cancel_key(trace_uuid), reason)
 
 
-def approval_signal_send(*, trace_uuid: Any, call_id: str, approved: bool, decided_by: str) -> bool:
-    """Deliver a decision on one tool call that waits for approval."""
-    value = json.dumps({"approved": bool(approved), "decided_by": decided_by})
+def approval_signal_send(*, trace_uuid: Any, call_id: str, approved: bool, decided_by: str,
+                         role: str = "") -> bool:
+    """Deliver a decision on one tool call that waits for approval. ``role`` says in what capacity
+    the person decided ("the conversation's owner", "a team admin"): the model is told that, never
+    their name."""
+    value = json.dumps({"approved": bool(approved), "decided_by": decided_by, "role": role})
     return _set(approval_key(trace_uuid, call_id), value)
 
 
@@ -200,6 +203,10 @@ class RedisApprover:
         except ValueError:
             data = {}
         approved = bool(data.get("approved")) if isinstance(data, dict) else False
-        if isinstance(data, dict) and data.get("decided_by"):
+        if not isinstance(data, dict):
+            data = {}
+        if data.get("decided_by"):
             self.decided_by[call_id] = str(data["decided_by"])
-        return ApprovalDecision(approved, "approved" if approved else "denied")
+        if approved:
+            return ApprovalDecision(True, "approved")
+        return ApprovalDecision(False, f"declined by {data.get('role') or 'a person'}")

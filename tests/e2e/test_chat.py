@@ -103,7 +103,7 @@ def test_a_member_approves_one_tool_call_and_denies_another_while_a_viewer_only_
     s.page.locator(".tool-card.state-waiting button:has-text('Deny')").click()
     s.answers("completed").nth(1).wait_for()
     denied = s.answers("completed").nth(1)
-    assert "Denied by user" in denied.locator(".md").inner_text()
+    assert "I did not run calculator: Declined by the conversation's owner" in denied.locator(".md").inner_text()
     card = denied.locator(".tool-card.state-denied")
     assert card.locator(".tool-state").inner_text() == "Denied"
     card.locator("summary").click()

@@ -15,6 +15,23 @@ from ..events import ApprovalDecided, ApprovalRequested, Observer
 from ..messages import ToolUseBlock
 
 DENIED_OUTPUT = "Denied by user."
+DECLINED = "Declined by "
+
+
+def declined_output(name: str, reason: str) -> str:
+    """What the model reads for a call that did not run for want of approval. A person's "no" is
+    their decision, not a failure: the model is told not to try it again."""
+    if reason.lower().startswith(DECLINED.lower()):
+        head = reason[:1].upper() + reason[1:] + "."
+        why = "The person chose not to let this call run."
+    elif reason == "timeout":
+        head, why = "Not approved in time.", "No one decided within the approval time limit."
+    elif reason == "denied":
+        return DENIED_OUTPUT
+    else:
+        head, why = f"Not approved ({reason}).", "The call could not be put to a person."
+    return (f"{head}\n{why} Do not call {name} again for this request: answer with what you "
+            "know, or ask the person how to go on.")
 
 
 @dataclass(slots=True)
@@ -38,8 +55,9 @@ class Approver(Protocol):
 
 
 async def ask_approval(approver: Approver | None, call: ToolUseBlock, iteration: int, *,
-                       timeout_s: float, cancel: CancelToken | None, observer: Observer) -> bool:
-    """Whether ``call`` may run; both the question and the answer are reported."""
+                       timeout_s: float, cancel: CancelToken | None,
+                       observer: Observer) -> ApprovalDecision:
+    """Whether ``call`` may run and why; both the question and the answer are reported."""
     await observer.emit(ApprovalRequested(iteration=iteration, call_id=call.id, name=call.name,
                                           arguments=call.input, timeout_s=timeout_s))
     started = time.perf_counter()
@@ -67,4 +85,4 @@ async def ask_approval(approver: Approver | None, call: ToolUseBlock, iteration:
     await observer.emit(ApprovalDecided(iteration=iteration, call_id=call.id, name=call.name,
                                         approved=approved, reason=reason,
                                         waited_ms=(time.perf_counter() - started) * 1000))
-    return approved
+    return ApprovalDecision(approved, reason)

@@ -22,7 +22,7 @@ from ..events import LoopDetected, Observer, ToolFinished, ToolStarted
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
 from ..scrub import scrub_secrets
 from ..tools import Tool, ToolError, ToolResult
-from .approvals import DENIED_OUTPUT, Approver, ask_approval
+from .approvals import Approver, ask_approval, declined_output
 from .conversation import Conversation
 from .detector import LoopDetector, call_signature
 from .prompt import SystemPrompt
@@ -189,10 +189,13 @@ class ToolStep:
         problem = self.argument_problem(tool, call)
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
-        if tool.requires_approval and not await ask_approval(
-                self.approver, call, iteration, timeout_s=self.cfg.approval_timeout_s,
-                cancel=self.cancel, observer=self.observer):
-            return _Outcome(DENIED_OUTPUT, False, DENIED_OUTPUT)
+        if tool.requires_approval:
+            decision = await ask_approval(self.approver, call, iteration,
+                                          timeout_s=self.cfg.approval_timeout_s,
+                                          cancel=self.cancel, observer=self.observer)
+            if not decision.approved:
+                output = declined_output(call.name, decision.reason)
+                return _Outcome(output, False, output.split("\n", 1)[0])
         return await self.execute(tool, call)
 
     def argument_problem(self, tool: Tool, call: ToolUseBlock) -> str | None:

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..messages import Block, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
 from ..pricing import Usage
+from ..trajectory import DECLINED_PREFIXES
 from .base import (
     Capabilities,
     ChatRequest,
@@ -494,6 +495,8 @@ def _answer_from_results(results: Sequence[_Result]) -> str:
 def _answer_one(result: _Result) -> str:
     output = result.output.strip()
     name = result.name or "tool"
+    if result.is_error and output.startswith(DECLINED_PREFIXES):
+        return f"I did not run {name}: {output.splitlines()[0].rstrip('.')}."
     if result.is_error:
         reason = output or "it gave no reason"
         return f"The {name} tool failed: {reason.rstrip('.')}."

@@ -263,19 +263,21 @@ async def test_an_approved_tool_runs(decision):
     assert decided.approved
 
 
-@pytest.mark.parametrize(("approver", "reason"), [
-    (ScriptedApprover(False), "denied"),
-    (ScriptedApprover(True, delay=5), "timeout"),
-    (None, "no approver"),
+@pytest.mark.parametrize(("approver", "reason", "said"), [
+    (ScriptedApprover(False), "denied", DENIED_OUTPUT),
+    (ScriptedApprover(ApprovalDecision(False, "declined by a team admin")), "declined by a team admin",
+     "Declined by a team admin.\nThe person chose not to let this call run. Do not call deploy again"),
+    (ScriptedApprover(True, delay=5), "timeout", "Not approved in time.\nNo one decided"),
+    (None, "no approver", "Not approved (no approver).\n"),
 ])
-async def test_a_denied_or_unanswered_approval_becomes_denied_by_user(approver, reason):
+async def test_a_denied_or_unanswered_approval_is_a_decision_not_to_retry(approver, reason, said):
     provider = FakeScriptedProvider([calls(("deploy", {})), answer("ok")])
     started = time.perf_counter()
     result, observer = await turn(provider, tools=[tool("deploy", requires_approval=True)],
                                   approver=approver, cfg=config(approval_timeout_s=0.2))
     assert time.perf_counter() - started < 1.5
     denied = all_results(result)[0]
-    assert (denied.output, denied.is_error) == (DENIED_OUTPUT, True)
+    assert denied.output.startswith(said) and denied.is_error
     decided = observer.of(ApprovalDecided)[0]
     assert (decided.approved, decided.reason) == (False, reason)
     assert not observer.of(ToolFinished)[0].success

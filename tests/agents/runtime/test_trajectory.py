@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from agents.runtime.trajectory import (
     MAX_ITEMS,
     ObservedCall,
@@ -52,6 +54,22 @@ def test_uncertainties_come_from_hedges_questions_and_denials():
     assert state.uncertainties == [
         "The file might be stale.", "Is the path right?",
         "not known: deploy did not run (Denied by user.)"]
+
+
+@pytest.mark.parametrize("output", [
+    "Declined by a team admin.\nThe person chose not to let this call run.",
+    "Not approved in time.\nNo one decided within the approval time limit.",
+])
+def test_a_declined_call_is_not_a_failure_to_retry(output):
+    state = build_trajectory_state(iteration=1, objective="o", assistant_text="",
+                                   calls=[failed("deploy", output), failed("fetch", "HTTP 500")])
+    assert state.failures == ["fetch: HTTP 500"]
+    assert state.next_plan.startswith("Retry or work around the failed call(s) to fetch,")
+    alone = build_trajectory_state(iteration=1, objective="o", assistant_text="",
+                                   calls=[failed("deploy", output)])
+    assert alone.failures == [] and "Retry" not in alone.next_plan
+    assert alone.next_plan.startswith("Do not call deploy again: the call was not approved.")
+    assert alone.uncertainties == [f"not known: deploy did not run ({output.splitlines()[0]})"]
 
 
 def test_uncertainties_are_not_carried_over():

@@ -263,7 +263,7 @@ def _wait_for_approval(trace: Trace) -> Step:
 
 @pytest.mark.parametrize(("approved", "answer"), [
     (True, "6 × 7 = 42."),
-    (False, "The calculator tool failed: Denied by user."),
+    (False, "I did not run calculator: Declined by a team owner."),
 ])
 def test_a_tool_that_needs_approval_waits_for_a_decision(
         make_agent, alice, bob, sent_turns, use_redis, run_in_thread, approved, answer):
@@ -284,6 +284,10 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
     assert (trace.status, trace.answer) == ("completed", answer)
     assert step.status == ("ok" if approved else "error") and step.meta["decided_by"] == "alice"
     assert Step.objects.filter(trace=trace, kind="tool_call", success=approved).exists()
+    if not approved:  # the person's decision, not a failure to retry
+        state = trace.trajectory_states.order_by("iteration").first()
+        assert state.fields["failures"] == [] and "Do not call calculator again" in state.fields["next_plan"]
+        assert "not known: calculator did not run (Declined by a team owner.)" in state.fields["uncertainties"]
 
 
 def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_turns, use_redis):
@@ -298,7 +302,7 @@ def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_
     step = Step.objects.get(trace=trace, kind="approval")
     assert (step.status, step.meta["reason"]) == ("error", "timeout")
     assert "Nobody decided in time" in step.error
-    assert Trace.objects.get(pk=trace.pk).answer == "The calculator tool failed: Denied by user."
+    assert Trace.objects.get(pk=trace.pk).answer == "I did not run calculator: Not approved in time."
 
 
 # -- time limits -------------------------------------------------------------------------------------
