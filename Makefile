@@ -29,8 +29,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(VENV)/.installed $@
 
+# make run PORT=8080 HOST=0.0.0.0 serves elsewhere (defaults: 127.0.0.1:8000)
+PORT ?= 8000
+HOST ?= 127.0.0.1
 run: $(VENV)/.installed
-	$(PY) manage.py dev
+	$(PY) manage.py dev --host $(HOST) --port $(PORT)
 
 # Two pytest runs: the unit and real-process suite, then the browser tests (their own session:
 # a whole running stack driven by the system Chromium; they skip when it is not installed).

@@ -74,10 +74,17 @@ class BudgetState:
             return f"after midnight ({zone})"
         return f"on the 1st of next month ({zone})"
 
-    def exceeded_message(self) -> str:
+    def exceeded_message(self, estimate: Decimal = Decimal(0)) -> str:
         """What was spent against which limit, and what the person can do. ZeroClaw's sentence
         (``budget_exceeded_message``) rounds the limit to cents, so a $0.001 budget reads
-        "$0.00"; the amounts here keep their digits."""
+        "$0.00"; the amounts here keep their digits. When the spend alone is still under the
+        limit, it is the next request's estimate that would cross it, and the sentence says so
+        (never "exceeded: $0.029832 of $0.03")."""
+        if self.spent <= self.limit and estimate > 0:
+            return (f"Budget reached: {money(self.spent)} spent of {self.whose.lower()} "
+                    f"{self.period_word} budget of {money(self.limit)}, and the next model request "
+                    f"(about {money(estimate)}) would go over it, so it was not made. Ask a team "
+                    f"admin to raise it, or try again {self.resets}.")
         return (f"Budget exceeded: {money(self.spent)} spent of {self.whose.lower()} "
                 f"{self.period_word} budget of {money(self.limit)}, so no further model requests "
                 f"are made. Ask a team admin to raise it, or try again {self.resets}.")
@@ -148,10 +155,11 @@ class Verdict:
     action: str  # "allow", "warn", "block" or "route_down"
     state: BudgetState | None = None
     warnings: tuple[BudgetState, ...] = ()
+    estimate: Decimal = Decimal(0)
 
     @property
     def message(self) -> str:
-        return self.state.exceeded_message() if self.state is not None else ""
+        return self.state.exceeded_message(self.estimate) if self.state is not None else ""
 
 
 def budget_decide(states: list[BudgetState], *, estimate: Decimal) -> Verdict:
@@ -164,8 +172,10 @@ def budget_decide(states: list[BudgetState], *, estimate: Decimal) -> Verdict:
     for mode in (Mode.BLOCK, Mode.ROUTE_DOWN):
         for state, level in levels:
             if level == "exceeded" and state.budget.mode == mode:
-                return Verdict("block" if mode == Mode.BLOCK else "route_down", state, warnings)
-    return Verdict("warn" if warnings else "allow", warnings[0] if warnings else None, warnings)
+                return Verdict("block" if mode == Mode.BLOCK else "route_down", state, warnings,
+                               estimate)
+    return Verdict("warn" if warnings else "allow", warnings[0] if warnings else None, warnings,
+                   estimate)
 
 
 def budget_banner(*, team_id: int | None, user_id: int | None) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from .models import Step, Trace
@@ -10,6 +11,14 @@ from .models import Step, Trace
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value else None
+
+
+def usd(amount: Decimal | None) -> str | None:
+    """Money as a plain decimal string: "0", "0.000597", "12.5" (never "0E-10")."""
+    if amount is None:
+        return None
+    text = format(Decimal(amount).normalize(), "f")
+    return "0" if text in ("-0", "0") else text
 
 
 def trace_record(trace: Trace) -> dict[str, Any]:
@@ -29,7 +38,7 @@ def trace_record(trace: Trace) -> dict[str, Any]:
         "usage": trace.usage_dict(),
         # model requests whose usage is the runtime's estimate (each step's meta says which)
         "usage_estimated_requests": trace.estimated_calls,
-        "cost_usd": str(trace.cost_usd),
+        "cost_usd": usd(trace.cost_usd),
         "duration_ms": trace.duration_ms,
         "iterations": trace.iterations,
         "created_at": _iso(trace.created_at),
@@ -64,7 +73,7 @@ def step_record(step: Step) -> dict[str, Any]:
         "model": step.model,
         "call_id": step.call_id,
         "usage": step.usage_dict(),
-        "cost_usd": str(step.cost_usd) if step.cost_usd is not None else None,
+        "cost_usd": usd(step.cost_usd),
         "error": step.error,
         "meta": step.meta,
         "payloads": {p.kind: _payload_value(p.content, p.content_type) for p in step.payloads.all()},

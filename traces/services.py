@@ -199,6 +199,8 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
         if step is None:
             step = Step(trace_id=trace_id, seq=seq, started_at=started_at or timezone.now(),
                         offset_ms=max(int(offset_ms), 0))
+            # The header's "Steps" counts as the timeline grows, not only when the turn ends.
+            Trace.objects.filter(pk=trace_id).update(step_count=F("step_count") + 1)
         elif payloads:
             stored = set(step.payloads.values_list("kind", flat=True))
         for name, value in values.items():

@@ -122,12 +122,14 @@ class BudgetHooks(TurnHooks):
                                  | {"message": message})
                 return LlmCallDecision.block(message)
             self.routed = self.warned = True
-            note = verdict.state.note(status="routed_down", estimate=estimate) | {
+            state = verdict.state
+            crossed = "was exceeded" if state.spent > state.limit else "would be crossed by the next request"
+            note = state.note(status="routed_down", estimate=estimate) | {
                 "from": f"{self.model}", "to": f"{target.provider_name} / {target.model}",
-                "message": (f"{verdict.state.whose} {verdict.state.period_word} budget was "
-                            f"exceeded ({money(verdict.state.spent)} of {money(verdict.state.limit)}), "
-                            f"so the rest of this turn uses {target.model} on "
-                            f"{target.provider_name} instead of {self.model}.")}
+                "message": (f"{state.whose} {state.period_word} budget {crossed} "
+                            f"({money(state.spent)} spent of {money(state.limit)}), so the rest "
+                            f"of this turn uses {target.model} on {target.provider_name} instead "
+                            f"of {self.model}.")}
             await self._note(note, route={"provider_name": target.provider_name,
                                           "provider_kind": target.provider_kind,
                                           "model": target.model})

@@ -69,6 +69,14 @@
     });
   }
 
+  // The header's step count follows the timeline between the header's own refreshes.
+  function countSteps() {
+    var stat = root.querySelector("[data-stat='steps']");
+    if (!stat) { return; }
+    var shown = root.querySelectorAll("#steps > li.step").length;
+    if (shown > (parseInt(stat.textContent, 10) || 0)) { stat.textContent = String(shown); }
+  }
+
   function applyTraceEvent(payload) {
     if (payload.event === "delta") { return showDelta(payload); }
     if (payload.event === "step") {
@@ -76,6 +84,7 @@
       var empty = root.querySelector(".empty-steps");
       if (empty) { empty.remove(); }
       rescaleBars();
+      countSteps();
       if (payload.status !== "running") { hideLiveText(payload.step); }
       // A streamed answer that broke off starts over: the text shown so far is void.
       if (payload.restarted_step && payload.restarted_step === live.step) {
@@ -88,6 +97,7 @@
       place(payload, document.getElementById("states"));
     } else if (payload.event === "trace") {
       place(payload, null);
+      countSteps();
       if (payload.status && ["queued", "running"].indexOf(payload.status) === -1) { hideLiveText(); }
     }
   }

@@ -79,6 +79,19 @@ def test_the_block_message_says_what_was_spent_of_which_budget_and_what_to_do(te
         "requests are made. Ask a team admin to raise it, or try again on the 1st of next month (UTC).")
 
 
+def test_the_message_never_says_exceeded_while_the_spend_is_under_the_limit(team_a):
+    row = budget(team_a, "0.03")
+    state = BudgetState(row, Decimal("0.029832"))
+    verdict = budget_decide([state], estimate=Decimal("0.0004"))
+    assert verdict.action == "block"
+    assert verdict.message.startswith(
+        "Budget reached: $0.029832 spent of the team's daily budget of $0.03, and the next model "
+        "request (about $0.0004) would go over it, so it was not made.")
+    assert "exceeded" not in verdict.message
+    over = budget_decide([BudgetState(row, Decimal("0.031"))], estimate=Decimal("0.0004"))
+    assert over.message.startswith("Budget exceeded: $0.031 spent of the team's daily budget of $0.03,")
+
+
 # -- in turns -------------------------------------------------------------------------------------------
 def test_a_blocked_turn_is_refused_before_any_model_request(priced_agent, chat, team_a, alice, sent_turns, use_redis):
     spend(team_a, alice, "0.02")
@@ -148,7 +161,7 @@ def test_route_down_sends_the_rest_of_the_turn_to_the_cheaper_route(priced_agent
     assert (trace.model, trace.provider_name) == ("demo-fast", priced_agent.provider.name)
     note = trace.routing["budget"]
     assert note["status"] == "routed_down" and note["from"] == "demo" and note["to"].endswith("/ demo-fast")
-    assert note["message"].startswith("The team's daily budget was exceeded ($5.00 of $1.00), so the rest "
+    assert note["message"].startswith("The team's daily budget was exceeded ($5.00 spent of $1.00), so the rest "
                                       "of this turn uses demo-fast")
     page = client_for(alice).get(reverse("trace_detail", args=[trace.uuid])).content.decode()
     assert "so the rest of this turn uses demo-fast" in page  # Why this model

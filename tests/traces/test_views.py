@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from django.urls import reverse
 
-from traces.models import Trace
+from traces.models import Step, Trace
 
 
 def test_inspector_renders_steps_states_and_totals(client_for, alice, sample_trace):
@@ -35,6 +36,16 @@ def test_export_has_skeleton_and_payloads(client_for, alice, sample_trace):
     assert data["uuid"] == str(sample_trace.uuid) and len(data["steps"]) == 12
     assert set(data["steps"][0]["payloads"]) == {"request", "response"}
     assert len(data["trajectory_states"]) == 6
+
+
+def test_export_writes_money_as_plain_decimals(client_for, alice, sample_trace):
+    Trace.objects.filter(pk=sample_trace.pk).update(cost_usd=Decimal("0E-10"))
+    Step.objects.filter(trace=sample_trace, seq=1).update(cost_usd=Decimal("0.0005970000"))
+    response = client_for(alice).get(reverse("trace_export", args=[sample_trace.uuid]))
+    data = json.loads(b"".join(response.streaming_content))
+    assert data["cost_usd"] == "0"
+    assert data["steps"][0]["cost_usd"] == "0.000597"
+    assert all("E" not in (s["cost_usd"] or "") for s in data["steps"])
 
 
 def test_changes_since_returns_only_newer_events(client_for, alice, sample_trace):
