@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.contenttypes.views import shortcut
 from django.db import models
@@ -37,6 +39,19 @@ def admin_team_ids(request: HttpRequest) -> set[int]:
     return cached
 
 
+def who_may_edit(request: HttpRequest) -> str:
+    membership = getattr(request, "membership", None)
+    sentence = ("The admin is where a team's admins and owners set up agents, providers, tools "
+                "and prices; your role does not include it.")
+    if membership is None:
+        return sentence
+    owners = list(Membership.objects.filter(team_id=membership.team_id, role=Role.OWNER)
+                  .values_list("user__username", flat=True).order_by("user__username")[:3])
+    ask = f" Ask {' or '.join(owners)} (owner) to make you an admin if you need it." if owners else ""
+    return (f"{sentence} You are {membership.get_role_display().lower()} in "
+            f"{membership.team.name}.{ask}")
+
+
 class AgentsiteAdminSite(admin.AdminSite):
     site_header = "agentsite admin"
     site_title = "agentsite admin"
@@ -47,6 +62,15 @@ class AgentsiteAdminSite(admin.AdminSite):
         if not (user.is_active and user.is_authenticated):
             return False
         return user.is_superuser or bool(admin_team_ids(request))
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The app signs people in, not Django's admin form; someone signed in whose role does
+        not let them edit gets the app's 403 page saying who can."""
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.GET.get("next") or request.get_full_path())
+        if not self.has_permission(request):
+            raise PermissionDenied(who_may_edit(request))
+        return super().login(request, extra_context)
 
     def get_urls(self) -> list[Any]:
         # "View on site" (/admin/r/<type>/<id>/) answers only for objects of the user's own

@@ -25,10 +25,23 @@ def test_other_teams_objects_are_404_in_the_admin(client_for, alice, charlie, te
     assert c.get(reverse("admin:agentsite_membership_change", args=[membership.pk])).status_code in (302, 404)
 
 
-def test_members_and_viewers_never_reach_the_admin(client_for, bob, vera):
+def test_members_and_viewers_never_reach_the_admin(client_for, alice, bob, vera):
     for user in (bob, vera):
         response = client_for(user).get(reverse("admin:index"))
         assert response.status_code == 302 and "/admin/login/" in response.url
+        # ... where they get the app's 403 page saying who can edit, not Django's login form
+        page = client_for(user).get(reverse("admin:index"), follow=True)
+        html = page.content.decode()
+        assert page.status_code == 403 and 'name="password"' not in html
+        assert "your role does not include it" in html
+        assert f"You are {Membership.objects.get(user=user).get_role_display().lower()} in Team A." in html
+        assert "Ask alice (owner) to make you an admin" in html
+
+
+def test_someone_signed_out_signs_in_on_the_apps_page_and_comes_back(client):
+    response = client.get(reverse("admin:index"), follow=True)
+    assert response.redirect_chain[-1][0].startswith(reverse("login") + "?next=")
+    assert "/admin/" in response.redirect_chain[-1][0]
 
 
 def test_team_admin_can_rename_their_team_in_the_admin(client_for, alice, team_a):
