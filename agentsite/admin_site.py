@@ -11,9 +11,9 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.contenttypes.views import shortcut
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path
