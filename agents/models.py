@@ -300,6 +300,8 @@ class Agent(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
+    # Clickable starters on a new conversation with the agent (one prompt each).
+    suggested_prompts = models.JSONField(default=list, blank=True)
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="agents")
     model = models.CharField(max_length=200)
     fallbacks = models.JSONField(
@@ -419,6 +421,8 @@ class Conversation(models.Model):
     shared = models.BooleanField(default=False)
     title = models.CharField(max_length=200, blank=True)
     archived = models.BooleanField(default=False)
+    # Kept at the top of its owner's conversation list.
+    pinned = models.BooleanField(default=False)
     # Set by /model for this conversation only: one of the agent's allowed models.
     model_override = models.CharField(max_length=200, blank=True)
     # Deleting a conversation hides it everywhere in the chat; its traces stay (they are the
@@ -432,7 +436,10 @@ class Conversation(models.Model):
         indexes = [models.Index(fields=["team", "created_by", "-updated_at"], name="conversation_team_user")]
 
     def __str__(self) -> str:
-        return self.title or f"Conversation {self.uuid.hex[:8]}"
+        if self.title:
+            return self.title
+        name = self.agent.name if self.agent_id else ""
+        return f"New conversation with {name}" if name else "New conversation"
 
     @property
     def group_name(self) -> str:

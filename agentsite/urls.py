@@ -7,7 +7,7 @@ from django.urls import include, path
 from . import health, views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", include("agents.chat.home")),
     path("healthz", health.healthz, name="healthz"),
     path("favicon.ico", views.favicon),
     # accounts

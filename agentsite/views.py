@@ -34,16 +34,7 @@ def favicon(request: HttpRequest) -> HttpResponse:
     return redirect(static("img/favicon.svg"), permanent=True)
 
 
-# -- home and teams -------------------------------------------------------------------------------
-@team_required()
-def home(request: HttpRequest) -> HttpResponse:
-    context = {
-        "member_count": selectors.team_member_count(request.team),
-        "membership_help": Membership.ROLE_HELP[request.membership.role],
-    }
-    return render(request, "home.html", context)
-
-
+# -- teams ----------------------------------------------------------------------------------------
 @login_required
 def no_team(request: HttpRequest) -> HttpResponse:
     if request.membership is not None:

@@ -291,3 +291,11 @@ def cost_filter_choices(*, team: Team) -> dict[str, list]:
                        .values_list("model", flat=True).distinct()[:200]),
         "splits": list(SPLITS.items()),
     }
+
+
+def recent_spend(*, team: Team, user_id: int | None, days: int = 7) -> tuple[Decimal, Decimal]:
+    """What the team, and the person, spent over the last ``days`` days (today included)."""
+    since = timezone.localdate() - timedelta(days=days - 1)
+    rows = CostRollup.objects.filter(team=team, day__gte=since)
+    mine = rows.filter(user_id=user_id) if user_id else rows.none()
+    return cost_totals(rows).cost, cost_totals(mine).cost

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Substr
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from agents.access import conversations_visible
 from agents.chat.windows import context_window
@@ -31,14 +32,17 @@ from traces.models import Step, StepPayload, Trace
 
 # -- the chat ------------------------------------------------------------------------------------
 def agent_choices(*, team: Team) -> QuerySet[Agent]:
-    return Agent.objects.filter(team=team).only("uuid", "name", "description", "model").order_by("name")
+    return (Agent.objects.filter(team=team).select_related("provider")
+            .only("uuid", "name", "description", "suggested_prompts", "model", "allowed_models",
+                  "provider__kind", "provider__name").order_by("name"))
 
 
 def conversation_list(*, membership: Membership, query: str = "", scope: str = "mine",
                       archived: bool = False, limit: int = 100) -> list[Conversation]:
     """The conversations of the membership's team to list: the person's own (``scope="mine"``)
     or every one of the team they may see (``"team"``: shared ones, and all for admins),
-    archived or not, newest first. ``query`` matches the title or the text of any message."""
+    archived or not, newest first (the person's pinned ones first). ``query`` matches the title
+    or the text of any message."""
     rows = (conversations_visible(membership)
             .filter(archived=archived, deleted_at__isnull=True).select_related("agent", "created_by"))
     if scope != "team":
@@ -47,9 +51,28 @@ def conversation_list(*, membership: Membership, query: str = "", scope: str = "
     if query:
         in_messages = Message.objects.filter(conversation_id=OuterRef("pk"), text__icontains=query)
         rows = rows.filter(Q(title__icontains=query) | Exists(in_messages))
-    return list(rows.only("uuid", "title", "updated_at", "archived", "shared", "created_by_id",
-                          "agent__name", "created_by__username")
-                .order_by("-updated_at", "-id")[:limit])
+    order = ("-updated_at", "-id") if scope == "team" else ("-pinned", "-updated_at", "-id")
+    return list(rows.only("uuid", "title", "updated_at", "archived", "shared", "pinned",
+                          "created_by_id", "agent__name", "created_by__username")
+                .order_by(*order)[:limit])
+
+
+def conversation_groups(conversations: Iterable[Conversation], *, today: Any = None
+                        ) -> list[tuple[str, list[Conversation]]]:
+    """The sidebar's sections: pinned, then by day (today, yesterday, the last 7 and 30 days,
+    older), keeping the list's order inside each."""
+    today = today or timezone.localdate()
+    groups: dict[str, list[Conversation]] = {}
+    for c in conversations:
+        if c.pinned:
+            label = "Pinned"
+        else:
+            age = (today - timezone.localdate(c.updated_at)).days
+            label = ("Today" if age <= 0 else "Yesterday" if age == 1
+                     else "Previous 7 days" if age < 7 else "Previous 30 days" if age < 30
+                     else "Older")
+        groups.setdefault(label, []).append(c)
+    return list(groups.items())
 
 
 # -- one conversation, as the chat shows it ------------------------------------------------------

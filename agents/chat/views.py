@@ -47,8 +47,20 @@ def chat(request: HttpRequest) -> HttpResponse:
 @team_required(Role.MEMBER, action="start conversations")
 @require_POST
 def conversation_new(request: HttpRequest) -> HttpResponse:
+    """Start a conversation with an agent; with ``text`` (the home page's box, a starter), its
+    first message goes at once."""
     agent = get_for_team_or_404(Agent, request.team, uuid=request.POST.get("agent", ""))
+    text = request.POST.get("text", "").strip()
     conversation = services.conversation_create(team=request.team, agent=agent, user=request.user)
+    if text:
+        try:
+            reply = services.chat_command(conversation=conversation, user=request.user, text=text)
+            if reply is not None:
+                return _command_response(request, conversation, reply, text)
+            turns.turn_send(conversation=conversation, user=request.user, text=text,
+                            parent=turns.LATEST, client_id=request.POST.get("client_id", ""))
+        except ValidationError as exc:
+            flash.error(request, " ".join(exc.messages))
     return redirect("conversation", conversation_uuid=conversation.uuid)
 
 

@@ -27,7 +27,7 @@ from agentsite.audit import AuditedAdmin
 from agentsite.models import Team
 
 AGENT_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
-    (None, {"fields": ["team", "name", "description"]}),
+    (None, {"fields": ["team", "name", "description", "suggested_prompts"]}),
     ("Model", {"fields": ["provider", "model", "fallbacks", "temperature", "max_output_tokens",
                           "allowed_models"]}),
     ("Instructions", {"fields": ["system_prompt"]}),
@@ -63,7 +63,7 @@ class AgentAdmin(AuditedAdmin, TeamScopedAdmin):
         return ListChangeList
 
     def changelist_queryset(self, qs: models.QuerySet) -> models.QuerySet:
-        return (qs.defer("system_prompt", "description", "fallbacks", "allowed_models")
+        return (qs.defer("system_prompt", "description", "suggested_prompts", "fallbacks", "allowed_models")
                 .annotate(tool_total=Count("tools", distinct=True)))
 
     @admin.display(description="Tools", ordering="tool_total")

@@ -415,6 +415,10 @@ class AgentAdminForm(forms.ModelForm):
         label="Fallbacks",
         help_text="Tried in order when the model fails: one “provider name / model” per line, e.g. "
                   "“OpenAI / gpt-4o-mini”. Only the provider name: same model, other provider.")
+    suggested_prompts = LinesField(
+        label="Suggested prompts",
+        help_text="One per line, at most 6: shown as starters on a new conversation with this "
+                  "agent (a click sends it).")
     allowed_models = LinesField(
         label="Models /model may switch to",
         help_text="One model name per line. People can pick one of these for a conversation with "
@@ -424,7 +428,7 @@ class AgentAdminForm(forms.ModelForm):
     class Meta:
         model = Agent
         fields = [
-            "team", "name", "description", "provider", "model", "fallbacks", "temperature",
+            "team", "name", "description", "suggested_prompts", "provider", "model", "fallbacks", "temperature",
             "max_output_tokens", "allowed_models", "system_prompt", "tools", "tool_dispatcher",
             "parallel_tools", "max_tool_iterations", "approval_timeout_s", "history_max_messages",
             "compaction_enabled", "compaction_threshold_tokens", "compaction_preserve_recent",
@@ -461,6 +465,15 @@ class AgentAdminForm(forms.ModelForm):
         self.fields["fallbacks"].provider_names = names
         self.fields["memory_min_relevance"].help_text = AGENT_HELP["memory_min_relevance"]
         self.fields["memory_min_relevance"].label = AGENT_LABELS["memory_min_relevance"]
+
+    def clean_suggested_prompts(self) -> list[str]:
+        prompts = self.cleaned_data.get("suggested_prompts") or []
+        if len(prompts) > 6:
+            raise forms.ValidationError(f"At most 6 suggested prompts ({len(prompts)} given).")
+        long = [p for p in prompts if len(p) > 500]
+        if long:
+            raise forms.ValidationError("A suggested prompt is at most 500 characters.")
+        return prompts
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -39,6 +39,16 @@
     }
   });
 
+  // <textarea data-enter-submits>: Enter sends its form, Shift+Enter adds a line (as in the chat).
+  document.addEventListener("keydown", function (event) {
+    var el = event.target;
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing || !el.matches ||
+        !el.matches("textarea[data-enter-submits]") || !el.form) { return; }
+    event.preventDefault();
+    if (!el.value.trim()) { return; }
+    if (typeof el.form.requestSubmit === "function") { el.form.requestSubmit(); } else { el.form.submit(); }
+  });
+
   // Close an open <details class="menu"> when clicking elsewhere or pressing Escape.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.menu[open]").forEach(function (menu) {

@@ -1,0 +1,48 @@
+"""The home page: what a person can start (the team's agents and their starters), what they were
+doing (recent conversations, running and recent turns), what it cost this week against the
+budgets, and, while the team has only the offline demo model, how to connect a real one."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.views.decorators.http import require_GET
+
+from agents.chat import selectors
+from agents.models import Provider
+from agentsite.access import team_required
+from agentsite.models import Membership
+from agentsite.selectors import team_member_count
+from traces.budgets import budget_states
+from traces.cost_selectors import recent_spend
+from traces.models import Trace
+from traces.selectors import traces_visible
+
+RECENT = 6
+ACTIVE = (Trace.Status.QUEUED, Trace.Status.RUNNING)
+
+
+@team_required()
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    team, membership = request.team, request.membership
+    visible = (traces_visible(membership).select_related("agent", "user_message", "conversation")
+               .order_by("-created_at"))
+    week_team, week_mine = recent_spend(team=team, user_id=request.user.pk)
+    context = {
+        "agents": selectors.agent_choices(team=team),
+        "recent": selectors.conversation_list(membership=membership, limit=RECENT),
+        "running": list(visible.filter(status__in=ACTIVE)[:RECENT]),
+        "finished": list(visible.exclude(status__in=ACTIVE)[:RECENT]),
+        "week_team": week_team,
+        "week_mine": week_mine,
+        "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
+        "demo_only": not Provider.objects.filter(team=team).exclude(kind=Provider.Kind.DEMO).exists(),
+        "member_count": team_member_count(team),
+        "membership_help": Membership.ROLE_HELP[membership.role],
+    }
+    return render(request, "home.html", context)
+
+
+urlpatterns = [path("", home, name="home")]
