@@ -50,6 +50,14 @@ def conversation_archive(*, conversation: Conversation, user: Any, archived: boo
     return conversation
 
 
+def conversation_pin(*, conversation: Conversation, user: Any, pinned: bool = True) -> Conversation:
+    """Keep a conversation at the top of its owner's list (or not)."""
+    conversation_act_check(user, conversation, "pin it")
+    Conversation.objects.filter(pk=conversation.pk).update(pinned=bool(pinned))
+    conversation.pinned = bool(pinned)
+    return conversation
+
+
 def conversation_delete(*, conversation: Conversation, user: Any) -> None:
     """Delete a conversation for the chat: it is gone from the lists and its page. Its running
     turns stop; their traces stay, as the team's record of what was spent."""
@@ -121,14 +129,15 @@ def chat_command(*, conversation: Conversation, user: Any, text: str) -> Command
     return CommandReply("unknown", unknown_command_reply(command))
 
 
-def _allowed_models(agent: Agent) -> list[str]:
+def allowed_models(agent: Agent) -> list[str]:
+    """The models a conversation with ``agent`` may use: its own first, then its allowed ones."""
     models_ = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
     return [agent.model, *[m for m in models_ if m != agent.model]]
 
 
 def _models_text(conversation: Conversation, agent: Agent) -> str:
     current = conversation.model_override or agent.model
-    choices = _allowed_models(agent)
+    choices = allowed_models(agent)
     if len(choices) == 1:
         return (f"This conversation uses {current}. The agent {agent.name} has no other models "
                 "to switch to; an admin can add some to its allowed models.")
@@ -142,7 +151,7 @@ def _model_command(conversation: Conversation, agent: Agent, argument: str) -> C
     if not argument:
         return CommandReply("model", f"This conversation uses {current}. Switch with "
                                      "/model <name>; /models lists the choices.")
-    choices = _allowed_models(agent)
+    choices = allowed_models(agent)
     chosen = next((m for m in choices if m.lower() == argument.lower()), None)
     if chosen is None:
         listed = ", ".join(choices)

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.access import can_act_in, conversation_get_or_404
 from agents.chat import selectors, services
 from agents.models import Agent, Conversation, Message
+from agents.runtime.commands import command_list
 from agents.turns import services as turns
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
@@ -21,6 +22,7 @@ from traces.models import Trace
 
 Role = Membership.Role
 CONVERSATION_PARTS = {"messages": "messages-swap"}
+SIDEBAR_SIZE = 60
 
 
 @team_required()
@@ -41,6 +43,9 @@ def chat(request: HttpRequest) -> HttpResponse:
     template = "chat/chat.html"
     if request.htmx and request.htmx.target == "conversation-list":
         template += "#results"
+    elif request.htmx and request.htmx.target == "sidebar-list":
+        context["sidebar"] = selectors.conversation_groups(context["conversations"])
+        template = "chat/_sidebar.html#sidebar-list"
     return render(request, template, context)
 
 
@@ -92,6 +97,10 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         # The owner and the team's admins send, edit, stop, approve and manage; others read.
         "can_act": can_act_in(request.membership, convo),
         "max_chars": turns.MAX_MESSAGE_CHARS,
+        "sidebar": selectors.conversation_groups(
+            selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)),
+        "commands": command_list(),
+        "model_choices": services.allowed_models(convo.agent),
     }
     template = "chat/conversation.html"
     part = CONVERSATION_PARTS.get(request.GET.get("part", ""))
@@ -218,6 +227,29 @@ def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpRe
     services.conversation_archive(conversation=convo, user=request.user, archived=archived)
     flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="pin conversations")
+@require_POST
+def conversation_pin(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    convo = _conversation(request, conversation_uuid)
+    services.conversation_pin(conversation=convo, user=request.user,
+                              pinned=request.POST.get("pinned", "1") != "0")
+    return redirect_back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="chat")
+@require_POST
+def conversation_model(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    """The model picker: what ``/model <name>`` does, as a control."""
+    convo = _conversation(request, conversation_uuid)
+    model = " ".join(request.POST.get("model", "").split())[:200]
+    text = f"/model {model}"
+    try:
+        reply = services.chat_command(conversation=convo, user=request.user, text=text)
+    except ValidationError as exc:
+        return _error(request, convo, exc)
+    return _command_response(request, convo, reply, text)
 
 
 @team_required(Role.MEMBER, action="share conversations")

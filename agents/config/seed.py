@@ -32,11 +32,19 @@ DEMO_SYSTEM_PROMPT = (
     "what the user tells you, and http_fetch to read a web page; then answer in plain words."
 )
 DEMO_DESCRIPTION = (
-    "Runs on the offline demo model: no API key needed. Try “What is 12 * (7 + 5)?”, "
-    "“What time is it in Tokyo?” or “Remember that my favourite colour is blue” (then “Forget my "
-    "favourite colour”: that tool asks you first), or “Tell me a story” and press Stop; open "
-    "the trace to see every step."
+    "Runs on the offline demo model: no API key needed. It uses tools (the calculator, the "
+    "clock, memory; forgetting asks you first), streams its answers and can be stopped; open "
+    "any answer's trace to see every step."
 )
+DEMO_PROMPTS = [
+    "What is 12 * (7 + 5)?",
+    "What time is it in Tokyo?",
+    "Remember that my favourite colour is blue",
+    "Forget my favourite colour",
+    "Tell me a story",
+]
+# What the model picker (and /model) offers besides the agent's own model.
+DEMO_ALLOWED_MODELS = ["demo-fast", "demo-careful"]
 DEMO_TOOLS = ("calculator", "current_time", "memory_store", "memory_recall", "memory_forget", "http_fetch")
 
 # Team-wide routing: a message with one of the keywords goes to the hint's model route. The demo
@@ -89,7 +97,9 @@ def demo_agent_seed(*, team: Team, user: Any = None) -> Agent:
         defaults={"kind": Provider.Kind.DEMO, "options": dict(DEMO_PROVIDER_OPTIONS)})
     tools = builtin_tools_seed(team=team)
     agent = _agent_seed(team=team, user=user, name=DEMO_AGENT, provider=provider, model="demo",
-                        system_prompt=DEMO_SYSTEM_PROMPT, description=DEMO_DESCRIPTION, tools=tools)
+                        system_prompt=DEMO_SYSTEM_PROMPT, description=DEMO_DESCRIPTION, tools=tools,
+                        suggested_prompts=list(DEMO_PROMPTS),
+                        allowed_models=list(DEMO_ALLOWED_MODELS))
     demo_routing_seed(team=team, provider=provider)
     env_providers_seed(team=team, user=user)
     return agent
@@ -132,11 +142,11 @@ def env_providers_seed(*, team: Team, user: Any = None) -> list[Agent]:
 
 
 def _agent_seed(*, team: Team, user: Any, name: str, provider: Provider, model: str,
-                system_prompt: str, description: str, tools: list[Tool]) -> Agent:
+                system_prompt: str, description: str, tools: list[Tool], **fields: Any) -> Agent:
     agent = Agent.objects.filter(team=team, name=name).first()
     if agent is None:
         agent = Agent(team=team, name=name, provider=provider, model=model,
-                      system_prompt=system_prompt, description=description)
+                      system_prompt=system_prompt, description=description, **fields)
         agent_save(agent=agent, tools=tools, user=user)
     elif not agent.versions.exists():
         # Made before versions were kept: its state now is its first version.

@@ -42,6 +42,16 @@ HELP_TEXT = (
     "/help — show this list"
 )
 
+
+def command_list() -> list[tuple[str, str]]:
+    """The commands and what they do, for the chat's "/" palette (the lines of ``HELP_TEXT``)."""
+    rows = []
+    for line in HELP_TEXT.splitlines()[1:]:
+        usage, _, what = line.partition(" — ")
+        rows.append((usage.strip(), what.strip()))
+    return rows
+
+
 _COMMAND_WORD = re.compile(r"/[A-Za-z][A-Za-z0-9_-]*")
 
 

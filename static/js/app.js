@@ -18,13 +18,9 @@
     if (question && !window.confirm(question)) { event.preventDefault(); }
   }, true);
 
-  // <button data-copy="#selector"> copies the value or text of the target.
-  document.addEventListener("click", function (event) {
-    var button = event.target.closest && event.target.closest("[data-copy]");
-    if (!button) { return; }
-    var target = document.querySelector(button.getAttribute("data-copy"));
-    if (!target) { return; }
-    var text = "value" in target ? target.value : target.textContent;
+  // <button data-copy="#selector"> copies the value or text of the target;
+  // <button data-copy-all="selector"> the text of every match, a blank line between them.
+  function copyText(text, button, fallbackTarget) {
     var done = function () {
       var label = button.textContent;
       button.textContent = "Copied";
@@ -32,11 +28,56 @@
     };
     if (navigator.clipboard && window.isSecureContext) {
       navigator.clipboard.writeText(text).then(done);
-    } else if (target.select) {
-      target.select();
+    } else if (fallbackTarget && fallbackTarget.select) {
+      fallbackTarget.select();
       document.execCommand("copy");
       done();
+    } else {
+      var area = document.createElement("textarea");
+      area.value = text;
+      area.setAttribute("readonly", "");
+      area.className = "visually-hidden";
+      document.body.appendChild(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+      done();
     }
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy], [data-copy-all]");
+    if (!button) { return; }
+    if (button.hasAttribute("data-copy-all")) {
+      var parts = Array.prototype.map.call(document.querySelectorAll(button.getAttribute("data-copy-all")),
+        function (el) { return el.innerText.trim(); }).filter(Boolean);
+      if (parts.length) { copyText(parts.join("\n\n"), button, null); }
+      return;
+    }
+    var target = document.querySelector(button.getAttribute("data-copy"));
+    if (!target) { return; }
+    copyText("value" in target ? target.value : target.textContent, button, target);
+  });
+
+  // Light, dark or the system's: the choice is kept in this browser (theme.js applies it
+  // before the page paints).
+  function applyTheme(choice) {
+    if (choice === "light" || choice === "dark") { document.documentElement.setAttribute("data-theme", choice); }
+    else { document.documentElement.removeAttribute("data-theme"); }
+    document.querySelectorAll("[data-theme-choice]").forEach(function (b) {
+      b.setAttribute("aria-pressed", String(b.getAttribute("data-theme-choice") === (choice || "system")));
+    });
+  }
+  var savedTheme = null;
+  try { savedTheme = localStorage.getItem("agentsite.theme"); } catch (e) { /* private mode */ }
+  document.addEventListener("DOMContentLoaded", function () { applyTheme(savedTheme); });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-theme-choice]");
+    if (!button) { return; }
+    var choice = button.getAttribute("data-theme-choice");
+    try {
+      if (choice === "system") { localStorage.removeItem("agentsite.theme"); } else { localStorage.setItem("agentsite.theme", choice); }
+    } catch (e) { /* the choice lasts for this page only */ }
+    applyTheme(choice);
   });
 
   // <textarea data-enter-submits>: Enter sends its form, Shift+Enter adds a line (as in the chat).

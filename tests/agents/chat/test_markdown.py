@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
-from agents.chat.markdown import render_markdown, sanitize_html
+from agents.chat.markdown import highlight_css, render_markdown, sanitize_html
 from agents.runtime.providers.demo import XSS_CORPUS
 
 CORPUS = [
@@ -115,3 +116,12 @@ def test_rendering_is_cached_by_content(monkeypatch):
     assert render_markdown("cache **me** once") == first == "<p>cache <strong>me</strong> once</p>\n"
     assert calls == ["cache **me** once"]
     assert render_markdown("") == "" and render_markdown("   ") == ""
+
+
+def test_the_shipped_highlight_stylesheet_is_the_generated_one():
+    shipped = Path(__file__).resolve().parents[3] / "static" / "css" / "pygments.css"
+    css = shipped.read_text()
+    assert css == highlight_css(), "regenerate static/css/pygments.css from highlight_css()"
+    # dark code colours follow the page: the system's dark unless light was picked, or a picked dark
+    assert ':root:not([data-theme="light"]) .md .highlight .k {' in css
+    assert ':root[data-theme="dark"] .md .highlight .k {' in css

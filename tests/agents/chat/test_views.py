@@ -81,8 +81,9 @@ def test_conversation_page_queries_are_bounded(client_for, alice, conversation, 
     for i in range(count):
         Message.objects.create(conversation=conversation, role="user", text=f"m{i}", blocks=[{"type": "text", "text": f"m{i}"}])
     c = client_for(alice)
-    # Two of them find the context window: the model's settings row, then the catalogue.
-    with django_assert_max_num_queries(12):
+    # Two of them find the context window: the model's settings row, then the catalogue; one
+    # lists the sidebar.
+    with django_assert_max_num_queries(13):
         assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
 
 
@@ -278,10 +279,10 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
     assert small.status_code == 200 and "calculator" in small.content.decode()
     grow(27)
     # the chat's own reads are five (turns, branch messages, loose messages, steps, arguments),
-    # and the meter reads the model's settings row and the catalogue's window
+    # the meter reads the model's settings row and the catalogue's window, and one lists the sidebar
     with django_assert_max_num_queries(len(few)):
         big = c.get(url)
     body = big.content.decode()
-    assert len(few) <= 16 and big.status_code == 200 and body.count('class="message role-user"') == 30
+    assert len(few) <= 17 and big.status_code == 200 and body.count('class="message role-user"') == 30
     assert body.count('class="tool-card state-ok"') == 30 and body.count("<strong>answer</strong>") == 30
     assert body.count("<span>2/2</span>") == 30

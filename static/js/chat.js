@@ -1,0 +1,114 @@
+// agentsite — the chat page's controls around the live conversation (live.js): the sidebar
+// drawer, the "/" command palette, starters that send through the composer, and Escape to stop.
+// The page works without this file: starters post their form, commands are typed.
+(function () {
+  "use strict";
+  var composer = document.getElementById("composer");
+  var area = composer ? composer.querySelector("textarea") : null;
+
+  // -- the sidebar: a drawer on phones -------------------------------------------------------
+  function setSidebar(open) {
+    document.body.classList.toggle("sidebar-open", open);
+    document.querySelectorAll(".sidebar-open[data-sidebar-toggle]").forEach(function (b) {
+      b.setAttribute("aria-expanded", String(open));
+    });
+    if (open) {
+      var search = document.getElementById("sidebar-search");
+      if (search) { search.focus(); }
+    }
+  }
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest("[data-sidebar-toggle]");
+    if (toggle) { setSidebar(!document.body.classList.contains("sidebar-open")); return; }
+    var sidebar = document.getElementById("chat-sidebar");
+    if (document.body.classList.contains("sidebar-open") && sidebar && !sidebar.contains(event.target)) {
+      setSidebar(false);
+    }
+  });
+
+  // -- starters: a click puts the prompt through the composer (its outbox, its live answer) ----
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.classList || !form.classList.contains("starter-form") || !composer || !area) { return; }
+    event.preventDefault();
+    area.value = form.querySelector("input[name=text]").value;
+    composer.requestSubmit();
+  });
+
+  // -- Escape stops the answer being written -------------------------------------------------
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented) { return; }
+    if (palette && !palette.hidden) { closePalette(); event.preventDefault(); return; }
+    if (document.body.classList.contains("sidebar-open")) { setSidebar(false); return; }
+    if (document.querySelector("details.menu[open], details.edit[open]")) { return; }
+    var stop = document.querySelector(".answer.pending .stop-form button");
+    if (stop && !stop.disabled && stop.offsetParent !== null) {
+      event.preventDefault();
+      stop.click();
+    }
+  });
+
+  // -- the "/" command palette ---------------------------------------------------------------
+  var palette = document.getElementById("command-palette");
+  if (!palette || !area) { return; }
+  var options = Array.prototype.slice.call(palette.querySelectorAll("[role=option]"));
+  var active = -1;
+
+  function visible() { return options.filter(function (o) { return !o.hidden; }); }
+  function highlight(index) {
+    var shown = visible();
+    active = shown.length ? (index + shown.length) % shown.length : -1;
+    options.forEach(function (o) { o.setAttribute("aria-selected", "false"); });
+    if (active >= 0) {
+      shown[active].setAttribute("aria-selected", "true");
+      area.setAttribute("aria-activedescendant", shown[active].id);
+      shown[active].scrollIntoView({ block: "nearest" });
+    } else {
+      area.removeAttribute("aria-activedescendant");
+    }
+  }
+  function closePalette() {
+    palette.hidden = true;
+    area.removeAttribute("aria-activedescendant");
+  }
+  function update() {
+    var text = area.value;
+    // Open while the message is a command word being typed: "/", "/mo", not "/model gpt".
+    if (!/^\/[A-Za-z-]*$/.test(text)) { closePalette(); return; }
+    var typed = text.toLowerCase();
+    options.forEach(function (o) { o.hidden = o.getAttribute("data-command").toLowerCase().indexOf(typed) !== 0; });
+    if (!visible().length) { closePalette(); return; }
+    palette.hidden = false;
+    highlight(0);
+  }
+  function choose(option) {
+    var usage = option.getAttribute("data-command");
+    var word = usage.split(" ")[0];
+    closePalette();
+    // A command with an argument waits for it; one without is sent at once.
+    if (usage.indexOf("<") !== -1) { area.value = word + " "; area.focus(); }
+    else { area.value = word; composer.requestSubmit(); }
+  }
+  area.addEventListener("input", update);
+  area.addEventListener("blur", function () { setTimeout(closePalette, 150); });
+  // Before live.js's Enter-sends (on the composer, capturing), so a highlighted command is
+  // chosen instead of the text being sent.
+  composer.addEventListener("keydown", function (event) {
+    if (event.target !== area || palette.hidden) { return; }
+    if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      event.preventDefault();
+      highlight(active + (event.key === "ArrowDown" ? 1 : -1));
+    } else if ((event.key === "Enter" && !event.shiftKey) || event.key === "Tab") {
+      var shown = visible();
+      if (active >= 0 && shown[active]) {
+        event.preventDefault();
+        event.stopImmediatePropagation();
+        choose(shown[active]);
+      }
+    }
+  }, true);
+  palette.addEventListener("mousedown", function (event) {
+    var option = event.target.closest("[role=option]");
+    if (option) { event.preventDefault(); choose(option); }
+  });
+})();

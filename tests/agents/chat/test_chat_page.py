@@ -1,0 +1,113 @@
+"""What the conversation page puts at hand: the sidebar (search, pinned, by day), the agent's
+description and starters on an empty chat, the model picker, the "/" palette, copy buttons."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from agents.chat import selectors
+from agents.chat.services import conversation_create
+from agents.models import Conversation
+from agents.runtime.commands import command_list
+
+
+def page(client, conversation) -> str:
+    response = client.get(reverse("conversation", args=[conversation.uuid]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def titled(agent, user, title, **fields) -> Conversation:
+    c = conversation_create(team=agent.team, agent=agent, user=user, title=title)
+    if fields:
+        Conversation.objects.filter(pk=c.pk).update(**fields)
+        c.refresh_from_db()
+    return c
+
+
+def test_an_untitled_conversation_is_named_after_its_agent(conversation):
+    assert str(conversation) == "New conversation with Helper"
+
+
+def test_the_sidebar_lists_the_persons_conversations_pinned_first_then_by_day(client_for, alice, bob, agent):
+    now = timezone.now()
+    old = titled(agent, alice, "Quarterly numbers", updated_at=now - timedelta(days=12))
+    titled(agent, alice, "Yesterday's plan", updated_at=now - timedelta(days=1))
+    pinned = titled(agent, alice, "Runbook", updated_at=now - timedelta(days=40), pinned=True)
+    titled(agent, bob, "Bob's secret")
+    html = page(client_for(alice), old)
+    sidebar = html[html.index('id="chat-sidebar"'):html.index("</aside>")]
+    order = [sidebar.index(t) for t in ("Pinned", "Runbook", "Yesterday", "Yesterday&#x27;s plan",
+                                         "Previous 30 days", "Quarterly numbers")]
+    assert order == sorted(order)
+    assert "Bob&#x27;s secret" not in sidebar
+    assert f'href="{reverse("conversation", args=[old.uuid])}" aria-current="page"' in sidebar
+    assert [label for label, _ in selectors.conversation_groups(
+        selectors.conversation_list(membership=alice.memberships.get()))][0] == "Pinned"
+    assert pinned.pinned
+
+
+def test_the_sidebar_search_answers_with_its_list_only(client_for, alice, agent):
+    titled(agent, alice, "Kubernetes upgrade")
+    titled(agent, alice, "Holiday plans")
+    response = client_for(alice).get(reverse("chat") + "?q=kubern", HTTP_HX_REQUEST="true",
+                                     HTTP_HX_TARGET="sidebar-list")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<nav id="sidebar-list"')
+    assert "Kubernetes upgrade" in html and "Holiday plans" not in html
+
+
+def test_only_the_owner_pins(client_for, alice, bob, vera, agent):
+    mine = titled(agent, bob, "Bob's")
+    url = reverse("conversation_pin", args=[mine.uuid])
+    assert client_for(vera).post(url, {"pinned": "1"}).status_code in (403, 404)
+    client_for(bob).post(url, {"pinned": "1"})
+    mine.refresh_from_db()
+    assert mine.pinned
+    client_for(bob).post(url, {"pinned": "0"})
+    mine.refresh_from_db()
+    assert not mine.pinned
+
+
+def test_an_empty_chat_shows_the_agent_and_its_starters(client_for, alice, make_agent):
+    agent = make_agent(name="Researcher", description="Cites <b>sources</b>.",
+                       suggested_prompts=["What is 6 * 7?"])
+    html = page(client_for(alice), conversation_create(team=agent.team, agent=agent, user=alice))
+    assert "Cites &lt;b&gt;sources&lt;/b&gt;." in html
+    assert 'class="inline starter-form"' in html and 'value="What is 6 * 7?"' in html
+
+
+def test_the_model_picker_switches_like_model_does(client_for, alice, vera, make_agent, sent_turns):
+    agent = make_agent(name="Picky", allowed_models=["demo-fast"])
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    html = page(client_for(alice), conversation)
+    assert 'id="model-picker"' in html and '<option value="demo-fast">' in html
+    url = reverse("conversation_model", args=[conversation.uuid])
+    assert client_for(vera).post(url, {"model": "demo-fast"}).status_code in (403, 404)
+    response = client_for(alice).post(url, {"model": "demo-fast"}, follow=True)
+    conversation.refresh_from_db()
+    assert conversation.model_override == "demo-fast"
+    assert "This conversation now uses demo-fast." in response.content.decode()
+    client_for(alice).post(url, {"model": "gpt-9000"})
+    conversation.refresh_from_db()
+    assert conversation.model_override == "demo-fast"  # not one of the agent's models: unchanged
+    client_for(alice).post(url, {"model": "demo"})
+    conversation.refresh_from_db()
+    assert conversation.model_override == ""
+
+
+def test_no_picker_when_the_agent_has_one_model(client_for, alice, conversation):
+    assert 'id="model-picker"' not in page(client_for(alice), conversation)
+
+
+def test_the_palette_lists_every_command_and_messages_have_copy_buttons(client_for, alice, conversation,
+                                                                       sample_trace):
+    html = page(client_for(alice), conversation)
+    user_message = sample_trace.user_message
+    assert f'data-copy-all="#message-{user_message.uuid.hex} .bubble"' in html
+    for usage, what in command_list():
+        assert f'data-command="{usage}"' in html.replace("&lt;", "<").replace("&gt;", ">")
+    assert len(command_list()) >= 5 and ("/stop", "stop the reply that is being written") in command_list()
