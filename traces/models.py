@@ -274,6 +274,34 @@ class TrajectoryState(models.Model):
         return f"state after iteration {self.iteration}"
 
 
+class Feedback(models.Model):
+    """A person's thumbs up or down on an answer, with an optional comment: one per person and
+    trace, kept with the trace (shown in the inspector, a filter of the trace list)."""
+
+    class Rating(models.IntegerChoices):
+        UP = 1, "Good answer"
+        DOWN = -1, "Bad answer"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    rating = models.SmallIntegerField(choices=Rating.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["trace_id", "created_at"]
+        constraints = [models.UniqueConstraint(fields=["trace", "user"], name="feedback_one_per_person")]
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on {self.trace_id}"
+
+    @property
+    def is_up(self) -> bool:
+        return self.rating == self.Rating.UP
+
+
 # -- prices, roll-ups and budgets -----------------------------------------------------------------
 class ModelPrice(models.Model):
     """One version of a model's price, in USD per million tokens for each usage bucket.

@@ -16,7 +16,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agentsite.access import (
@@ -28,7 +28,7 @@ from agentsite.access import (
 )
 from agentsite.models import Membership, Team
 
-from .models import Step, StepPayload, Trace, TrajectoryState
+from .models import Feedback, Step, StepPayload, Trace, TrajectoryState
 
 # Steps rendered per chunk of the inspector's timeline; later chunks load as they scroll in.
 STEP_CHUNK = 200
@@ -102,6 +102,9 @@ def date_param(params: Any, name: str, default: date | None, errors: dict[str, s
         return default
 
 
+FEEDBACK_FILTERS = {"up": "👍 Good", "down": "👎 Bad", "any": "Rated", "none": "Not rated"}
+
+
 @dataclass(frozen=True)
 class TraceFilters:
     agent: str = ""
@@ -112,6 +115,7 @@ class TraceFilters:
     date_to: date | None = None
     min_cost: Decimal | None = None
     text: str = ""
+    feedback: str = ""  # "up", "down", "any" (rated) or "none" (not rated)
 
     @classmethod
     def from_query(cls, params: Any) -> tuple[TraceFilters, dict[str, str]]:
@@ -131,6 +135,10 @@ class TraceFilters:
             except (InvalidOperation, ValueError):
                 errors["min_cost"] = "Use a number of dollars, like 0.01."
                 min_cost = None
+        feedback = (params.get("feedback") or "").strip()
+        if feedback and feedback not in FEEDBACK_FILTERS:
+            errors["feedback"] = "Unknown rating."
+            feedback = ""
         status = (params.get("status") or "").strip()
         if status and status not in Trace.Status.values:
             errors["status"] = "Unknown status."
@@ -145,6 +153,7 @@ class TraceFilters:
                 date_to=day("date_to"),
                 min_cost=min_cost,
                 text=(params.get("q") or "").strip()[:200],
+                feedback=feedback,
             ),
             errors,
         )
@@ -152,7 +161,7 @@ class TraceFilters:
     @property
     def active(self) -> bool:
         return any((self.agent, self.status, self.user, self.model, self.date_from, self.date_to,
-                    self.min_cost is not None, self.text))
+                    self.min_cost is not None, self.text, self.feedback))
 
 
 def _day_start(day: date) -> datetime:
@@ -181,6 +190,12 @@ def trace_list(*, membership: Membership, filters: TraceFilters) -> QuerySet[Tra
         qs = qs.filter(created_at__lt=_day_start(filters.date_to + timedelta(days=1)))
     if filters.min_cost is not None:
         qs = qs.filter(cost_usd__gte=filters.min_cost)
+    if filters.feedback in ("up", "down"):
+        rating = Feedback.Rating.UP if filters.feedback == "up" else Feedback.Rating.DOWN
+        qs = qs.filter(Exists(Feedback.objects.filter(trace_id=OuterRef("pk"), rating=rating)))
+    elif filters.feedback in ("any", "none"):
+        rated = Exists(Feedback.objects.filter(trace_id=OuterRef("pk")))
+        qs = qs.filter(rated if filters.feedback == "any" else ~rated)
     if filters.text:
         qs = qs.filter(Q(user_message__text__icontains=filters.text) | Q(answer__icontains=filters.text) | Q(error__icontains=filters.text))
     return qs
@@ -203,6 +218,7 @@ def trace_filter_choices(*, team: Team) -> dict[str, list]:
             Trace.objects.filter(team=team).exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:200]
         ),
         "statuses": Trace.Status.choices,
+        "feedback": list(FEEDBACK_FILTERS.items()),
     }
 
 

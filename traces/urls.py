@@ -12,6 +12,7 @@ urlpatterns = [
     path("<uuid:trace_uuid>/states/", views.trace_states_chunk, name="trace_states_chunk"),
     path("<uuid:trace_uuid>/steps/<int:seq>/", views.step_detail, name="step_detail"),
     path("<uuid:trace_uuid>/steps/<int:seq>/payloads/<str:kind>/", views.step_payload_download, name="step_payload_download"),
+    path("<uuid:trace_uuid>/feedback/", views.trace_feedback, name="trace_feedback"),
     path("<uuid:trace_uuid>/export.json", views.trace_export, name="trace_export"),
     path("<uuid:trace_uuid>/reprice/", cost_views.trace_reprice, name="trace_reprice"),
     path("<uuid:trace_uuid>/reprice/apply/", cost_views.trace_reprice_correct, name="trace_reprice_apply"),

@@ -6,11 +6,16 @@ from collections.abc import Iterator
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.contrib import messages as flash
+from django.core.exceptions import ValidationError
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.access import get_for_team_or_404, team_required
+from agentsite.models import Membership
+from agentsite.redirects import redirect_back
 
-from . import live, selectors
+from . import live, selectors, services
 from .export import step_record, trace_record
 from .models import Step, StepPayload, Trace
 from .presentation import decorate_states, decorate_steps, timeline_scale
@@ -63,8 +68,31 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
         "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
         "states": decorate_states(states, trace=trace),
         "states_before": states[0].iteration if earlier else None,
+        "feedback": list(trace.feedback.select_related("user")),
     }
+    context["mine"] = next((f for f in context["feedback"] if f.user_id == request.user.pk), None)
     return render(request, "traces/trace_detail.html", context)
+
+
+@team_required(Membership.Role.MEMBER, action="rate answers")
+@require_POST
+def trace_feedback(request: HttpRequest, trace_uuid) -> HttpResponse:
+    """Thumbs up or down on an answer, with an optional comment (``rating`` empty: take it back).
+    From the chat (htmx: the buttons come back) or the inspector."""
+    trace = _trace(request, trace_uuid)
+    error = ""
+    try:
+        services.feedback_set(trace=trace, membership=request.membership,
+                              rating=request.POST.get("rating", ""), comment=request.POST.get("comment", ""))
+    except ValidationError as exc:
+        error = " ".join(exc.messages)
+    if request.htmx:
+        mine = trace.feedback.filter(user=request.user).first()
+        return render(request, "traces/_feedback.html", {"trace": trace, "mine": mine, "error": error},
+                      status=422 if error else 200)
+    if error:
+        flash.error(request, error)
+    return redirect_back(request, reverse("trace_detail", args=[trace.uuid]))
 
 
 @team_required()

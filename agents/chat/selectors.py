@@ -27,7 +27,7 @@ from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
 from agentsite.models import Membership, Team
 from traces.live import uuid_hex
-from traces.models import Step, StepPayload, Trace
+from traces.models import Feedback, Step, StepPayload, Trace
 
 
 # -- the chat ------------------------------------------------------------------------------------
@@ -255,6 +255,8 @@ class TurnView:
     parts: list[tuple[str, Any]] = field(default_factory=list)
     message_versions: Versions | None = None
     answer_versions: Versions | None = None
+    # The reader's thumbs up or down on the answer (``with_feedback``).
+    my_feedback: Feedback | None = None
 
     @property
     def active(self) -> bool:
@@ -282,6 +284,15 @@ class ChatView:
     @property
     def running(self) -> bool:
         return any(t.active for t in self.turns)
+
+
+def with_feedback(view: ChatView, user: Any) -> ChatView:
+    """Set each turn's ``my_feedback``: the reader's rating of its answer (one query)."""
+    ids = [t.trace.pk for t in view.turns]
+    mine = {f.trace_id: f for f in Feedback.objects.filter(trace_id__in=ids, user_id=user.pk)} if ids else {}
+    for turn in view.turns:
+        turn.my_feedback = mine.get(turn.trace.pk)
+    return view
 
 
 def _traces(conversation_id: int) -> list[Trace]:

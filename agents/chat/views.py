@@ -89,7 +89,8 @@ def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
 @require_GET
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
-    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")))
+    view = selectors.with_feedback(selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", ""))),
+                                   request.user)
     context = {
         "conversation": convo,
         "view": view,

@@ -279,10 +279,11 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
     assert small.status_code == 200 and "calculator" in small.content.decode()
     grow(27)
     # the chat's own reads are five (turns, branch messages, loose messages, steps, arguments),
-    # the meter reads the model's settings row and the catalogue's window, and one lists the sidebar
+    # the meter reads the model's settings row and the catalogue's window, one lists the sidebar
+    # and one reads the reader's ratings
     with django_assert_max_num_queries(len(few)):
         big = c.get(url)
     body = big.content.decode()
-    assert len(few) <= 17 and big.status_code == 200 and body.count('class="message role-user"') == 30
+    assert len(few) <= 18 and big.status_code == 200 and body.count('class="message role-user"') == 30
     assert body.count('class="tool-card state-ok"') == 30 and body.count("<strong>answer</strong>") == 30
     assert body.count("<span>2/2</span>") == 30
