@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from django.contrib import messages as flash
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.contrib import messages as flash
-from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
