@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import F, Max
+from django.urls import NoReverseMatch, reverse
 
 from .models import Step, Trace, TrajectoryState
 
@@ -25,14 +26,29 @@ def decorate_steps(steps: Iterable[Step], *, scale: float) -> None:
     """Bar position and width in percent of the timeline (a visible minimum for instant steps)."""
     scale = max(scale, 1.0)
     for step in steps:
-        start = min(step.offset_ms / scale * 100, 100.0)
+        meta = step.meta or {}
+        # a call that waited for approval ran after the wait (the approval step shows the wait)
+        offset = step.offset_ms + float(meta.get("approval_wait_ms") or 0)
+        step.run_offset_ms = int(offset)
+        start = min(offset / scale * 100, 100.0)
         width = ((step.duration_ms or 0.0) / scale) * 100
         step.bar_x = round(start, 3)
         step.bar_w = round(max(min(width, 100.0 - start), 0.4), 3)
-        meta = step.meta or {}
         step.tools_available = meta.get("tools_available") or []
         called = meta.get("tool_calls") or []
         step.tools_called = [c.get("name", "") if isinstance(c, dict) else str(c) for c in called]
+        step.decision_url = _decision_url(step)
+
+
+def _decision_url(step: Step) -> str:
+    """Where a person approves or denies the call this approval step waits for ("" when it is
+    not waiting, or its id cannot travel in a URL: then the chat decides)."""
+    if step.kind != Step.Kind.APPROVAL or step.status != Step.Status.WAITING or not step.call_id:
+        return ""
+    try:
+        return reverse("approval_decision", args=[step.trace.uuid, step.call_id])
+    except NoReverseMatch:
+        return ""
 
 
 def state_diff(state: TrajectoryState, previous: TrajectoryState | None) -> dict[str, Any]:

@@ -74,6 +74,14 @@ APPROVAL_ERRORS = {
 Kind, StepStatus = Step.Kind, Step.Status
 
 
+def _approval_error(reason: str) -> str:
+    """What the approval step says when the call may not run: a person's decline reads as their
+    decision ("Declined by a team admin."), not as a failure."""
+    if reason.lower().startswith("declined by "):
+        return reason[:1].upper() + reason[1:] + "."
+    return APPROVAL_ERRORS.get(reason, reason)
+
+
 def step_price(*, provider_kind: str, model: str, team_id: int | None = None,
                at: datetime | None = None, table: PriceTable | None = None) -> tuple[Price | None, str]:
     """The price of one model request and where it comes from (for people: "price table:
@@ -406,14 +414,21 @@ class TraceRecorder:
         payloads = {"output": payload_text(event.output)}
         if fresh:
             payloads["arguments"] = payload_json(event.arguments)
+        meta: dict[str, Any] = {"output_preview": scrub_secrets(event.output_preview),
+                                "output_chars": len(event.output)}
+        # The call's duration leaves out the wait for approval (its own step); the timeline
+        # draws the call from when it ran.
+        approval = self.keys.get(f"approval:{event.iteration}:{event.call_id}")
+        waited = self.values.get(approval, {}).get("duration_ms") if approval else None
+        if waited:
+            meta["approval_wait_ms"] = waited
         seq = await self._write(key, {
             "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
             "call_id": event.call_id[:200],
             "status": StepStatus.OK if event.success else StepStatus.ERROR,
             "success": event.success, "duration_ms": _ms(event.duration_ms),
             "error": scrub_secrets(event.error or ""),
-            "meta": {"output_preview": scrub_secrets(event.output_preview),
-                     "output_chars": len(event.output)},
+            "meta": meta,
         }, payloads)
         self.tool_last[(event.iteration, event.name)] = seq
 
@@ -434,7 +449,7 @@ class TraceRecorder:
             "call_id": event.call_id[:200],
             "status": StepStatus.OK if event.approved else StepStatus.ERROR,
             "success": event.approved, "duration_ms": _ms(event.waited_ms),
-            "error": "" if event.approved else APPROVAL_ERRORS.get(event.reason, event.reason),
+            "error": "" if event.approved else _approval_error(event.reason),
             "meta": meta,
         })
 

@@ -195,6 +195,8 @@ def _apply_approval(card: ToolCard, step: Step) -> None:
         card.state = "waiting"
     elif step.status == Step.Status.ERROR:
         reason = str(meta.get("reason") or "")
+        if reason.startswith("declined by "):
+            reason = "denied"
         card.state = reason if reason in ("denied", "timeout", "cancelled") else "error"
         card.error = step.error or card.error
 

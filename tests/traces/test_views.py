@@ -5,6 +5,7 @@ from decimal import Decimal
 
 from django.urls import reverse
 
+from agents.models import Conversation
 from traces.models import Step, Trace
 
 
@@ -110,3 +111,22 @@ def test_inspector_names_the_fallbacks_a_failover_used(client_for, alice, sample
     Trace.objects.filter(pk=sample_trace.pk).update(step_count=14, routing={"fallbacks": [{"provider": "Backup", "model": "demo"}]})
     html = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
     assert "Fallbacks used" in html and "Backup / demo" in html
+
+
+def test_a_waiting_approval_is_decided_from_the_inspector(client_for, alice, vera, sample_trace):
+    Trace.objects.filter(pk=sample_trace.pk).update(status="running")
+    Step.objects.filter(trace=sample_trace, seq=3).update(kind="approval", status="waiting", call_id="toolu_9",
+                                                         name="deploy", meta={"timeout_s": 300})
+    url = reverse("approval_decision", args=[sample_trace.uuid, "toolu_9"])
+    html = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
+    assert html.count(f'hx-post="{url}"') == 2 and "waits for approval. No decision within 300 s" in html
+    # the row is the same for every reader (it also goes out live); who may act is the page's
+    # body (viewers: no can-chat class) and the server's check
+    Conversation.objects.filter(pk=sample_trace.conversation_id).update(shared=True)
+    viewer = client_for(vera).get(reverse("trace_detail", args=[sample_trace.uuid]))
+    assert viewer.status_code == 200 and 'class="can-chat"' not in viewer.content.decode()
+    assert f'hx-post="{url}"' in viewer.content.decode()
+    assert client_for(vera).post(url, {"approved": "1"}).status_code == 403
+    Step.objects.filter(trace=sample_trace, seq=3).update(status="ok")
+    done = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
+    assert f'hx-post="{url}"' not in done

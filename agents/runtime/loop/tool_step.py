@@ -54,6 +54,7 @@ class ToolStep:
         self.approver = approver
         self.detector = LoopDetector() if cfg.loop_detection else None
         self.started: set[str] = set()
+        self.approval_waits: dict[str, float] = {}
         self.finished: dict[str, ToolResultBlock] = {}
         self.invalid_arguments: dict[str, str] = {}
 
@@ -178,9 +179,13 @@ class ToolStep:
             outcome = await self.run_call(iteration, call)
         except TurnCancelled:
             await self.finish_call(iteration, call, _Outcome(CANCELLED_OUTPUT, False, "cancelled"),
-                                   time.perf_counter() - started)
+                                   self.ran_for(call, started))
             raise
-        return await self.finish_call(iteration, call, outcome, time.perf_counter() - started)
+        return await self.finish_call(iteration, call, outcome, self.ran_for(call, started))
+
+    def ran_for(self, call: ToolUseBlock, started: float) -> float:
+        """Seconds the call took, without the wait for a person's approval (its own step)."""
+        return max(time.perf_counter() - started - self.approval_waits.pop(call.id, 0.0), 0.0)
 
     async def run_call(self, iteration: int, call: ToolUseBlock) -> _Outcome:
         tool = self.tools.get(call.name)
@@ -190,9 +195,13 @@ class ToolStep:
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
         if tool.requires_approval:
-            decision = await ask_approval(self.approver, call, iteration,
-                                          timeout_s=self.cfg.approval_timeout_s,
-                                          cancel=self.cancel, observer=self.observer)
+            asked = time.perf_counter()
+            try:
+                decision = await ask_approval(self.approver, call, iteration,
+                                              timeout_s=self.cfg.approval_timeout_s,
+                                              cancel=self.cancel, observer=self.observer)
+            finally:
+                self.approval_waits[call.id] = time.perf_counter() - asked
             if not decision.approved:
                 output = declined_output(call.name, decision.reason)
                 return _Outcome(output, False, output.split("\n", 1)[0])

@@ -263,6 +263,15 @@ async def test_an_approved_tool_runs(decision):
     assert decided.approved
 
 
+async def test_a_tools_duration_leaves_out_the_wait_for_approval():
+    approver = ScriptedApprover(True, delay=0.4)
+    provider = FakeScriptedProvider([calls(("deploy", {})), answer("deployed")])
+    _, observer = await turn(provider, tools=[tool("deploy", "shipped", requires_approval=True)],
+                             approver=approver)
+    assert observer.of(ApprovalDecided)[0].waited_ms >= 400
+    assert observer.of(ToolFinished)[0].duration_ms < 200
+
+
 @pytest.mark.parametrize(("approver", "reason", "said"), [
     (ScriptedApprover(False), "denied", DENIED_OUTPUT),
     (ScriptedApprover(ApprovalDecision(False, "declined by a team admin")), "declined by a team admin",
