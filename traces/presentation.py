@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -80,3 +81,52 @@ def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None
         state.diff = state_diff(state, previous)
         previous = state
     return states
+
+
+# -- payloads as a conversation ------------------------------------------------------------------
+READABLE_TEXT_CHARS = 20_000
+
+
+def readable_payload(kind: str, data: Any) -> dict[str, Any] | None:
+    """A model request or response as people read it: the system prompt, the messages (text,
+    tool calls with their arguments, tool results), the tools offered. None when the payload is
+    not one (the raw JSON is shown instead)."""
+    if not isinstance(data, dict):
+        return None
+    if kind == "request" and isinstance(data.get("messages"), list):
+        system = [str(b.get("text", "")) for b in data.get("system") or [] if isinstance(b, dict)]
+        specs = [{"name": str(s.get("name", "")), "description": str(s.get("description", "")),
+                  "parameters": _json(s.get("parameters") or s.get("input_schema") or {})}
+                 for s in data.get("tool_specs") or [] if isinstance(s, dict)]
+        return {"system": "\n\n".join(t for t in system if t)[:READABLE_TEXT_CHARS],
+                "messages": [_readable_message(m) for m in data["messages"] if isinstance(m, dict)],
+                "offset": int(data.get("message_offset") or 0),
+                "tools": [str(t) for t in data.get("tools") or []], "tool_specs": specs}
+    if kind == "response" and isinstance(data.get("message"), dict):
+        return {"messages": [_readable_message(data["message"])],
+                "stop_reason": str(data.get("stop_reason") or "")}
+    return None
+
+
+def _readable_message(message: dict[str, Any]) -> dict[str, Any]:
+    parts = []
+    for block in message.get("blocks") or message.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append({"kind": "text", "text": str(block.get("text", ""))[:READABLE_TEXT_CHARS]})
+        elif kind == "thinking":
+            parts.append({"kind": "thinking", "text": str(block.get("thinking", ""))[:READABLE_TEXT_CHARS]})
+        elif kind == "tool_use":
+            parts.append({"kind": "tool_use", "name": str(block.get("name", "")),
+                          "id": str(block.get("id", "")), "text": _json(block.get("input", {}))})
+        elif kind == "tool_result":
+            parts.append({"kind": "tool_result", "name": str(block.get("name", "")),
+                          "id": str(block.get("tool_use_id", "")), "error": bool(block.get("is_error")),
+                          "text": str(block.get("output", ""))[:READABLE_TEXT_CHARS]})
+    return {"role": str(message.get("role", "")), "parts": parts}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)[:READABLE_TEXT_CHARS]

@@ -18,7 +18,7 @@ from agentsite.redirects import redirect_back
 from . import live, selectors, services
 from .export import step_record, trace_record
 from .models import Step, StepPayload, Trace
-from .presentation import decorate_states, decorate_steps, timeline_scale
+from .presentation import decorate_states, decorate_steps, readable_payload, timeline_scale
 
 LIST_PAGE_SIZE = 25
 
@@ -161,6 +161,12 @@ def step_detail(request: HttpRequest, trace_uuid, seq: int) -> HttpResponse:
     payloads = []
     for payload in selectors.step_payloads(step):
         text = _pretty(payload)
+        readable = None
+        if payload.content_type == "application/json" and payload.kind in ("request", "response"):
+            try:
+                readable = readable_payload(payload.kind, json.loads(payload.content))
+            except ValueError:
+                readable = None
         payloads.append(
             {
                 "kind": payload.kind,
@@ -168,6 +174,7 @@ def step_detail(request: HttpRequest, trace_uuid, seq: int) -> HttpResponse:
                 "size": payload.size or len(payload.content),
                 "text": text[: selectors.PAYLOAD_PREVIEW_CHARS],
                 "truncated": len(text) > selectors.PAYLOAD_PREVIEW_CHARS,
+                "readable": readable,
             }
         )
     return render(request, "traces/trace_detail.html#step-detail", {"step": step, "trace": step.trace, "payloads": payloads})

@@ -130,3 +130,22 @@ def test_a_waiting_approval_is_decided_from_the_inspector(client_for, alice, ver
     Step.objects.filter(trace=sample_trace, seq=3).update(status="ok")
     done = client_for(alice).get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
     assert f'hx-post="{url}"' not in done
+
+
+def test_a_request_and_its_response_read_as_a_conversation(client_for, alice, sample_trace):
+    step = Step.objects.get(trace=sample_trace, seq=1)
+    request = {"model": "m", "system": [{"text": "Be brief.", "cacheable": True}], "tools": ["calculator"],
+               "message_offset": 0, "tool_specs": [{"name": "calculator", "description": "Does sums",
+                                                    "parameters": {"type": "object"}}],
+               "messages": [{"role": "user", "blocks": [{"type": "text", "text": "<script>x</script> 2+2?"}]},
+                            {"role": "assistant", "blocks": [{"type": "tool_use", "id": "c1", "name": "calculator",
+                                                              "input": {"expression": "2+2"}}]},
+                            {"role": "tool", "blocks": [{"type": "tool_result", "tool_use_id": "c1",
+                                                         "name": "calculator", "output": "4", "is_error": False}]}]}
+    step.payloads.filter(kind="request").update(content=json.dumps(request), content_type="application/json")
+    html = client_for(alice).get(reverse("step_detail", args=[sample_trace.uuid, 1])).content.decode()
+    assert '<div class="turn-part role-system"><div class="role-label">System</div><div class="part-text">Be brief.</div>' in html
+    assert "&lt;script&gt;x&lt;/script&gt; 2+2?" in html and "<script>x" not in html
+    assert 'calls</span> <code class="tool-name">calculator</code>' in html and "&quot;expression&quot;: &quot;2+2&quot;" in html
+    assert 'result of</span> <code class="tool-name">calculator</code><pre class="tool-pre">4</pre>' in html
+    assert "Tools offered (1)" in html and "Raw JSON" in html
