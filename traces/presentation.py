@@ -130,3 +130,62 @@ def _readable_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)[:READABLE_TEXT_CHARS]
+
+
+# -- the turn as a tree ----------------------------------------------------------------------------
+TREE_MAX_STEPS = 2000
+
+
+def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
+    """The turn as nested spans, in rows: each iteration, under it its model requests (with the
+    retries, restarts and compactions that happened around them), the approval waits and the
+    tool calls, marking calls that ran at the same time as parallel. Bars are percentages of
+    the turn's length, as in the timeline."""
+    scale = max(timeline_scale(trace), 1.0)
+    end = max([float(trace.duration_ms or 0)] + [s.offset_ms + float(s.duration_ms or 0) for s in steps])
+    rows: list[dict[str, Any]] = [_row("turn", trace.agent.name if trace.agent_id else "Turn", 0,
+                                       0, end or None, trace.status, scale)]
+    by_iteration: dict[int, list[Step]] = {}
+    for step in steps:
+        by_iteration.setdefault(step.iteration, []).append(step)
+    for iteration in sorted(by_iteration):
+        group = by_iteration[iteration]
+        start = min(s.offset_ms for s in group)
+        finish = max(s.offset_ms + float(s.duration_ms or 0) for s in group)
+        label = f"Iteration {iteration}" if iteration else "Before the first request"
+        rows.append(_row("iteration", label, 1, start, finish - start, "", scale))
+        tools = [s for s in group if s.kind == Step.Kind.TOOL_CALL]
+        for step in sorted(group, key=lambda s: (s.offset_ms, s.seq)):
+            depth = 2
+            if step.kind in (Step.Kind.RETRY, Step.Kind.COMPACTION):
+                depth = 3  # nested under the request they happened around
+            row = _row(step.kind, step.name or step.get_kind_display(), depth, _ran_from(step),
+                       step.duration_ms, step.status, scale)
+            row["seq"] = step.seq
+            row["kind_label"] = step.short_kind
+            if step.kind == Step.Kind.APPROVAL:
+                row["label"] = f"waiting for approval: {step.name}"
+            if step.kind == Step.Kind.TOOL_CALL:
+                row["parallel"] = any(o is not step and _overlap(step, o) for o in tools)
+            rows.append(row)
+    return rows
+
+
+def _ran_from(step: Step) -> float:
+    """When the step's work started: a tool call that waited for approval runs after the wait."""
+    meta = step.meta if isinstance(step.meta, dict) else {}
+    return step.offset_ms + float(meta.get("approval_wait_ms") or 0)
+
+
+def _overlap(a: Step, b: Step) -> bool:
+    a_start, b_start = _ran_from(a), _ran_from(b)
+    a_end, b_end = a_start + float(a.duration_ms or 0), b_start + float(b.duration_ms or 0)
+    return a_start < b_end and b_start < a_end
+
+
+def _row(kind: str, label: str, depth: int, offset: float, duration: float | None, status: str,
+         scale: float) -> dict[str, Any]:
+    start = min(offset / scale * 100, 100.0)
+    width = max(min((duration or 0) / scale * 100, 100.0 - start), 0.4)
+    return {"kind": kind, "label": label, "depth": depth, "bar_x": round(start, 3),
+            "bar_w": round(width, 3), "duration_ms": duration, "status": status, "parallel": False}

@@ -18,7 +18,14 @@ from agentsite.redirects import redirect_back
 from . import live, selectors, services
 from .export import step_record, trace_record
 from .models import Step, StepPayload, Trace
-from .presentation import decorate_states, decorate_steps, readable_payload, timeline_scale
+from .presentation import (
+    TREE_MAX_STEPS,
+    decorate_states,
+    decorate_steps,
+    readable_payload,
+    timeline_scale,
+    turn_tree,
+)
 
 LIST_PAGE_SIZE = 25
 
@@ -93,6 +100,16 @@ def trace_feedback(request: HttpRequest, trace_uuid) -> HttpResponse:
     if error:
         flash.error(request, error)
     return redirect_back(request, reverse("trace_detail", args=[trace.uuid]))
+
+
+@team_required()
+@require_GET
+def trace_tree(request: HttpRequest, trace_uuid) -> HttpResponse:
+    """The turn as a tree of spans (iterations, requests, approval waits, parallel calls)."""
+    trace = _trace(request, trace_uuid)
+    steps = list(trace.steps.only(*selectors.STEP_COLUMNS).order_by("seq")[:TREE_MAX_STEPS])
+    return render(request, "traces/trace_detail.html#tree",
+                  {"trace": trace, "rows": turn_tree(trace, steps), "clipped": len(steps) == TREE_MAX_STEPS})
 
 
 @team_required()

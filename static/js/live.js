@@ -98,6 +98,8 @@
     } else if (payload.event === "trace") {
       place(payload, null);
       countSteps();
+      var tree = document.getElementById("turn-tree");
+      if (tree && tree.open && window.htmx) { window.htmx.trigger(tree, "refresh"); }
       if (payload.status && ["queued", "running"].indexOf(payload.status) === -1) { hideLiveText(); }
     }
   }

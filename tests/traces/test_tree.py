@@ -1,0 +1,55 @@
+"""The inspector's tree: iterations, their requests, approval waits as their own spans, calls that
+ran at the same time marked parallel, retries nested under the request they retried."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from django.utils import timezone
+
+from traces.models import Step, Trace
+from traces.presentation import turn_tree
+
+
+def step(trace, seq, kind, name, iteration, offset, duration, **fields):
+    return Step.objects.create(trace=trace, seq=seq, kind=kind, name=name, iteration=iteration, offset_ms=offset,
+                               duration_ms=duration, status=fields.pop("status", "ok"),
+                               started_at=timezone.now(), **fields)
+
+
+def make(conversation, alice):
+    trace = Trace.objects.create(team=conversation.team, conversation=conversation, agent=conversation.agent,
+                                 user=alice, status="completed", duration_ms=9000)
+    step(trace, 1, "llm_request", "demo", 1, 0, 300)
+    step(trace, 2, "approval", "deploy", 1, 300, 5000, call_id="c1")
+    step(trace, 3, "tool_call", "deploy", 1, 300, 200, call_id="c1", meta={"approval_wait_ms": 5000})
+    step(trace, 4, "retry", "rate limited", 2, 5600, 500)
+    step(trace, 5, "llm_request", "demo", 2, 6100, 400)
+    step(trace, 6, "tool_call", "fetch", 2, 6500, 1000, call_id="c2")
+    step(trace, 7, "tool_call", "calculator", 2, 6600, 300, call_id="c3")
+    step(trace, 8, "tool_call", "current_time", 2, 7600, 100, call_id="c4")
+    return trace
+
+
+def test_the_tree_nests_iterations_marks_parallel_calls_and_approval_waits(conversation, alice):
+    trace = make(conversation, alice)
+    rows = turn_tree(trace, list(trace.steps.order_by("seq")))
+    labels = [(r["depth"], r["label"]) for r in rows]
+    assert labels[0] == (0, "Helper") and (1, "Iteration 1") in labels and (1, "Iteration 2") in labels
+    by_seq = {r.get("seq"): r for r in rows if r.get("seq")}
+    assert by_seq[2]["label"] == "waiting for approval: deploy" and by_seq[2]["depth"] == 2
+    # the approved call is drawn from when it ran, after the 5 s wait
+    assert by_seq[3]["bar_x"] == round(5300 / 9000 * 100, 3)
+    assert by_seq[4]["depth"] == 3  # the retry, nested
+    assert by_seq[6]["parallel"] and by_seq[7]["parallel"] and not by_seq[8]["parallel"]
+    assert not by_seq[3]["parallel"]
+
+
+def test_the_tree_page_is_escaped_and_team_scoped(client_for, alice, charlie, conversation):
+    trace = make(conversation, alice)
+    Step.objects.filter(trace=trace, seq=6).update(name="<img src=x onerror=alert(1)>")
+    response = client_for(alice).get(reverse("trace_tree", args=[trace.uuid]))
+    html = response.content.decode()
+    assert response.status_code == 200 and html.count('role="treeitem"') == 11
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert html.count("parallel-flag") == 2
+    assert client_for(charlie).get(reverse("trace_tree", args=[trace.uuid])).status_code == 404
