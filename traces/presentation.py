@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import F, Max
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from .models import Step, Trace, TrajectoryState
 
@@ -102,6 +103,8 @@ def readable_payload(kind: str, data: Any) -> dict[str, Any] | None:
                 "messages": [_readable_message(m) for m in data["messages"] if isinstance(m, dict)],
                 "offset": int(data.get("message_offset") or 0),
                 "tools": [str(t) for t in data.get("tools") or []], "tool_specs": specs}
+    if kind == "message" and isinstance(data.get("blocks"), list):
+        return {"messages": [_readable_message(data)]}
     if kind == "response" and isinstance(data.get("message"), dict):
         return {"messages": [_readable_message(data["message"])],
                 "stop_reason": str(data.get("stop_reason") or "")}
@@ -141,8 +144,14 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
     retries, restarts and compactions that happened around them), the approval waits and the
     tool calls, marking calls that ran at the same time as parallel. Bars are percentages of
     the turn's length, as in the timeline."""
-    scale = max(timeline_scale(trace), 1.0)
-    end = max([float(trace.duration_ms or 0)] + [s.offset_ms + float(s.duration_ms or 0) for s in steps])
+    if trace.is_active and trace.started_at:
+        # running and waiting spans reach to now
+        now_ms = (timezone.now() - trace.started_at).total_seconds() * 1000
+        for step in steps:
+            if step.status in (Step.Status.RUNNING, Step.Status.WAITING) and step.duration_ms is None:
+                step.duration_ms = max(now_ms - _ran_from(step), 0.0)
+    end = max([float(trace.duration_ms or 0)] + [_ran_from(s) + float(s.duration_ms or 0) for s in steps])
+    scale = max(float(trace.duration_ms or 0) or end, 1.0)
     rows: list[dict[str, Any]] = [_row("turn", trace.agent.name if trace.agent_id else "Turn", 0,
                                        0, end or None, trace.status, scale)]
     by_iteration: dict[int, list[Step]] = {}
@@ -151,11 +160,11 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
     for iteration in sorted(by_iteration):
         group = by_iteration[iteration]
         start = min(s.offset_ms for s in group)
-        finish = max(s.offset_ms + float(s.duration_ms or 0) for s in group)
+        finish = max(_ran_from(s) + float(s.duration_ms or 0) for s in group)
         label = f"Iteration {iteration}" if iteration else "Before the first request"
         rows.append(_row("iteration", label, 1, start, finish - start, "", scale))
         tools = [s for s in group if s.kind == Step.Kind.TOOL_CALL]
-        for step in sorted(group, key=lambda s: (s.offset_ms, s.seq)):
+        for step in sorted(group, key=lambda s: (_ran_from(s), s.seq)):
             depth = 2
             if step.kind in (Step.Kind.RETRY, Step.Kind.COMPACTION):
                 depth = 3  # nested under the request they happened around

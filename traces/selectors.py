@@ -102,7 +102,7 @@ def date_param(params: Any, name: str, default: date | None, errors: dict[str, s
         return default
 
 
-FEEDBACK_FILTERS = {"up": "👍 Good", "down": "👎 Bad", "any": "Rated", "none": "Not rated"}
+FEEDBACK_FILTERS = {"up": "Rated good", "down": "Rated bad", "any": "Rated", "none": "Not rated"}
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ def step_detail(request: HttpRequest, trace_uuid, seq: int) -> HttpResponse:
     for payload in selectors.step_payloads(step):
         text = _pretty(payload)
         readable = None
-        if payload.content_type == "application/json" and payload.kind in ("request", "response"):
+        if payload.content_type == "application/json" and payload.kind in ("request", "response", "message"):
             try:
                 readable = readable_payload(payload.kind, json.loads(payload.content))
             except ValueError:
