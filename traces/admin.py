@@ -132,6 +132,16 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
             def __init__(self, *args: Any, **inner: Any) -> None:
                 super().__init__(*args, **inner)
                 self.request = request
+                team = self.fields.get("team")
+                if team is not None and not request.user.is_superuser:
+                    # A team admin writes their team's rows: no "global" choice to trip on,
+                    # and their team chosen when it is the only one.
+                    team.queryset = team.queryset.filter(pk__in=admin_team_ids(request))
+                    team.empty_label = None
+                    team.required = True
+                    team.help_text = "Your team's own price: it wins over the shipped table."
+                    if not self.instance.pk and len(admin_team_ids(request)) == 1:
+                        team.initial = next(iter(admin_team_ids(request)))
 
         return RequestForm
 

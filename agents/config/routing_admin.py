@@ -21,8 +21,8 @@ from agents.runtime.routing import InvalidRoutingRule, pattern_error, resolve_ro
 from agents.runtime.routing import ModelRoute as RuntimeModelRoute
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agentsite.admin_site import TeamScopedAdmin
-from agentsite.audit import AuditedAdmin
-from agentsite.models import Team
+from agentsite.audit import AuditedAdmin, audit_record, snapshot
+from agentsite.models import AuditEvent, Team
 from traces.pricing import price_table_load
 from traces.recorder import step_price
 
@@ -85,6 +85,13 @@ PATTERNS_HELP = ("One regular expression per line, matched case-sensitively unle
 class RoutingRuleForm(forms.ModelForm):
     keywords = LinesField(help_text=KEYWORDS_HELP)
     patterns = LinesField(help_text=PATTERNS_HELP)
+    # The model route of the rule's hint, edited here: a rule without one does nothing.
+    route_provider = forms.ModelChoiceField(
+        queryset=Provider.objects.none(), required=False, label="Provider",
+        help_text="Where the messages this rule catches go. Saved as the team's model route for "
+                  "the hint (shared by every rule with the same hint).")
+    route_model = forms.CharField(required=False, max_length=200, label="Model",
+                                  help_text="The model name the provider expects, e.g. gpt-4o-mini.")
 
     class Meta:
         model = RoutingRule
@@ -104,9 +111,42 @@ class RoutingRuleForm(forms.ModelForm):
         agent = self.fields.get("agent")
         if agent is not None and self.instance.team_id:
             agent.queryset = agent.queryset.filter(team_id=self.instance.team_id)
+        team_field = self.fields.get("team")
+        teams = ([self.instance.team_id] if self.instance.team_id
+                 else list(team_field.queryset.values_list("pk", flat=True)) if team_field else [])
+        self.fields["route_provider"].queryset = (Provider.objects.filter(team_id__in=teams)
+                                                  .select_related("team").order_by("team__name", "name"))
+        route = self.existing_route(self.instance.team_id, self.instance.hint) if self.instance.pk else None
+        if route is not None:
+            self.fields["route_provider"].initial = route.provider_id
+            self.fields["route_model"].initial = route.model
+
+    @staticmethod
+    def existing_route(team_id: int | None, hint: str) -> ModelRoute | None:
+        if not team_id or not hint:
+            return None
+        return next((r for r in ModelRoute.objects.filter(team_id=team_id).order_by("id")
+                     if r.hint.lower() == hint.lower()), None)
 
     def clean_hint(self) -> str:
         return (self.cleaned_data.get("hint") or "").strip()
+
+    def save_route(self, rule: RoutingRule) -> tuple[ModelRoute | None, dict | None]:
+        """Create or change the model route of the rule's hint from the form's two fields;
+        returns the route and what it was before (None: new or unchanged)."""
+        provider, model = self.cleaned_data.get("route_provider"), self.cleaned_data.get("route_model")
+        if provider is None or not model:
+            return None, None
+        route = self.existing_route(rule.team_id, rule.hint)
+        if route is None:
+            return ModelRoute.objects.create(team_id=rule.team_id, hint=rule.hint, provider=provider,
+                                             model=model), None
+        if (route.provider_id, route.model) == (provider.pk, model):
+            return None, None
+        before = snapshot(route)
+        route.provider, route.model = provider, model
+        route.save(update_fields=["provider", "model"])
+        return route, before
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -115,6 +155,18 @@ class RoutingRuleForm(forms.ModelForm):
         if agent is not None and team is not None and agent.team_id != team.pk:
             self.add_error("agent", f"“{agent}” belongs to another team. Pick an agent of "
                                     f"“{team}”, or leave it empty for all of the team's agents.")
+        provider, model = cleaned.get("route_provider"), (cleaned.get("route_model") or "").strip()
+        cleaned["route_model"] = model
+        if provider is not None and team is not None and provider.team_id != team.pk:
+            self.add_error("route_provider", f"“{provider}” belongs to another team. Pick a provider "
+                                             f"of “{team}”.")
+        if bool(provider) != bool(model):
+            self.add_error("route_model" if provider else "route_provider",
+                           "Give both the provider and the model, or neither.")
+        elif (provider is None and team is not None and cleaned.get("hint")
+              and self.existing_route(team.pk, cleaned["hint"]) is None):
+            self.add_error("route_provider", f"The hint “{cleaned['hint']}” has no model route yet, so "
+                                             "this rule would change nothing: pick where its messages go.")
         if "keywords" in cleaned and "patterns" in cleaned:
             for field, messages in rule_errors(
                     hint=cleaned.get("hint") or "", keywords=cleaned["keywords"],
@@ -237,7 +289,15 @@ class RoutingRuleAdmin(AuditedAdmin, _ScopedChoicesMixin, TeamScopedAdmin):
     fieldsets = (
         (None, {"fields": ("team", "agent", "hint", "enabled")}),
         ("When it matches", {"fields": ("keywords", "patterns", "min_length", "max_length", "priority")}),
+        ("Where it sends them", {"fields": ("route_provider", "route_model")}),
     )
+
+    def save_model(self, request: HttpRequest, obj: RoutingRule, form: RoutingRuleForm, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        route, before = form.save_route(obj)
+        if route is not None:
+            audit_record(actor=request.user, action=AuditEvent.Action.UPDATE if before else AuditEvent.Action.CREATE,
+                         instance=route, before=before, after=snapshot(route), team=obj.team)
 
     @admin.display(description="Applies to")
     def applies_to(self, obj: RoutingRule) -> str:

@@ -3,7 +3,6 @@ configuration, compare two versions field by field, revert to one."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from django.db import models, transaction
 from agents.models import Agent, AgentVersion, Provider, Tool
 from agentsite.audit import audit_record
 from agentsite.audit import snapshot as audit_snapshot
+from agentsite.diffs import unified_lines
 from agentsite.models import AuditEvent
 
 # -- configuration: agents and their versions ----------------------------------------------------
@@ -175,7 +175,7 @@ def agent_version_diff(*, old: AgentVersion | dict[str, Any], new: AgentVersion 
             continue
         label = _field_label(name)
         if name in _TEXT_FIELDS:
-            diffs.append(FieldDiff(name, label, "text", lines=_unified_lines(str(a or ""), str(b or ""))))
+            diffs.append(FieldDiff(name, label, "text", lines=unified_lines(str(a or ""), str(b or ""))))
         elif name in _SET_FIELDS and isinstance(a or [], list) and isinstance(b or [], list):
             a_set, b_set = [str(v) for v in a or []], [str(v) for v in b or []]
             diffs.append(FieldDiff(
@@ -186,23 +186,6 @@ def agent_version_diff(*, old: AgentVersion | dict[str, Any], new: AgentVersion 
             diffs.append(FieldDiff(name, label, "value", before=version_value_text(name, a),
                                    after=version_value_text(name, b)))
     return diffs
-
-
-def _unified_lines(before: str, after: str) -> tuple[tuple[str, str], ...]:
-    lines: list[tuple[str, str]] = []
-    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
-    for line in diff:
-        if line.startswith(("---", "+++")):
-            continue
-        if line.startswith("@@"):
-            lines.append(("hunk", line))
-        elif line.startswith("+"):
-            lines.append(("add", line[1:]))
-        elif line.startswith("-"):
-            lines.append(("remove", line[1:]))
-        else:
-            lines.append(("same", line[1:]))
-    return tuple(lines)
 
 
 @dataclass

@@ -51,8 +51,9 @@ class ToolChangeList(ChangeList):
 @admin.register(Tool)
 class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     form = ToolAdminForm
-    list_display = ("name", "team", "kind", "enabled", "requires_approval", "agent_count",
-                    "updated_at", "try_link")
+    # "Try it" next to the name: the list is wide, and the last column is the first cut off.
+    list_display = ("name", "try_link", "team", "kind", "enabled", "requires_approval",
+                    "agent_count", "updated_at")
     list_display_links = ("name",)
     list_editable = ("enabled", "requires_approval")
     list_filter = ("kind", "enabled", "requires_approval")

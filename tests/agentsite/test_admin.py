@@ -77,5 +77,21 @@ def test_team_changes_in_the_admin_and_member_changes_are_audited(client_for, al
     assert b"Renamed A" not in client_for(charlie).get(reverse("admin:agentsite_auditevent_changelist")).content
 
 
+def test_an_audit_entry_reads_as_a_before_and_after_table_with_a_line_diff(client_for, alice, team_a):
+    from agentsite.models import AuditEvent
+
+    event = AuditEvent.objects.create(
+        team=team_a, actor=alice, actor_name="alice", action="update", object_type="agents.Agent", object_id="1",
+        object_repr="Helper", before={"name": "Helper", "system_prompt": "Be brief.\nUse tools.\n<b>x</b>"},
+        after={"name": "Helper 2", "system_prompt": "Be brief.\nUse the calculator.\n<b>x</b>"})
+    html = client_for(alice).get(reverse("admin:agentsite_auditevent_change", args=[event.pk])).content.decode()
+    assert '<table class="audit-changes">' in html
+    assert '<tr><th scope="row">name</th><td>Helper</td><td>Helper 2</td></tr>' in html
+    assert '<del class="remove">- Use tools.</del>' in html and '<ins class="add">+ Use the calculator.</ins>' in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
+    listing = client_for(alice).get(reverse("admin:agentsite_auditevent_changelist")).content.decode()
+    assert "name, system_prompt" in listing
+
+
 def test_admin_pages_carry_the_project_stylesheet(client_for, alice):
     assert "css/admin.css" in client_for(alice).get(reverse("admin:index")).content.decode()

@@ -299,6 +299,10 @@ def test_team_admins_read_the_global_table_but_cannot_change_it(client_for, alic
     assert response.status_code == 403
     response = c.post(reverse("admin:traces_modelprice_add"), form_data(row, team="", model="mine"))
     assert response.status_code == 200 and b"only site admins change the global table" in response.content
+    # the form starts on their team, with no "global" choice to trip on
+    form = c.get(reverse("admin:traces_modelprice_add")).content.decode()
+    team_select = form.split('name="team"')[1].split("</select>")[0]
+    assert f'<option value="{team_a.pk}" selected>' in team_select and '<option value=""' not in team_select
 
 
 def test_another_teams_prices_are_not_found_and_members_have_no_admin(client_for, alice, bob, charlie, team_a):

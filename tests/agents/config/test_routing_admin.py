@@ -55,10 +55,15 @@ def test_routes_changelist_loads_with_bounded_queries(client_for, alice, coder, 
     assert "no price known for this model" in body  # llama3
 
 
-def test_keywords_are_edited_one_per_line_and_creates_are_audited(client_for, alice, team_a):
-    response = client_for(alice).post(ADD_RULE, rule_data(team_a, patterns="^def \\w+\n"))
+def test_keywords_are_edited_one_per_line_and_creates_are_audited(client_for, alice, team_a, coder):
+    response = client_for(alice).post(ADD_RULE, rule_data(team_a, patterns="^def \\w+\n",
+                                                          route_provider=coder.pk, route_model="gpt-4o"))
     assert response.status_code == 302, response.content.decode()[:3000]
     rule = RoutingRule.objects.get()
+    # the rule and its route in one form: the route is made (and audited) with it
+    route = ModelRoute.objects.get(team=team_a, hint="code")
+    assert (route.provider, route.model) == (coder, "gpt-4o")
+    assert AuditEvent.objects.filter(object_type="agents.ModelRoute", action="create").count() == 1
     assert rule.keywords == ["python", "SQL"] and rule.patterns == ["^def \\w+"]
     event = AuditEvent.objects.get(team=team_a, object_type="agents.RoutingRule")
     assert event.action == "create" and event.after["keywords"] == ["python", "SQL"]
@@ -67,11 +72,13 @@ def test_keywords_are_edited_one_per_line_and_creates_are_audited(client_for, al
     assert 'id="id_keywords">\npython\nSQL</textarea>' in form
 
 
-def test_changes_and_deletes_are_audited(client_for, alice, team_a):
+def test_changes_and_deletes_are_audited(client_for, alice, team_a, coder):
     rule = RoutingRule.objects.create(team=team_a, hint="code", keywords=["python"])
+    ModelRoute.objects.create(team=team_a, hint="Code", provider=coder, model="gpt-4o")
     c = client_for(alice)
     url = reverse("admin:agents_routingrule_change", args=[rule.pk])
-    assert c.post(url, rule_data(team_a, keywords="python\nrust", priority="5")).status_code == 302
+    assert c.post(url, rule_data(team_a, keywords="python\nrust", priority="5", route_provider=coder.pk,
+                                 route_model="gpt-4o")).status_code == 302
     update = AuditEvent.objects.get(action="update")
     assert update.changes == {"keywords": (["python"], ["python", "rust"]), "priority": (0, 5)}
     assert c.post(reverse("admin:agents_routingrule_delete", args=[rule.pk]), {"post": "yes"}).status_code == 302
@@ -158,3 +165,25 @@ def test_model_routes_use_the_teams_providers_and_one_route_per_hint(
     clash = c.post(ADD_ROUTE, {"team": team_a.pk, "hint": "CODE", "provider": coder.pk, "model": "x"})
     assert "already has a model route for the hint “code”" in clash.content.decode()
     assert ModelRoute.objects.count() == 1
+
+
+def test_a_rule_needs_somewhere_to_send_and_edits_its_route_in_place(client_for, alice, team_a, coder, team_b):
+    c = client_for(alice)
+    body = c.post(ADD_RULE, rule_data(team_a)).content.decode()
+    assert "has no model route yet, so this rule would change nothing" in body and not RoutingRule.objects.exists()
+    half = c.post(ADD_RULE, rule_data(team_a, route_provider=coder.pk)).content.decode()
+    assert "Give both the provider and the model, or neither." in half
+    foreign = Provider.objects.create(team=team_b, name="Theirs", kind="openai")
+    assert c.post(ADD_RULE, rule_data(team_a, route_provider=foreign.pk, route_model="m")).status_code == 200
+    assert not ModelRoute.objects.exists()
+
+    ModelRoute.objects.create(team=team_a, hint="CODE", provider=coder, model="gpt-4o")
+    assert c.post(ADD_RULE, rule_data(team_a)).status_code == 302  # the hint's route exists
+    rule = RoutingRule.objects.get()
+    url = reverse("admin:agents_routingrule_change", args=[rule.pk])
+    form = c.get(url).content.decode()
+    assert 'name="route_model" value="gpt-4o"' in form and f'<option value="{coder.pk}" selected>' in form
+    assert c.post(url, rule_data(team_a, route_provider=coder.pk, route_model="gpt-4.1")).status_code == 302
+    assert ModelRoute.objects.get().model == "gpt-4.1" and ModelRoute.objects.count() == 1
+    event = AuditEvent.objects.get(object_type="agents.ModelRoute", action="update")
+    assert event.changes == {"model": ("gpt-4o", "gpt-4.1")}
