@@ -95,7 +95,10 @@ vendor:
 	  for f in *.tgz; do mkdir -p "$${f%.tgz}"; tar xzf "$$f" -C "$${f%.tgz}"; done; \
 	  cp htmx.org-*/package/dist/htmx.min.js $(CURDIR)/static/vendor/htmx.min.js; \
 	  cp htmx-ext-ws-*/package/dist/ws.min.js $(CURDIR)/static/vendor/htmx-ext-ws.min.js; \
-	  cd $(CURDIR); rm -rf $$tmp; sha256sum static/vendor/*.js
+	  npm pack --silent axe-core@$$(node -p "require('$(CURDIR)/tests/e2e/vendor/package.json').dependencies['axe-core']") >/dev/null; \
+	  mkdir -p axe && tar xzf axe-core-*.tgz -C axe; \
+	  cp axe/package/axe.min.js $(CURDIR)/tests/e2e/vendor/axe.min.js; \
+	  cd $(CURDIR); rm -rf $$tmp; sha256sum static/vendor/*.js tests/e2e/vendor/*.js
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

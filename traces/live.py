@@ -118,8 +118,11 @@ def trace_totals(trace: Any) -> dict[str, Any]:
     }
 
 
-def delta_payload(*, trace_uuid: Any, seq: int, step: int, index: int, text: str) -> dict[str, Any]:
-    return {"event": "delta", "trace": uuid_hex(trace_uuid), "seq": seq, "step": step, "index": index, "text": text}
+def delta_payload(*, trace_uuid: Any, seq: int, step: int, index: int, text: str,
+                  offset: int = 0) -> dict[str, Any]:
+    """A frame of streamed text; ``offset``: how many characters of the step's text came before."""
+    return {"event": "delta", "trace": uuid_hex(trace_uuid), "seq": seq, "step": step, "index": index,
+            "offset": offset, "text": text}
 
 
 # -- sending ------------------------------------------------------------------------------------

@@ -140,6 +140,9 @@ class _Deltas:
     def __init__(self) -> None:
         self.step: int | None = None
         self.index = 0
+        # characters of the step's text sent before the buffered parts: a frame says where its
+        # text starts, so a page that loaded part of it (after a reload) joins without a gap
+        self.chars = 0
         self.parts: list[str] = []
         self.last_sent = -math.inf
         self.timer: asyncio.TimerHandle | None = None
@@ -509,6 +512,8 @@ class TraceRecorder:
         seq = self.llm_open.get(event.iteration) or self.llm_last.get(event.iteration, 0)
         if seq in self.partial:
             self.partial[seq] = []
+        if self.deltas.step == seq:
+            self.deltas.chars = 0  # the new text starts over at offset 0
         count = self.restarts[seq] = self.restarts.get(seq, 0) + 1
         if event.next_provider:
             self.answering = event.next_provider
@@ -558,7 +563,7 @@ class TraceRecorder:
         deltas = self.deltas
         if deltas.step != seq:
             await self.flush()
-            deltas.step, deltas.index, deltas.last_sent = seq, 0, -math.inf
+            deltas.step, deltas.index, deltas.chars, deltas.last_sent = seq, 0, 0, -math.inf
         deltas.parts.append(event.text)
         await self._partial_add(seq, event.text)
         wait = DELTA_FRAME_S - (time.monotonic() - deltas.last_sent)
@@ -584,11 +589,12 @@ class TraceRecorder:
                 return
             text = "".join(deltas.parts)
             deltas.parts.clear()
-            index = deltas.index
+            index, offset = deltas.index, deltas.chars
             deltas.index += 1
+            deltas.chars += len(text)
             deltas.last_sent = time.monotonic()
             step = deltas.step
-        await self.announce_delta(step=step, index=index, text=text)
+        await self.announce_delta(step=step, index=index, text=text, offset=offset)
 
     async def flush(self) -> None:
         """Send what the delta buffer holds (before the step it belongs to is finished)."""
@@ -610,8 +616,8 @@ class TraceRecorder:
     def _fresh_trace_announcement(self, trace_id: int) -> live.Announcement:
         return self.announcements.trace(services.trace_for_live(trace_id))
 
-    async def announce_delta(self, *, step: int, index: int, text: str) -> None:
+    async def announce_delta(self, *, step: int, index: int, text: str, offset: int = 0) -> None:
         trace = self.trace
         payload = live.delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=step,
-                                     index=index, text=text)
+                                     index=index, text=text, offset=offset)
         await live.publish(self.announcements.groups(trace), payload)

@@ -267,3 +267,12 @@ def trace_changes(trace: Trace, *, since: int) -> tuple[list[Step] | None, list[
 def step_payloads(step: Step) -> list[StepPayload]:
     order = {k: i for i, k in enumerate(StepPayload.Kind.values)}
     return sorted(step.payloads.all(), key=lambda p: order.get(p.kind, 99))
+
+
+def streaming_text(trace: Trace) -> tuple[int, str] | None:
+    """The running trace's streaming model request and the text it has streamed so far, as the
+    worker last saved it (a page opened mid-answer shows it, and live frames continue it)."""
+    row = (StepPayload.objects.filter(kind=StepPayload.Kind.PARTIAL, step__trace=trace,
+                                      step__status=Step.Status.RUNNING)
+           .values_list("step__seq", "content").order_by("-step__seq").first())
+    return (row[0], row[1]) if row else None

@@ -9,6 +9,7 @@ urlpatterns = [
     path("<uuid:trace_uuid>/", views.trace_detail, name="trace_detail"),
     path("<uuid:trace_uuid>/steps/", views.trace_steps_chunk, name="trace_steps_chunk"),
     path("<uuid:trace_uuid>/tree/", views.trace_tree, name="trace_tree"),
+    path("<uuid:trace_uuid>/partial/", views.trace_partial, name="trace_partial"),
     path("<uuid:trace_uuid>/changes/", views.trace_changes, name="trace_changes"),
     path("<uuid:trace_uuid>/states/", views.trace_states_chunk, name="trace_states_chunk"),
     path("<uuid:trace_uuid>/steps/<int:seq>/", views.step_detail, name="step_detail"),

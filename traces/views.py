@@ -76,6 +76,7 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
         "states": decorate_states(states, trace=trace),
         "states_before": states[0].iteration if earlier else None,
         "feedback": list(trace.feedback.select_related("user")),
+        "streaming": selectors.streaming_text(trace) if trace.is_active else None,
     }
     context["mine"] = next((f for f in context["feedback"] if f.user_id == request.user.pk), None)
     return render(request, "traces/trace_detail.html", context)
@@ -100,6 +101,24 @@ def trace_feedback(request: HttpRequest, trace_uuid) -> HttpResponse:
     if error:
         flash.error(request, error)
     return redirect_back(request, reverse("trace_detail", args=[trace.uuid]))
+
+
+@team_required()
+@require_GET
+def trace_partial(request: HttpRequest, trace_uuid) -> JsonResponse:
+    """The text a running model request (``?step=``) has streamed so far, as the worker last
+    saved it: what a page that missed live frames fills the gap with."""
+    trace = _trace(request, trace_uuid)
+    try:
+        seq = int(request.GET.get("step", ""))
+    except ValueError:
+        return JsonResponse({"error": "Give the step number: ?step=3."}, status=400)
+    payload = (StepPayload.objects.filter(step__trace=trace, step__seq=seq, kind=StepPayload.Kind.PARTIAL)
+               .values_list("content", flat=True).first())
+    step = trace.steps.filter(seq=seq).values_list("status", flat=True).first()
+    if step is None:
+        return JsonResponse({"error": "No such step."}, status=404)
+    return JsonResponse({"step": seq, "text": payload or "", "running": step == Step.Status.RUNNING})
 
 
 @team_required()

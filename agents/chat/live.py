@@ -66,10 +66,11 @@ def chat_answer(trace: Any) -> dict[str, Any]:
 
 
 def delta_frame(payload: dict[str, Any]) -> str:
-    """A text delta as the chat receives it: ``~<step>|<text>``. Deltas are most of a turn's
-    frames and the chat needs only the text (its running answer is the only one streaming),
-    so the frame carries nothing else; the final answer replaces the text in any case."""
-    return f"~{payload.get('step', 0)}|{payload.get('text', '')}"
+    """A text delta as the chat receives it: ``~<step>|<offset>|<text>``. Deltas are most of a
+    turn's frames and the chat needs only the text (its running answer is the only one
+    streaming) and where it starts (a page that loaded the text so far joins without a gap or
+    a repeat); the final answer replaces the text in any case."""
+    return f"~{payload.get('step', 0)}|{payload.get('offset', 0)}|{payload.get('text', '')}"
 
 
 def step_announcement(step: Any) -> Announcement:

@@ -259,6 +259,9 @@ class TurnView:
     answer_versions: Versions | None = None
     # The reader's thumbs up or down on the answer (``with_feedback``).
     my_feedback: Feedback | None = None
+    # A running turn's model request that is streaming: its step and the text so far
+    # (``with_streamed_text``), so a reload or a late reader sees it and live frames continue it.
+    streaming: tuple[int, str] | None = None
 
     @property
     def active(self) -> bool:
@@ -286,6 +289,24 @@ class ChatView:
     @property
     def running(self) -> bool:
         return any(t.active for t in self.turns)
+
+
+def streamed_text(trace_ids: Iterable[int]) -> dict[int, tuple[int, str]]:
+    """For running turns: the streaming request's step and the text it has streamed so far, as
+    the worker last saved it (every couple of seconds). One query."""
+    ids = list(trace_ids)
+    if not ids:
+        return {}
+    rows = (StepPayload.objects.filter(kind=StepPayload.Kind.PARTIAL, step__trace_id__in=ids,
+                                       step__status=Step.Status.RUNNING)
+            .values_list("step__trace_id", "step__seq", "content").order_by("step__seq"))
+    return {trace_id: (seq, content) for trace_id, seq, content in rows}
+
+
+def with_streamed_text(turns: list[TurnView]) -> None:
+    found = streamed_text(t.trace.pk for t in turns if t.active)
+    for turn in turns:
+        turn.streaming = found.get(turn.trace.pk)
 
 
 def with_feedback(view: ChatView, user: Any) -> ChatView:
@@ -319,6 +340,7 @@ def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
     steps, arguments = _card_steps(path) if path else ([], {})
     cards = tool_cards(steps, arguments, {pk: by_id[pk].uuid for pk in path})
     turns = _turn_views(path, by_id, tree, rows, cards)
+    with_streamed_text(turns)
     meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
     for row in [*loose, *rows]:
         row.conversation = conversation

@@ -46,6 +46,59 @@
     return incoming;
   }
 
+  // -- streamed text that joins what the page already shows -----------------------------------
+  // A frame says where its text starts in the step's text (``offset``). The page may have
+  // loaded the text so far (a reload, a late reader): what it already has is skipped; a frame
+  // past its end means frames were missed, and the text so far is fetched from the server
+  // (saved by the worker every couple of seconds) before the held frames are applied.
+  function joinText(box, offset, text, partialUrl, step) {
+    var have = parseInt(box.getAttribute("data-chars") || "0", 10);
+    if (offset > have) {
+      var held = box._held || (box._held = []);
+      if (held.length < 2000) { held.push([offset, text]); }
+      fillGap(box, partialUrl, step, 0);
+      return;
+    }
+    if (offset + text.length <= have) { return; }
+    var fresh = text.slice(have - offset);
+    box.appendChild(document.createTextNode(fresh));
+    box.setAttribute("data-chars", String(have + fresh.length));
+  }
+  function applyHeld(box) {
+    var held = (box._held || []).sort(function (a, b) { return a[0] - b[0]; });
+    box._held = [];
+    held.forEach(function (h) {
+      var have = parseInt(box.getAttribute("data-chars") || "0", 10);
+      if (h[0] > have) { box._held.push(h); return; }
+      if (h[0] + h[1].length > have) {
+        box.appendChild(document.createTextNode(h[1].slice(have - h[0])));
+        box.setAttribute("data-chars", String(h[0] + h[1].length));
+      }
+    });
+  }
+  function fillGap(box, partialUrl, step, attempt) {
+    if (!partialUrl || box._filling) { return; }
+    box._filling = true;
+    fetch(partialUrl + "?step=" + encodeURIComponent(step), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); })
+      .then(function (data) {
+        var have = parseInt(box.getAttribute("data-chars") || "0", 10);
+        if (typeof data.text === "string" && data.text.length > have) {
+          box.textContent = data.text;
+          box.setAttribute("data-chars", String(data.text.length));
+        }
+        applyHeld(box);
+      })
+      .catch(function () { /* the final answer replaces the text in any case */ })
+      .then(function () {
+        box._filling = false;
+        // the worker saves every couple of seconds: ask again while a gap remains
+        if (box._held && box._held.length && attempt < 8 && box.isConnected) {
+          setTimeout(function () { fillGap(box, partialUrl, step, attempt + 1); }, 1000);
+        }
+      });
+  }
+
   // -- trace inspector ----------------------------------------------------------------------
   var traceState = { seq: parseInt(root.getAttribute("data-seq") || "0", 10), syncing: false, pending: false };
 
@@ -89,7 +142,7 @@
       // A streamed answer that broke off starts over: the text shown so far is void.
       if (payload.restarted_step && payload.restarted_step === live.step) {
         var box = document.getElementById("live-text");
-        if (box) { box.textContent = ""; }
+        if (box) { box.textContent = ""; box.setAttribute("data-chars", "0"); box._held = []; }
       }
     } else if (payload.event === "state") {
       var none = root.querySelector(".empty-states");
@@ -105,19 +158,28 @@
   }
 
   var live = { step: null, el: null };
+  var opened = document.getElementById("live-text");
+  if (opened && opened.getAttribute("data-step")) { live.step = parseInt(opened.getAttribute("data-step"), 10); }
   function showDelta(payload) {
     var box = document.getElementById("live-text");
     if (!box) { return; }
-    if (live.step !== payload.step) {
-      live.step = payload.step;
+    var step = String(payload.step);
+    if (box.getAttribute("data-step") !== step) {
+      box.setAttribute("data-step", step);
+      box.setAttribute("data-chars", "0");
+      box._held = [];
       box.textContent = "";
     }
+    live.step = payload.step;
     box.hidden = false;
-    box.textContent += payload.text;
+    joinText(box, payload.offset || 0, payload.text, box.getAttribute("data-partial-url"), step);
   }
   function hideLiveText(step) {
     var box = document.getElementById("live-text");
-    if (box && (step === undefined || step === live.step)) { box.hidden = true; box.textContent = ""; live.step = null; }
+    if (box && (step === undefined || String(step) === box.getAttribute("data-step"))) {
+      box.hidden = true; box.textContent = ""; live.step = null;
+      box.removeAttribute("data-step"); box.setAttribute("data-chars", "0"); box._held = [];
+    }
   }
 
   function resyncTrace() {
@@ -259,7 +321,7 @@
     if (chat.early.length && runningAnswer()) {
       var early = chat.early;
       chat.early = [];
-      early.forEach(function (d) { onDelta(d[0], d[1]); });
+      early.forEach(function (d) { onDelta(d[0], d[1], d[2]); });
     }
     keepScrolled(near);
     return placed;
@@ -292,11 +354,11 @@
     if (after) { after.after(node); } else { body.insertBefore(node, body.firstChild); }
   }
 
-  function onDelta(step, text) {
+  function onDelta(step, offset, text) {
     var answer = runningAnswer();
     if (!answer) {
       // The first words can beat the fragment of the message they answer: hold them briefly.
-      if (chat.early.length < 200) { chat.early.push([step, text]); }
+      if (chat.early.length < 200) { chat.early.push([step, offset, text]); }
       return;
     }
     var body = answer.querySelector(".answer-body");
@@ -307,9 +369,10 @@
       segment.className = "stream-text";
       segment.setAttribute("data-step", step);
       segment.setAttribute("data-seq", step);
+      segment.setAttribute("data-chars", "0");
       placeBySeq(body, segment);
     }
-    segment.appendChild(document.createTextNode(text));
+    joinText(segment, offset, text, answer.getAttribute("data-partial-url"), step);
     answer.classList.add("streaming");
     setStatus(answer, "Writing…");
     keepScrolled(near);
@@ -327,7 +390,7 @@
     var body = answer.querySelector(".answer-body");
     var step = String(payload.restarted_step);
     var segment = body.querySelector(".stream-text[data-step='" + step + "']");
-    if (segment) { segment.textContent = ""; }
+    if (segment) { segment.textContent = ""; segment.setAttribute("data-chars", "0"); segment._held = []; }
     var note = body.querySelector(".restart-notice[data-step='" + step + "']");
     if (!note) {
       note = document.createElement("p");
@@ -676,8 +739,10 @@
     if (typeof message !== "string") { return; }
     if (message.charAt(0) === "~" && mode === "conversation") {
       event.preventDefault();
+      // ~<step>|<offset>|<text>
       var bar = message.indexOf("|");
-      if (bar > 0) { onDelta(message.slice(1, bar), message.slice(bar + 1)); }
+      var bar2 = bar > 0 ? message.indexOf("|", bar + 1) : -1;
+      if (bar2 > 0) { onDelta(message.slice(1, bar), parseInt(message.slice(bar + 1, bar2), 10) || 0, message.slice(bar2 + 1)); }
       return;
     }
     if (message.charAt(0) !== "{") { return; }

@@ -80,8 +80,8 @@ class Session:
 
     def open_chat_with(self, agent: str) -> str:
         self.page.goto(self.stack.url + "/chat/")
-        self.page.select_option("#agent", self.stack.ids["agents"][agent])
-        self.page.click("form[action$='/chat/new/'] button[type=submit]")
+        uuid = self.stack.ids["agents"][agent]
+        self.page.click(f"form[action$='/chat/new/']:has(input[name=agent][value='{uuid}']) button:has-text('Chat')")
         self.page.wait_for_selector("#composer-text")
         self.wait_for_socket()
         return self.page.url

@@ -123,7 +123,7 @@ def test_hostile_model_and_tool_output_runs_nothing_and_loads_nothing(login, byp
         assert "<script>window.__pwned = 'script tag'</script>" in text  # shown, as text
         assert "<img src=x onerror=" in text and "<svg onload=" in text
         assert s.page.evaluate("() => window.__pwned") is None
-        assert s.page.locator("#messages img, #messages svg, #messages iframe, #messages script, #messages style").count() == 0
+        assert s.page.locator("#messages img, #messages svg:not(.icon-thumb), #messages .bubble svg, #messages iframe, #messages script, #messages style").count() == 0
         hrefs = s.page.eval_on_selector_all("#messages a[href]", "links => links.map(a => a.getAttribute('href'))")
         assert all(h.startswith(("http://127.0.0.1", "https://", "http://remote.invalid/", "/")) for h in hrefs), hrefs
         assert not any(h.lower().startswith(("javascript:", "data:")) for h in hrefs)

@@ -17,7 +17,7 @@ async def test_team_member_receives_trace_events(alice, sample_trace):
     assert (await ws.connect())[0]
     await announce_delta(sample_trace, text="Hel")
     event = await ws.receive_json_from(timeout=2)
-    assert event == {"event": "delta", "trace": sample_trace.uuid.hex, "seq": sample_trace.event_seq, "step": 3, "index": 0, "text": "Hel"}
+    assert event == {"event": "delta", "trace": sample_trace.uuid.hex, "seq": sample_trace.event_seq, "step": 3, "index": 0, "offset": 0, "text": "Hel"}
     await ws.disconnect()
 
 

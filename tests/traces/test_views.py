@@ -6,7 +6,7 @@ from decimal import Decimal
 from django.urls import reverse
 
 from agents.models import Conversation
-from traces.models import Step, Trace
+from traces.models import Step, StepPayload, Trace
 
 
 def test_inspector_renders_steps_states_and_totals(client_for, alice, sample_trace):
@@ -149,3 +149,19 @@ def test_a_request_and_its_response_read_as_a_conversation(client_for, alice, sa
     assert 'calls</span> <code class="tool-name">calculator</code>' in html and "&quot;expression&quot;: &quot;2+2&quot;" in html
     assert 'result of</span> <code class="tool-name">calculator</code><pre class="tool-pre">4</pre>' in html
     assert "Tools offered (1)" in html and "Raw JSON" in html
+
+
+def test_the_text_streamed_so_far_is_on_the_page_and_at_its_own_url(client_for, alice, charlie, sample_trace):
+    Trace.objects.filter(pk=sample_trace.pk).update(status="running")
+    step = Step.objects.get(trace=sample_trace, seq=1)
+    Step.objects.filter(pk=step.pk).update(status="running", kind="llm_request")
+    StepPayload.objects.create(step=step, kind="partial", content="Once upon a <time>", content_type="text/plain")
+    url = reverse("trace_partial", args=[sample_trace.uuid])
+    c = client_for(alice)
+    assert c.get(url + "?step=1").json() == {"step": 1, "text": "Once upon a <time>", "running": True}
+    assert c.get(url + "?step=x").status_code == 400 and c.get(url + "?step=99").status_code == 404
+    assert client_for(charlie).get(url + "?step=1").status_code == 404
+    page = c.get(reverse("trace_detail", args=[sample_trace.uuid])).content.decode()
+    assert 'data-step="1" data-chars="18"' in page and "Once upon a &lt;time&gt;" in page
+    chat = c.get(reverse("conversation", args=[sample_trace.conversation.uuid])).content.decode()
+    assert '<div class="stream-text" data-step="1" data-seq="1" data-chars="18">Once upon a &lt;time&gt;</div>' in chat

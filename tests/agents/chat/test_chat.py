@@ -374,7 +374,8 @@ def test_a_new_message_is_announced_with_where_it_sits(conversation, alice, sent
 
 
 def test_deltas_reach_the_chat_as_bare_text():
-    assert live.delta_frame({"event": "delta", "step": 3, "text": "Hel|lo", "seq": 9, "trace": "ab"}) == "~3|Hel|lo"
+    assert live.delta_frame({"event": "delta", "step": 3, "offset": 12, "text": "Hel|lo", "seq": 9,
+                             "trace": "ab"}) == "~3|12|Hel|lo"
 
 
 def live_trace(trace: Trace) -> Trace:

@@ -50,7 +50,7 @@ async def test_the_chat_receives_deltas_as_bare_text_and_everything_else_as_json
     ws = communicator(f"/ws/conversations/{sample_trace.conversation.uuid}/", cookie=cookie)
     assert (await ws.connect())[0]
     await announce_delta(sample_trace, text='Hel "lo"\n')
-    assert await ws.receive_from(timeout=2) == '~3|Hel "lo"\n'
+    assert await ws.receive_from(timeout=2) == '~3|0|Hel "lo"\n'
     await live.publish([live.conversation_group(sample_trace.conversation.uuid)], {"event": "trace", "status": "running"})
     assert await ws.receive_json_from(timeout=2) == {"event": "trace", "status": "running"}
     await ws.disconnect()

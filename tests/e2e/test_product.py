@@ -1,0 +1,164 @@
+"""The product around the chat, in a real browser: the home page that starts work, the
+conversation sidebar and its phone drawer, the "/" palette, Escape to stop, reloading
+mid-answer, ratings, the theme, the inspector's tree and approvals, other teams' 404s, and an
+accessibility pass on the main pages."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_for
+
+AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"  # axe-core, test-only
+
+
+def streamed(s) -> str:
+    return "".join(s.page.locator("li.answer.pending .stream-text").all_inner_texts())
+
+
+def test_the_home_page_starts_a_conversation_with_its_first_message(login):
+    s = login("alice")
+    s.page.goto(s.stack.url + "/")
+    assert s.page.locator(".home-agents").get_by_text("Helper", exact=True).is_visible()
+    s.page.select_option("#home-agent", s.stack.ids["agents"]["Helper"])
+    s.page.fill("#home-text", "What time is it in Tokyo?")
+    s.page.press("#home-text", "Enter")
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    s.answers("completed").first.wait_for()
+    assert "The current time in Asia/Tokyo is" in s.answers("completed").first.inner_text()
+    s.page.goto(s.stack.url + "/")
+    assert "What time is it in Tokyo?" in s.page.locator(".home-recent").inner_text()
+    assert "Completed" in s.page.locator(".home-traces").inner_text()
+    assert not s.watch.errors
+
+
+def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
+    s = login("alice")
+    s.open_chat_with("Slow")
+    s.send("Tell me something nice about the sea, at length please")
+    wait_for(lambda: len(streamed(s)) > 60, timeout=20, what="a good part of the answer")
+    before = streamed(s)
+    s.page.reload()
+    s.wait_for_socket()
+    # the page comes back with the text so far (saved by the worker every couple of seconds)
+    # and the live frames continue it without a gap or a repeat
+    wait_for(lambda: len(streamed(s)) > len(before) + 10, timeout=15, what="the answer to go on")
+    after = streamed(s)
+    assert after.startswith(before[:40]), (before, after)
+    s.page.locator("li.answer.pending button:has-text('Stop')").click()
+    final = s.answers("cancelled").first
+    final.wait_for()
+    assert final.locator(".md").inner_text().startswith(after[:40])
+
+
+def test_escape_stops_and_the_palette_runs_a_command(login):
+    s = login("alice")
+    s.open_chat_with("Slow")
+    s.send("Tell me a long story")
+    wait_for(lambda: len(streamed(s)) > 8, what="a few words")
+    s.page.locator("body").press("Escape")
+    s.answers("cancelled").first.wait_for(timeout=5_000)
+    s.page.fill("#composer-text", "/he")
+    s.page.dispatch_event("#composer-text", "input")
+    palette = s.page.locator("#command-palette")
+    palette.wait_for()
+    assert palette.locator("[role=option]:visible").count() == 1
+    s.page.press("#composer-text", "Enter")
+    s.page.locator("li.notice").wait_for()
+    assert "/stop — stop the reply" in s.page.locator("li.notice").inner_text()
+
+
+def test_a_starter_the_sidebar_ratings_and_the_theme(login):
+    s = login("alice")
+    url = s.open_chat_with("Helper")
+    s.send("What time is it?")
+    s.answers("completed").first.wait_for()
+    sidebar = s.page.locator("#chat-sidebar")
+    assert sidebar.is_visible() and sidebar.locator("a[aria-current=page]").inner_text() == "What time is it?"
+    s.page.fill("#sidebar-search", "nothing like this")
+    wait_for(lambda: "No conversation matches" in sidebar.inner_text(), what="the search to narrow the list")
+    answer = s.answers("completed").first
+    answer.locator("button[aria-label='Bad answer']").click()
+    wait_for(lambda: answer.locator("button[aria-label='Bad answer']").get_attribute("aria-pressed") == "true",
+             what="the rating to stick")
+    answer.locator(".feedback-comment textarea").fill("It should say the timezone")
+    answer.locator(".feedback-comment button:has-text('Save comment')").click()
+    wait_for(lambda: "Your comment" in answer.inner_text(), what="the comment to be saved")
+    answer.locator("a.trace-link").click()
+    s.page.wait_for_url(re.compile(r"/traces/"))
+    assert "It should say the timezone" in s.page.locator(".ratings").inner_text()
+    s.page.locator("summary.menu-button").click()
+    s.page.click("[data-theme-choice=dark]")
+    assert s.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+    s.page.goto(url)
+    assert s.page.evaluate("() => document.documentElement.dataset.theme") == "dark"  # kept
+    background = s.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(17, 19, 23)", background
+    assert not s.watch.errors
+
+
+def test_on_a_phone_the_sidebar_is_a_drawer_and_the_traces_keep_status_and_cost(login):
+    s = login("alice", viewport={"width": 390, "height": 844})
+    s.open_chat_with("Helper")
+    sidebar = s.page.locator("#chat-sidebar")
+    assert not sidebar.is_visible()
+    s.page.click("button.sidebar-open")
+    wait_for(sidebar.is_visible, what="the drawer to open")
+    s.page.keyboard.press("Escape")
+    wait_for(lambda: not sidebar.is_visible(), what="the drawer to close")
+    s.send("What time is it?")
+    s.answers("completed").first.wait_for()
+    s.page.goto(s.stack.url + "/traces/")
+    row = s.page.locator("table.list tbody tr").first
+    assert row.locator(".pill").is_visible() and row.locator("td.num").last.is_visible()
+    assert s.page.evaluate("() => document.documentElement.scrollWidth") <= 390
+
+
+def test_an_approval_is_given_from_the_inspectors_tree_page(login):
+    s = login("alice")
+    s.open_chat_with("Careful")
+    s.send("What is 6 * 7?")
+    s.page.locator(".tool-card.state-waiting").wait_for()
+    trace = s.page.locator("li.answer.pending a.trace-link").get_attribute("href")
+    s.page.goto(s.stack.url + trace)
+    s.page.locator(".tree .k-approval").wait_for()
+    s.page.locator(".step-approval button:has-text('Approve')").click()
+    s.page.locator("#trace-header[data-status=completed]").wait_for()
+    assert "6 × 7 = 42" in s.page.locator(".final-answer").inner_text()
+    wait_for(lambda: s.page.locator(".tree .k-tool_call").count() == 1, what="the tree to refresh")
+
+
+def test_another_teams_pages_are_404(login):
+    s = login("alice")
+    s.open_chat_with("Helper")
+    s.send("What time is it?")
+    s.answers("completed").first.wait_for()
+    conversation = s.page.url
+    trace = s.stack.url + s.answers("completed").first.locator("a.trace-link").get_attribute("href")
+    charlie = login("charlie")
+    for url in (conversation, trace, trace + "tree/"):
+        assert charlie.page.goto(url).status == 404, url
+
+
+@pytest.mark.parametrize("path", ["/", "/chat/", "/traces/", "/costs/", "/memory/", "conversation", "inspector"])
+def test_the_main_pages_have_no_serious_accessibility_violations(login, path):
+    s = login("alice", bypass_csp=True)  # to inject axe-core; the pages are the same
+    if path in ("conversation", "inspector"):
+        s.open_chat_with("Helper")
+        s.send("What time is it?")
+        s.answers("completed").first.wait_for()
+        if path == "inspector":
+            s.page.goto(s.stack.url + s.answers("completed").first.locator("a.trace-link").get_attribute("href"))
+            s.page.locator(".tree-row").first.wait_for()
+    else:
+        s.page.goto(s.stack.url + path)
+    s.page.add_script_tag(content=AXE.read_text())
+    found = s.page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ["violations"]});
+        return r.violations.filter(v => ["serious", "critical"].includes(v.impact))
+                           .map(v => v.id + ": " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | "));
+    }""")
+    assert found == [], found
