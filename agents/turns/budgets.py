@@ -72,18 +72,45 @@ class BudgetHooks(TurnHooks):
         self.routed = False
 
     async def before_llm_call(self, iteration: int, usage_so_far: Usage) -> LlmCallDecision | None:
-        if self.max_tokens and usage_so_far.total_tokens >= self.max_tokens:
-            return LlmCallDecision.block(
-                f"This turn used {usage_so_far.total_tokens:,} tokens and reached the agent's "
-                f"limit of {self.max_tokens:,} tokens per turn, so it was stopped. Ask a shorter "
-                "question, or ask an admin to raise the limit.")
-        if self.max_cost is not None and self.turn_cost >= self.max_cost:
-            return LlmCallDecision.block(
-                f"This turn cost ${self.turn_cost:.4f} and reached the agent's limit of "
-                f"${self.max_cost:.4f} per turn, so it was stopped. Ask an admin to raise "
-                "the limit if you need longer turns.")
+        reason = self._turn_limit_reason(usage_so_far)
+        if reason is not None:
+            return LlmCallDecision.block(reason)
         if self.budgets and self.team_id:
             return await self._check_budgets()
+        return None
+
+    async def before_tool_calls(self, iteration: int, usage_so_far: Usage,
+                                names: list[str]) -> str | None:
+        """Before the model's tool calls run: if the request that reads their results would be
+        refused, the tools do not run (no side effects, no cost, for an answer that would never
+        come) and the turn ends saying so. Nothing changes otherwise (a ``route_down`` budget
+        still routes at the next request)."""
+        reason = self._turn_limit_reason(usage_so_far)
+        if reason is None and self.budgets and self.team_id:
+            estimate = self.next_call_estimate()
+            states = await self.db(budget_states, team_id=self.team_id, user_id=self.user_id)
+            verdict = budget_decide(states, estimate=estimate)
+            unroutable = (verdict.action == "route_down" and not self.routed
+                          and self.routes.get(verdict.state.budget.pk) is None)
+            if verdict.action == "block" or unroutable:
+                reason = verdict.message
+                await self._note(verdict.state.note(status="blocked", estimate=estimate)
+                                 | {"message": reason, "before_tools": names})
+        if reason is None:
+            return None
+        listed = ", ".join(names)
+        return (f"{reason} The model asked to run {listed}; {'it was' if len(names) == 1 else 'they were'} "
+                "not run, because the request that reads the results would not be made.")
+
+    def _turn_limit_reason(self, usage_so_far: Usage) -> str | None:
+        if self.max_tokens and usage_so_far.total_tokens >= self.max_tokens:
+            return (f"This turn used {usage_so_far.total_tokens:,} tokens and reached the agent's "
+                    f"limit of {self.max_tokens:,} tokens per turn, so it was stopped. Ask a shorter "
+                    "question, or ask an admin to raise the limit.")
+        if self.max_cost is not None and self.turn_cost >= self.max_cost:
+            return (f"This turn cost ${self.turn_cost:.4f} and reached the agent's limit of "
+                    f"${self.max_cost:.4f} per turn, so it was stopped. Ask an admin to raise "
+                    "the limit if you need longer turns.")
         return None
 
     async def after_llm_call(self, call: LlmCall) -> None:

@@ -113,6 +113,12 @@ def test_a_budget_is_checked_before_every_model_request_inside_a_turn(priced_age
     assert trace.steps.filter(kind="llm_request").count() == 1
     assert trace.cost_usd > 0 and trace.error.startswith(f"Budget exceeded: {money(trace.cost_usd)} spent of the team's "
                                                        "daily budget of $0.0005,")
+    # never charged-then-silent: the tool the model asked for does not run when the request that
+    # would read its result will not be made, and the turn says so
+    assert not trace.steps.filter(kind="tool_call").exists()
+    assert trace.error.endswith("The model asked to run current_time; it was not run, because the request "
+                                "that reads the results would not be made.")
+    assert trace.routing["budget"]["before_tools"] == ["current_time"]
 
 
 def test_warn_mode_lets_the_turn_run_notes_it_and_shows_a_banner(priced_agent, chat, team_a, alice, bob, sent_turns,

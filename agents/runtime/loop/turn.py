@@ -120,6 +120,7 @@ class Turn:
                     await self.append_answer(iteration, assistant_message(response, parsed))
                     if not parsed.calls:
                         return await self.complete(response.text, TurnStatus.COMPLETED)
+                    await self.check_before_tools(iteration, parsed)
                     ended = await self.run_tools(iteration, parsed)
                     if ended is not None:
                         return ended
@@ -136,6 +137,17 @@ class Turn:
         """The model's message into the history, announced: the record a turn resumes from."""
         self.conversation.append(message)
         await self.observer.emit(MessageAppended(iteration=iteration, message=message.to_dict()))
+
+    async def check_before_tools(self, iteration: int, parsed: ParsedResponse) -> None:
+        """Ends the turn, with the calls unrun, when the hooks say the request that reads their
+        results will not be made (a budget would refuse it)."""
+        hooks = self.model_step.hooks
+        if hooks is None:
+            return
+        names = list(dict.fromkeys(c.name for c in parsed.calls))
+        reason = await hooks.before_tool_calls(iteration, self.model_step.usage, names)
+        if reason:
+            raise EndTurn(TurnStatus.FAILED, reason, "budget")
 
     async def run_tools(self, iteration: int, parsed: ParsedResponse, *,
                         recorded: dict[str, ToolResultBlock] | None = None,

@@ -105,6 +105,13 @@ class TurnHooks:
     async def after_llm_call(self, call: LlmCall) -> None:
         return None
 
+    async def before_tool_calls(self, iteration: int, usage_so_far: Usage,
+                                names: list[str]) -> str | None:
+        """A reason to end the turn before the model's tool calls run (their results would
+        need a request that will not be made: running them would be side effects and cost for
+        an answer that never comes); None to run them."""
+        return None
+
 
 @dataclass(slots=True)
 class CompactionInfo:

@@ -847,6 +847,25 @@ async def test_the_budget_hook_can_block_a_call():
     assert result.history[-1].role is Role.TOOL
 
 
+async def test_a_hook_can_end_the_turn_before_the_tools_run():
+    log: list[str] = []
+
+    class Budget(TurnHooks):
+        async def before_tool_calls(self, iteration: int, usage_so_far: Usage, names: list[str]) -> str | None:
+            return f"No budget for the request after {', '.join(names)}." if iteration == 1 else None
+
+    provider = FakeScriptedProvider([calls(("deploy", {}), ("lookup", {})), answer("never")])
+    result, observer = await turn(provider, tools=[tool("deploy", log=log), tool("lookup", log=log)],
+                                  hooks=Budget())
+    assert log == []  # no side effects
+    assert (result.status, result.error_kind) == (TurnStatus.FAILED, "budget")
+    assert result.error == "No budget for the request after deploy, lookup."
+    assert len(provider.requests) == 1
+    # the history stays valid: every call has a result, none of them a tool's output
+    results = tool_messages(result)[-1].tool_results_blocks
+    assert [b.tool_use_id for b in results] == ["toolu_1", "toolu_2"] and all(b.is_error for b in results)
+
+
 async def test_the_budget_hook_can_route_down_to_another_model_and_provider():
     seen: list[tuple[int, Usage]] = []
     finished: list[LlmCall] = []
