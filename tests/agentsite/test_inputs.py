@@ -9,7 +9,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from agents.models import Agent, Conversation, Message, RoutingRule, Tool
+from agents.models import Agent, Conversation, Message, ModelRoute, Provider, RoutingRule, Tool
 from agentsite.inputs import MAX_JSON_DEPTH, json_depth, strip_controls
 from tests.agents.config.test_routing_admin import ADD_RULE, rule_data
 
@@ -36,10 +36,13 @@ def test_a_nul_in_a_message_and_a_title_is_stripped(client_for, alice, conversat
 
 
 def test_a_nul_in_admin_fields_is_stripped(client_for, alice, team_a):
-    response = client_for(alice).post(ADD_RULE, rule_data(team_a, hint="co\x00de", keywords="py\x00thon"))
+    provider = Provider.objects.create(team=team_a, name="Coder box", kind="openai")
+    response = client_for(alice).post(ADD_RULE, rule_data(team_a, hint="co\x00de", keywords="py\x00thon",
+                                                          route_provider=provider.pk, route_model="m\x00x"))
     assert response.status_code == 302
     rule = RoutingRule.objects.get()
     assert (rule.hint, rule.keywords) == ("code", ["python"])
+    assert ModelRoute.objects.get().model == "mx"
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 10_000])

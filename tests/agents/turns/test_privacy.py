@@ -75,7 +75,7 @@ def test_an_admin_stops_a_members_turn_and_decides_on_its_tool_calls(agent, bob,
 
     approval_decide(trace=trace, call_id="call_1", approved=False, user=admin)
     stored = redis.Redis.from_url(use_redis).get(f"agentsite:approval:{trace.uuid.hex}:call_1")
-    assert stored == b'{"approved": false, "decided_by": "adam"}'
+    assert stored == b'{"approved": false, "decided_by": "adam", "role": "a team admin"}'
 
     trace = turn_cancel(trace=trace, user=admin)
     assert trace.cancel_reason == "Cancelled by adam"
