@@ -95,6 +95,10 @@ vendor:
 	  for f in *.tgz; do mkdir -p "$${f%.tgz}"; tar xzf "$$f" -C "$${f%.tgz}"; done; \
 	  cp htmx.org-*/package/dist/htmx.min.js $(CURDIR)/static/vendor/htmx.min.js; \
 	  cp htmx-ext-ws-*/package/dist/ws.min.js $(CURDIR)/static/vendor/htmx-ext-ws.min.js; \
+	  for p in markdown-it dompurify; do npm pack --silent $$p@$$(node -p "require('$(CURDIR)/static/vendor/package.json').dependencies['$$p']") >/dev/null; done; \
+	  for f in markdown-it-*.tgz dompurify-*.tgz; do mkdir -p "$${f%.tgz}"; tar xzf "$$f" -C "$${f%.tgz}"; done; \
+	  sed 's|//# sourceMappingURL=.*$$||' markdown-it-*/package/dist/browser/markdown-it.umd.min.js > $(CURDIR)/static/vendor/markdown-it.min.js; \
+	  sed 's|//# sourceMappingURL=.*$$||' dompurify-*/package/dist/purify.min.js > $(CURDIR)/static/vendor/purify.min.js; \
 	  npm pack --silent axe-core@$$(node -p "require('$(CURDIR)/tests/e2e/vendor/package.json').dependencies['axe-core']") >/dev/null; \
 	  mkdir -p axe && tar xzf axe-core-*.tgz -C axe; \
 	  cp axe/package/axe.min.js $(CURDIR)/tests/e2e/vendor/axe.min.js; \

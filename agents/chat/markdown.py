@@ -155,6 +155,15 @@ def render_markdown(text: str) -> SafeString:
     return mark_safe(html)  # noqa: S308 - sanitised by nh3 above
 
 
+def streaming_policy() -> dict[str, Any]:
+    """What the chat's streaming renderer (static/js/stream-md.js) may produce: the same tags,
+    attributes and link schemes as the sanitiser here, so the streamed answer and the final one
+    are laid out alike."""
+    return {"tags": sorted(ALLOWED_TAGS),
+            "attributes": sorted({a for names in ALLOWED_ATTRIBUTES.values() for a in names}),
+            "schemes": sorted(URL_SCHEMES), "rel": LINK_REL}
+
+
 def highlight_css() -> str:
     """``static/css/pygments.css``: Pygments' 'default' style, and 'github-dark' where the page is
     dark (the system's choice unless the person picked light, or their pick of dark). A test

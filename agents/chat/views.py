@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.access import can_act_in, conversation_get_or_404
 from agents.chat import selectors, services
+from agents.chat.markdown import streaming_policy
 from agents.models import Agent, Conversation, Message
 from agents.runtime.commands import command_list
 from agents.turns import services as turns
@@ -101,6 +102,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         "sidebar": selectors.conversation_groups(
             selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)),
         "commands": command_list(),
+        "md_policy": streaming_policy(),
         "model_choices": services.allowed_models(convo.agent),
     }
     template = "chat/conversation.html"

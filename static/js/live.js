@@ -51,8 +51,20 @@
   // loaded the text so far (a reload, a late reader): what it already has is skipped; a frame
   // past its end means frames were missed, and the text so far is fetched from the server
   // (saved by the worker every couple of seconds) before the held frames are applied.
+  // The box's text is kept as a string (``_raw``, its length in data-chars) and painted: as
+  // markdown in the chat's answers (stream-md.js), as plain text elsewhere.
+  function rawOf(box) {
+    if (box._raw === undefined) { box._raw = box.textContent; }
+    return box._raw;
+  }
+  function setRaw(box, text) {
+    box._raw = text;
+    box.setAttribute("data-chars", String(text.length));
+    if (box.classList.contains("stream-text") && window.agentsiteStreamRender) { window.agentsiteStreamRender(box); }
+    else { box.textContent = text; }
+  }
   function joinText(box, offset, text, partialUrl, step) {
-    var have = parseInt(box.getAttribute("data-chars") || "0", 10);
+    var have = rawOf(box).length;
     if (offset > have) {
       var held = box._held || (box._held = []);
       if (held.length < 2000) { held.push([offset, text]); }
@@ -60,21 +72,17 @@
       return;
     }
     if (offset + text.length <= have) { return; }
-    var fresh = text.slice(have - offset);
-    box.appendChild(document.createTextNode(fresh));
-    box.setAttribute("data-chars", String(have + fresh.length));
+    setRaw(box, box._raw + text.slice(have - offset));
   }
   function applyHeld(box) {
     var held = (box._held || []).sort(function (a, b) { return a[0] - b[0]; });
     box._held = [];
+    var text = rawOf(box);
     held.forEach(function (h) {
-      var have = parseInt(box.getAttribute("data-chars") || "0", 10);
-      if (h[0] > have) { box._held.push(h); return; }
-      if (h[0] + h[1].length > have) {
-        box.appendChild(document.createTextNode(h[1].slice(have - h[0])));
-        box.setAttribute("data-chars", String(h[0] + h[1].length));
-      }
+      if (h[0] > text.length) { box._held.push(h); return; }
+      if (h[0] + h[1].length > text.length) { text = text + h[1].slice(text.length - h[0]); }
     });
+    setRaw(box, text);
   }
   function fillGap(box, partialUrl, step, attempt) {
     if (!partialUrl || box._filling) { return; }
@@ -82,10 +90,8 @@
     fetch(partialUrl + "?step=" + encodeURIComponent(step), { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); })
       .then(function (data) {
-        var have = parseInt(box.getAttribute("data-chars") || "0", 10);
-        if (typeof data.text === "string" && data.text.length > have) {
-          box.textContent = data.text;
-          box.setAttribute("data-chars", String(data.text.length));
+        if (typeof data.text === "string" && data.text.length > rawOf(box).length) {
+          box._raw = data.text;
         }
         applyHeld(box);
       })
@@ -142,7 +148,7 @@
       // A streamed answer that broke off starts over: the text shown so far is void.
       if (payload.restarted_step && payload.restarted_step === live.step) {
         var box = document.getElementById("live-text");
-        if (box) { box.textContent = ""; box.setAttribute("data-chars", "0"); box._held = []; }
+        if (box) { box._held = []; setRaw(box, ""); }
       }
     } else if (payload.event === "state") {
       var none = root.querySelector(".empty-states");
@@ -166,9 +172,8 @@
     var step = String(payload.step);
     if (box.getAttribute("data-step") !== step) {
       box.setAttribute("data-step", step);
-      box.setAttribute("data-chars", "0");
       box._held = [];
-      box.textContent = "";
+      setRaw(box, "");
     }
     live.step = payload.step;
     box.hidden = false;
@@ -177,8 +182,8 @@
   function hideLiveText(step) {
     var box = document.getElementById("live-text");
     if (box && (step === undefined || String(step) === box.getAttribute("data-step"))) {
-      box.hidden = true; box.textContent = ""; live.step = null;
-      box.removeAttribute("data-step"); box.setAttribute("data-chars", "0"); box._held = [];
+      box.hidden = true; live.step = null;
+      box.removeAttribute("data-step"); box._held = []; setRaw(box, "");
     }
   }
 
@@ -369,6 +374,7 @@
       segment.className = "stream-text";
       segment.setAttribute("data-step", step);
       segment.setAttribute("data-seq", step);
+      segment._raw = "";
       segment.setAttribute("data-chars", "0");
       placeBySeq(body, segment);
     }
@@ -390,7 +396,7 @@
     var body = answer.querySelector(".answer-body");
     var step = String(payload.restarted_step);
     var segment = body.querySelector(".stream-text[data-step='" + step + "']");
-    if (segment) { segment.textContent = ""; segment.setAttribute("data-chars", "0"); segment._held = []; }
+    if (segment) { segment._held = []; setRaw(segment, ""); }
     var note = body.querySelector(".restart-notice[data-step='" + step + "']");
     if (!note) {
       note = document.createElement("p");
@@ -759,6 +765,8 @@
   if (mode === "conversation") {
     enhance(root);
     drawMeter();
+    // an answer being written when the page loaded: its text so far, laid out like the rest
+    root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) { setRaw(box, rawOf(box)); });
   }
   if (mode === "trace") { rescaleBars(); }
   window.scrollTo(0, mode === "conversation" ? document.body.scrollHeight : 0);

@@ -162,3 +162,17 @@ def test_the_main_pages_have_no_serious_accessibility_violations(login, path):
                            .map(v => v.id + ": " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | "));
     }""")
     assert found == [], found
+
+
+def test_markdown_is_laid_out_while_it_streams(login):
+    s = login("alice")
+    s.open_chat_with("Helper")
+    s.send("Tell me a story about a dragon")
+    heading = s.page.locator("li.answer.pending .stream-text h2")
+    heading.wait_for(timeout=15_000)  # a heading while the answer is still being written
+    assert heading.inner_text() == "The lighthouse keeper's log"
+    assert "## " not in "".join(s.page.locator("li.answer.pending .stream-text").all_inner_texts())
+    s.page.locator("li.answer.pending button:has-text('Stop')").click()
+    s.answers("cancelled").first.wait_for()
+    assert s.answers("cancelled").first.locator(".md h2").inner_text() == "The lighthouse keeper's log"
+    assert not s.watch.errors

@@ -3,12 +3,14 @@ description and starters on an empty chat, the model picker, the "/" palette, co
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from django.urls import reverse
 from django.utils import timezone
 
 from agents.chat import selectors
+from agents.chat.markdown import ALLOWED_TAGS
 from agents.chat.services import conversation_create
 from agents.models import Conversation
 from agents.runtime.commands import command_list
@@ -112,3 +114,11 @@ def test_the_palette_lists_every_command_and_messages_have_copy_buttons(client_f
     for usage, what in command_list():
         assert f'data-command="{usage}"' in unescaped and what in unescaped
     assert len(command_list()) >= 5 and ("/stop", "stop the reply that is being written") in command_list()
+
+
+def test_the_streaming_renderer_gets_the_servers_allowlist(client_for, alice, conversation):
+    html = page(client_for(alice), conversation)
+    policy = json.loads(html.split('<script id="md-policy" type="application/json">')[1].split("</script>")[0])
+    assert set(policy["tags"]) == ALLOWED_TAGS and "img" not in policy["tags"] and "script" not in policy["tags"]
+    assert policy["schemes"] == ["http", "https", "mailto"]
+    assert "vendor/purify" in html and "vendor/markdown-it" in html
