@@ -519,3 +519,28 @@ class TurnWorker(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Attachment(models.Model):
+    """An image a person attached to a message: the bytes are kept here, in the team's database,
+    and served only to who may read the conversation (never as a static file)."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="attachments")
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                    related_name="+")
+    # Set when the message that carries it is sent; until then it can be attached once.
+    message = models.ForeignKey("Message", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="attachments")
+    media_type = models.CharField(max_length=40)
+    size = models.PositiveIntegerField()
+    name = models.CharField(max_length=200, blank=True)
+    data = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.name or f"image {self.uuid.hex[:8]}"

@@ -124,6 +124,9 @@ def _readable_message(message: dict[str, Any]) -> dict[str, Any]:
         elif kind == "tool_use":
             parts.append({"kind": "tool_use", "name": str(block.get("name", "")),
                           "id": str(block.get("id", "")), "text": _json(block.get("input", {}))})
+        elif kind == "image":
+            parts.append({"kind": "image", "media_type": str(block.get("media_type", "")),
+                          "attachment": str(block.get("attachment", ""))})
         elif kind == "tool_result":
             parts.append({"kind": "tool_result", "name": str(block.get("name", "")),
                           "id": str(block.get("tool_use_id", "")), "error": bool(block.get("is_error")),

@@ -14,6 +14,8 @@ urlpatterns = [
     path("<uuid:conversation_uuid>/delete/", views.conversation_delete, name="conversation_delete"),
     path("<uuid:conversation_uuid>/share/", views.conversation_share, name="conversation_share"),
     path("<uuid:conversation_uuid>/pin/", views.conversation_pin, name="conversation_pin"),
+    path("<uuid:conversation_uuid>/attachments/", views.attachment_upload, name="attachment_upload"),
+    path("<uuid:conversation_uuid>/attachments/<uuid:attachment_uuid>/", views.attachment, name="attachment"),
     path("<uuid:conversation_uuid>/model/", views.conversation_model, name="conversation_model"),
     path("<uuid:conversation_uuid>/turns/<uuid:trace_uuid>/regenerate/", views.turn_regenerate,
          name="turn_regenerate"),

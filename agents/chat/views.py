@@ -5,7 +5,7 @@ from typing import Any
 
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -13,9 +13,10 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.access import can_act_in, conversation_get_or_404
 from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
-from agents.models import Agent, Conversation, Message
+from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.commands import command_list
 from agents.turns import services as turns
+from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
@@ -103,6 +104,8 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
             selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)),
         "commands": command_list(),
         "md_policy": streaming_policy(),
+        "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,
+        "max_images": MAX_IMAGES_PER_MESSAGE,
         "model_choices": services.allowed_models(convo.agent),
     }
     template = "chat/conversation.html"
@@ -150,7 +153,8 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
                   if parent_uuid else turns.LATEST)
         sent = turns.turn_send(conversation=convo, user=request.user, text=text, parent=parent,
-                               client_id=request.POST.get("client_id", ""))
+                               client_id=request.POST.get("client_id", ""),
+                               attachments=request.POST.getlist("attachments"))
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
@@ -230,6 +234,37 @@ def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpRe
     services.conversation_archive(conversation=convo, user=request.user, archived=archived)
     flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
+
+
+@team_required(Role.MEMBER, action="attach images")
+@require_POST
+def attachment_upload(request: HttpRequest, conversation_uuid: Any) -> JsonResponse:
+    """An image for the next message: stored with the team, answered with its id and URL."""
+    convo = _conversation(request, conversation_uuid)
+    upload = request.FILES.get("file")
+    if upload is None:
+        return JsonResponse({"error": "Choose an image to attach."}, status=400)
+    try:
+        attachment = attachment_create(conversation=convo, user=request.user, upload=upload)
+    except ValidationError as exc:
+        return JsonResponse({"error": " ".join(exc.messages)}, status=400)
+    return JsonResponse({"id": str(attachment.uuid), "name": attachment.name, "size": attachment.size,
+                         "url": reverse("attachment", args=[convo.uuid, attachment.uuid])}, status=201)
+
+
+@team_required()
+@require_GET
+def attachment(request: HttpRequest, conversation_uuid: Any, attachment_uuid: Any) -> HttpResponse:
+    """An attached image, to who may read its conversation: never another team's (404)."""
+    convo = _conversation(request, conversation_uuid)
+    row = get_for_team_or_404(Attachment, request.team, uuid=attachment_uuid, conversation=convo)
+    response = HttpResponse(bytes(row.data), content_type=row.media_type)
+    response["Content-Disposition"] = "inline"
+    response["Cache-Control"] = "private, max-age=86400"
+    # an image only: nothing in it may run, even opened on its own
+    response["Content-Security-Policy"] = "default-src 'none'; img-src 'self'; sandbox"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @team_required(Role.MEMBER, action="pin conversations")

@@ -88,7 +88,42 @@ class ToolResultBlock:
         }
 
 
-Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+@dataclass(slots=True)
+class ImageBlock:
+    """An image a person attached: its media type and, when the request is built, its bytes as
+    base64 (``data``). ``attachment`` names the stored file; the history and the trace keep only
+    that, never the bytes."""
+
+    media_type: str
+    data: str = ""
+    attachment: str = ""
+    type: str = field(default="image", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "image", "media_type": self.media_type, "attachment": self.attachment}
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}"
+
+
+IMAGE_OMITTED = "[An image was attached here; this model cannot read images, so it was left out.]"
+
+Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
+
+
+def images_in(messages: Any) -> list[ImageBlock]:
+    return [b for m in messages for b in m.blocks if isinstance(b, ImageBlock)]
+
+
+def without_images(message: Message) -> Message:
+    """``message`` with each image replaced by a sentence saying one was left out (for a model
+    without vision: ZeroClaw strips image markers from older turns)."""
+    if not any(isinstance(b, ImageBlock) for b in message.blocks):
+        return message
+    blocks: list[Block] = [TextBlock(IMAGE_OMITTED) if isinstance(b, ImageBlock) else b
+                           for b in message.blocks]
+    return Message(message.role, blocks, message.usage)
 
 # Between two runs of text that another block (a tool call, thinking) separates: they are
 # separate paragraphs, not one sentence ("First." + tool call + "Second.").
@@ -115,6 +150,9 @@ def block_from_dict(data: dict[str, Any]) -> Block:
             input=raw_input if isinstance(raw_input, dict) else {},
             arguments_error=str(arguments_error) if arguments_error is not None else None,
         )
+    if kind == "image":
+        return ImageBlock(media_type=str(data.get("media_type", "")), data=str(data.get("data", "")),
+                          attachment=str(data.get("attachment", "")))
     if kind == "tool_result":
         return ToolResultBlock(
             tool_use_id=str(data.get("tool_use_id", "")),

@@ -11,7 +11,7 @@ out and reported in ``TurnSetup.warnings``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -24,12 +24,14 @@ from agents.runtime.loop import (
     TurnConfig,
     TurnHooks,
 )
+from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.tools import Tool as RuntimeTool
 from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
+from agents.turns.attachments import with_image_data
 from agents.turns.budgets import BudgetHooks, budget_routes
 from agents.turns.providers import (
     OnRetry,
@@ -114,7 +116,16 @@ def turn_history(*, trace: Trace, agent: Agent, branch: list[int] | None = None)
                 {"role": row.role, "blocks": row.blocks or [], "usage": row.usage}))
         except (KeyError, TypeError, ValueError):
             logger.warning("message %s cannot be read as history; left out", row.pk)
-    return messages
+    return with_image_data(messages)
+
+
+def _message_images(message: Any) -> list[ImageBlock]:
+    """The images attached to the turn's message, with their bytes."""
+    blocks = [b for b in message.blocks or [] if isinstance(b, dict) and b.get("type") == "image"]
+    if not blocks:
+        return []
+    loaded = with_image_data([RuntimeMessage.from_dict({"role": "user", "blocks": blocks})])
+    return [b for b in loaded[0].blocks if isinstance(b, ImageBlock)]
 
 
 # -- everything ---------------------------------------------------------------------------------
@@ -133,6 +144,8 @@ class TurnSetup:
     warnings: list[str]
     # The configuration version the turn runs with (it may have changed since the message).
     agent_version: int | None = None
+    # The images the person attached to the message, with their bytes.
+    user_images: list[ImageBlock] = field(default_factory=list)
 
 
 def previous_trajectory_state(*, trace: Trace, branch: list[int] | None = None) -> dict[str, Any] | None:
@@ -201,4 +214,4 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
         routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
         model=choice.model,
         warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
-        agent_version=agent.version)
+        agent_version=agent.version, user_images=_message_images(message))

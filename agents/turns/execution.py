@@ -303,7 +303,8 @@ class TurnRun:
             provider=setup.provider, config=setup.config, history=setup.history,
             user_message=setup.user_text, tools=setup.tools, observer=self.recorder,
             cancel=self.cancel, approver=approver, hooks=setup.hooks,
-            resume=self.plan.resume if self.plan is not None else None))
+            resume=self.plan.resume if self.plan is not None else None,
+            user_images=setup.user_images))
         try:
             done, _ = await asyncio.wait({turn}, timeout=max(self.agent.hard_time_limit_s - elapsed, 1))
             self.finishing = True

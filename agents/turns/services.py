@@ -9,6 +9,7 @@ before this runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,15 +18,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.access import VIEWER_MESSAGE, conversation_act_check
-from agents.models import Agent, Conversation, Message
+from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.announce import announcements
+from agents.turns.attachments import attachments_for_message, image_block
 from agents.turns.lifecycle import (
     conversation_lock,
     trace_cancel_queued,
     trace_enqueue,
     trace_request_cancel,
 )
+from agents.turns.providers import TurnSetupError, runtime_provider
 from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
 from agentsite.access import membership_for
@@ -44,8 +47,10 @@ def chat_membership(user: Any, team: Team | int) -> Membership:
     return membership
 
 
-def _clean_text(text: str) -> str:
+def _clean_text(text: str, *, images: int = 0) -> str:
     text = (text or "").strip()
+    if not text and images:
+        return "(image attached)" if images == 1 else f"({images} images attached)"
     if not text:
         raise ValidationError("Write a message before sending it.")
     if len(text) > MAX_MESSAGE_CHARS:
@@ -80,7 +85,7 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
 
 
 def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
-              client_id: str = "") -> SentTurn:
+              client_id: str = "", attachments: Sequence[str] = ()) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -91,12 +96,18 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
 
     One turn runs per conversation at a time: while another is queued or running, the new trace
     waits and is sent when the earlier ones end. If the agent interrupts on a new message, the
-    earlier turns are stopped instead and the new one goes next."""
+    earlier turns are stopped instead and the new one goes next.
+
+    ``attachments``: public ids of images the person uploaded for this message; a model that
+    cannot read images refuses them here, before anything is stored or sent."""
     conversation_act_check(user, conversation, "send messages in it")
-    text = _clean_text(text)
     _check_open(conversation)
     client_id = (client_id or "").strip()[:64]
-    agent = Agent.objects.get(pk=conversation.agent_id)
+    agent = Agent.objects.select_related("provider").get(pk=conversation.agent_id)
+    images = attachments_for_message(conversation=conversation, user=user, ids=attachments) if attachments else []
+    text = _clean_text(text, images=len(images))
+    if images:
+        _check_vision(conversation, agent, len(images))
     with transaction.atomic():
         conversation_lock(conversation.pk)
         if client_id:
@@ -108,10 +119,12 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
                          .order_by("-id").values_list("id", flat=True).first())
         else:
             parent_id = _parent_in(conversation, parent)
+        blocks = RuntimeMessage.user(text).to_dict()["blocks"] + [image_block(a).to_dict() for a in images]
         message = Message.objects.create(
-            conversation=conversation, role=Message.Role.USER,
-            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author=user,
             parent_turn_id=parent_id, client_id=client_id)
+        if images:
+            Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
         trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message)
         message.trace = trace
         message.save(update_fields=["trace"])
@@ -121,6 +134,22 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
         message.conversation = conversation
         transaction.on_commit(lambda: announce_sync(announcements().message, message))
     return SentTurn(trace)
+
+
+def _check_vision(conversation: Conversation, agent: Agent, count: int) -> None:
+    """ZeroClaw's capability check, before any request: the model that answers here must read
+    images."""
+    model = conversation.model_override or agent.model
+    try:
+        sees = runtime_provider(agent.provider).capabilities_for(model).vision
+    except TurnSetupError:
+        return  # the turn reports the provider's problem itself
+    if not sees:
+        what = "the image" if count == 1 else f"the {count} images"
+        raise ValidationError(f"{model} cannot read images. Remove {what}, or switch this "
+                              "conversation to a model that supports vision (the model menu, or "
+                              "/model); an admin can say a model reads images in its provider's "
+                              "settings.")
 
 
 def _check_open(conversation: Conversation) -> None:

@@ -48,6 +48,72 @@
     }
   });
 
+  // -- images: choose, paste or drop; each is uploaded at once and waits in the tray ----------
+  var picker = document.getElementById("attach-input");
+  var tray = document.getElementById("attachment-tray");
+  function trayError(text) {
+    var error = document.getElementById("composer-error");
+    if (error) { error.textContent = text; }
+  }
+  function upload(file) {
+    if (!picker || !tray) { return; }
+    var max = parseInt(picker.getAttribute("data-max"), 10) || 4;
+    var maxMb = parseInt(picker.getAttribute("data-max-mb"), 10) || 5;
+    if (tray.children.length >= max) { trayError("Attach at most " + max + " images to a message."); return; }
+    if (!/^image\/(png|jpeg|gif|webp)$/.test(file.type)) { trayError("Attach a PNG, JPEG, GIF or WebP image."); return; }
+    if (file.size > maxMb * 1024 * 1024) { trayError("The image is larger than " + maxMb + " MB."); return; }
+    var item = document.createElement("li");
+    item.className = "uploading";
+    item.textContent = "Uploading " + (file.name || "image") + "…";
+    tray.appendChild(item);
+    var body = new FormData();
+    body.append("file", file, file.name || "pasted.png");
+    var token = document.querySelector("#composer input[name=csrfmiddlewaretoken]");
+    fetch(picker.getAttribute("data-upload-url"), { method: "POST", body: body, credentials: "same-origin",
+                                                    headers: token ? { "X-CSRFToken": token.value } : {} })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (result) {
+        if (!result.ok) { item.remove(); trayError(result.data.error || "The image could not be attached."); return; }
+        trayError("");
+        item.className = "";
+        item.textContent = "";
+        var img = document.createElement("img");
+        img.src = result.data.url;
+        img.alt = result.data.name || "Attached image";
+        var hidden = document.createElement("input");
+        hidden.type = "hidden";
+        hidden.name = "attachments";
+        hidden.value = result.data.id;
+        var remove = document.createElement("button");
+        remove.type = "button";
+        remove.className = "tray-remove";
+        remove.setAttribute("aria-label", "Remove " + (result.data.name || "this image"));
+        remove.textContent = "✕";
+        remove.addEventListener("click", function () { item.remove(); area && area.focus(); });
+        item.appendChild(img);
+        item.appendChild(remove);
+        item.appendChild(hidden);
+      })
+      .catch(function () { item.remove(); trayError("The image could not be attached: check the connection and try again."); });
+  }
+  if (picker && composer) {
+    picker.addEventListener("change", function () {
+      Array.prototype.forEach.call(picker.files || [], upload);
+      picker.value = "";
+    });
+    composer.addEventListener("paste", function (event) {
+      var items = (event.clipboardData && event.clipboardData.files) || [];
+      if (items.length) { event.preventDefault(); Array.prototype.forEach.call(items, upload); }
+    });
+    composer.addEventListener("dragover", function (event) { event.preventDefault(); composer.classList.add("dropping"); });
+    composer.addEventListener("dragleave", function () { composer.classList.remove("dropping"); });
+    composer.addEventListener("drop", function (event) {
+      event.preventDefault();
+      composer.classList.remove("dropping");
+      Array.prototype.forEach.call((event.dataTransfer && event.dataTransfer.files) || [], upload);
+    });
+  }
+
   // -- the "/" command palette ---------------------------------------------------------------
   var palette = document.getElementById("command-palette");
   if (!palette || !area) { return; }

@@ -627,6 +627,7 @@
     outboxDraw();
     var body = new FormData();
     body.append("text", item.text);
+    (item.attachments || []).forEach(function (id) { body.append("attachments", id); });
     body.append("client_id", item.id);
     body.append("parent", leaf());
     fetch(chat.composer.getAttribute("action"), { method: "POST", body: body, credentials: "same-origin", headers: csrfHeaders() })
@@ -696,7 +697,10 @@
     chat.composer.addEventListener("submit", function (event) {
       event.preventDefault();
       var text = area.value;
-      if (!text.trim()) { composerError("Write a message before sending it."); area.focus(); return; }
+      // images attached in the tray (chat.js) go with the message
+      var attached = Array.prototype.map.call(chat.composer.querySelectorAll("input[name=attachments]"),
+        function (input) { return input.value; });
+      if (!text.trim() && !attached.length) { composerError("Write a message before sending it."); area.focus(); return; }
       if (text.length > chat.maxChars) {
         composerError("Your message is " + text.length.toLocaleString() + " characters long; the limit is " + chat.maxChars.toLocaleString() + ". Shorten it or send it in parts.");
         area.focus();
@@ -704,9 +708,11 @@
       }
       composerError("");
       statusLine("");
-      outbox.items.push({ id: newId(), text: text });
+      outbox.items.push({ id: newId(), text: text, attachments: attached });
       outboxSave();
       area.value = "";
+      var tray = document.getElementById("attachment-tray");
+      if (tray) { tray.textContent = ""; }
       autosize(area);
       area.focus();
       flushOutbox();

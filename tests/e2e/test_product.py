@@ -176,3 +176,25 @@ def test_markdown_is_laid_out_while_it_streams(login):
     s.answers("cancelled").first.wait_for()
     assert s.answers("cancelled").first.locator(".md h2").inner_text() == "The lighthouse keeper's log"
     assert not s.watch.errors
+
+
+# a 1×1 PNG
+TINY_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def test_an_image_is_attached_shown_and_sent(login):
+    s = login("alice")
+    s.open_chat_with("Helper")
+    s.page.set_input_files("#attach-input", files=[{"name": "dot.png", "mimeType": "image/png", "buffer": TINY_PNG}])
+    s.page.locator("#attachment-tray img").wait_for()
+    s.send("What is in this picture?")
+    s.answers("completed").first.wait_for()
+    assert s.answers("completed").first.locator(".md").inner_text().startswith("I received 1 image (image/png).")
+    thumb = s.page.locator("li.role-user .bubble img")
+    assert thumb.count() == 1 and s.page.evaluate("(img) => img.naturalWidth", thumb.element_handle()) == 1
+    assert s.page.locator("#attachment-tray li").count() == 0
+    s.page.set_input_files("#attach-input", files=[{"name": "x.png", "mimeType": "image/png", "buffer": b"not an image"}])
+    wait_for(lambda: "Attach a PNG, JPEG, GIF or WebP image." in s.page.locator("#composer-error").inner_text(),
+             what="the refusal")
+    assert not s.watch.errors

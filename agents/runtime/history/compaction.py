@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..messages import Block, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from ..messages import (
+    Block,
+    ImageBlock,
+    Message,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from .shapes import as_message, has_tool_use, tool_input_text
 from .tokens import estimate_message_tokens
 
@@ -145,6 +154,8 @@ def summarize_block(block: Block) -> str:
         raw = f"thinking ({len(block.thinking)} chars)"
     elif isinstance(block, ToolUseBlock):
         raw = f"tool_use {block.name}({tool_input_text(block)})"
+    elif isinstance(block, ImageBlock):
+        raw = f"image ({block.media_type})"
     else:
         raw = f"tool_result {block.name}: {'error ' if block.is_error else ''}{block.output}"
     return truncate_summary(raw, 160)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..messages import (
     Block,
+    ImageBlock,
     Message,
     Role,
     TextBlock,
@@ -54,6 +55,8 @@ def _block_text(block: Block) -> str:
         return block.thinking
     if isinstance(block, ToolUseBlock):
         return block.name + tool_input_text(block)
+    if isinstance(block, ImageBlock):
+        return f"[image {block.media_type}]"
     return block.output
 
 

@@ -6,8 +6,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ..messages import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from .shapes import as_message, content_text, tool_input_text, utf8_len
+
+# An attached image, as the large providers count a typical one (OpenAI: 765 for a 1024×1024
+# image at high detail; Anthropic: about width×height/750).
+IMAGE_TOKENS = 800
 
 
 def estimate_message_tokens(message: Message) -> int:
@@ -20,6 +24,8 @@ def estimate_message_tokens(message: Message) -> int:
             total += (utf8_len(block.name) + utf8_len(tool_input_text(block))) // 4 + 1
         elif isinstance(block, ToolResultBlock):
             total += (utf8_len(block.name) + utf8_len(block.output)) // 4 + 1
+        elif isinstance(block, ImageBlock):
+            total += IMAGE_TOKENS + 1
         else:
             total += utf8_len(block.thinking) // 4
             if block.signature is not None:

@@ -24,12 +24,12 @@ Where things are:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from ..cancel import CancelToken
 from ..events import NullObserver, Observer
-from ..messages import Message, close_dangling_tool_uses
+from ..messages import ImageBlock, Message, close_dangling_tool_uses
 from ..providers.base import Provider
 from ..tools import Tool
 from .approvals import DENIED_OUTPUT, ApprovalDecision, ApprovalRequest, Approver
@@ -78,6 +78,7 @@ async def run_turn(
     hooks: TurnHooks | None = None,
     clock: Callable[[], datetime] = utc_now,
     resume: Resume | None = None,
+    user_images: Sequence[ImageBlock] = (),
 ) -> TurnResult:
     """Run one turn. Never raises for provider, tool or approval failures, cancellation or
     timeouts: they end the turn with the matching ``TurnResult.status``. ``history`` is not
@@ -86,7 +87,8 @@ async def run_turn(
     again, and ``TurnResult.new_messages`` holds them with the rest."""
     turn = Turn(provider=provider, config=config, history=history, user_message=user_message,
                 tools=tools, observer=observer or NullObserver(), cancel=cancel,
-                approver=approver, hooks=hooks, clock=clock, resume=resume)
+                approver=approver, hooks=hooks, clock=clock, resume=resume,
+                user_images=user_images)
     return await turn.run()
 
 

@@ -11,13 +11,14 @@ convert its whole history on every request.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from .. import history as history_ops
 from ..dispatch import ToolDispatcher
 from ..events import Compacted, Observer
-from ..messages import Message, Role, close_dangling_tool_uses
+from ..messages import ImageBlock, Message, Role, TextBlock, close_dangling_tool_uses
 from ..providers.base import ChatRequest
 from .types import INTERRUPTED_OUTPUT, CompactionInfo, CompactionSettings
 
@@ -27,10 +28,11 @@ _CALL_ID = re.compile(r"^call_(\d+)$")
 class Conversation:
     def __init__(self, history: list[Message], user_message: str, *, now: datetime,
                  dispatcher: ToolDispatcher, max_messages: int, compaction: CompactionSettings,
-                 observer: Observer) -> None:
+                 observer: Observer, images: Sequence[ImageBlock] = ()) -> None:
         self.history: list[Message] = list(history)
-        self.user = Message.user(user_message)
-        self.stamped = Message.user(f"[{now:%Y-%m-%d %H:%M:%S %Z}] {user_message}")
+        # the person's message: its text, then the images they attached
+        self.user = Message(Role.USER, [TextBlock(user_message), *images])
+        self.stamped = Message(Role.USER, [TextBlock(f"[{now:%Y-%m-%d %H:%M:%S %Z}] {user_message}"), *images])
         self.new_messages: list[Message] = []
         self.wire: list[Message] = []
         self.system_messages: list[str] = []

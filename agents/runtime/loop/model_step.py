@@ -32,7 +32,7 @@ from ..events import (
     ToolCallParseIssue,
 )
 from ..history.shapes import content_text
-from ..messages import Message, Role, ToolUseBlock
+from ..messages import Message, Role, ToolUseBlock, images_in, without_images
 from ..pricing import Usage
 from ..providers.base import (
     ChatRequest,
@@ -169,7 +169,7 @@ class ModelStep:
 
     def build_request(self, *, with_tools: bool, extra: Message | None) -> ChatRequest:
         conversation = self.conversation
-        messages = list(conversation.wire)
+        messages = self.vision_checked(list(conversation.wire))
         if extra is not None:
             messages.append(extra)
         sends_specs = with_tools and self.specs and conversation.dispatcher.sends_tool_specs
@@ -181,6 +181,24 @@ class ModelStep:
             temperature=self.cfg.temperature,
             max_tokens=self.cfg.max_tokens,
         )
+
+    def vision_checked(self, messages: list[Message]) -> list[Message]:
+        """Images go to a model that can read them. For one that cannot (ZeroClaw's capability
+        check), the images of earlier turns are left out with a sentence saying so, and an image
+        in the message being answered ends the turn before any request, saying why."""
+        if not images_in(messages):
+            return messages
+        capabilities = getattr(self.provider, "capabilities_for", None)
+        if capabilities is None or capabilities(self.model).vision:
+            return messages
+        last_user = max((i for i, m in enumerate(messages) if m.role is Role.USER), default=-1)
+        current = images_in(messages[last_user:last_user + 1]) if last_user >= 0 else []
+        if current:
+            raise EndTurn(TurnStatus.FAILED,
+                          f"The model {self.model} cannot read images ({len(current)} attached). "
+                          "Remove the image, or switch to a model that supports vision.",
+                          "capability")
+        return [without_images(m) for m in messages]
 
     def estimate_input_tokens(self, request: ChatRequest) -> int:
         """The request's input by the conversation's running estimate, the system prompt and

@@ -20,7 +20,14 @@ from ..builtin import resolve_timezone
 from ..cancel import CancelToken, TurnCancelled
 from ..dispatch import ParsedResponse, select_dispatcher
 from ..events import FinalAnswer, MessageAppended, Observer, TrajectoryStateRecorded, TurnError
-from ..messages import Message, Role, ToolResultBlock, ToolUseBlock, close_dangling_tool_uses
+from ..messages import (
+    ImageBlock,
+    Message,
+    Role,
+    ToolResultBlock,
+    ToolUseBlock,
+    close_dangling_tool_uses,
+)
 from ..parsing import parse_tool_calls, strip_think_tags
 from ..providers.base import Provider, SystemBlock
 from ..sanitize import sanitize_response
@@ -70,7 +77,7 @@ class Turn:
                  user_message: str, tools: Sequence[Tool], observer: Observer,
                  cancel: CancelToken | None, approver: Approver | None,
                  hooks: TurnHooks | None, clock: Callable[[], datetime],
-                 resume: Resume | None = None) -> None:
+                 resume: Resume | None = None, user_images: Sequence[ImageBlock] = ()) -> None:
         self.cfg = config
         self.resume = resume
         self.observer = observer
@@ -87,7 +94,7 @@ class Turn:
         self.conversation = Conversation(
             history, user_message, now=now, dispatcher=dispatcher,
             max_messages=config.history_max_messages, compaction=config.compaction,
-            observer=observer)
+            observer=observer, images=user_images)
         self.prompt = SystemPrompt(config, tool_section=tool_section, now=now,
                                    zone_key=getattr(zone, "key", "UTC"))
         self.model_step = ModelStep(

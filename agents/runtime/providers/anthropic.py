@@ -29,6 +29,7 @@ from typing import Any
 from ..messages import (
     TEXT_RUN_SEPARATOR,
     Block,
+    ImageBlock,
     Message,
     Role,
     TextBlock,
@@ -139,6 +140,10 @@ def _content_to_anthropic(blocks: Sequence[Block], *, assistant: bool) -> list[d
             if assistant:
                 content.append({"type": "tool_use", "id": block.id, "name": block.name,
                                 "input": block.input})
+        elif isinstance(block, ImageBlock):
+            if not assistant and block.data:
+                content.append({"type": "image", "source": {"type": "base64", "media_type": block.media_type,
+                                                            "data": block.data}})
         elif isinstance(block, ToolResultBlock):
             result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id}
             if block.output:

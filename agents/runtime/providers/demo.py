@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..messages import Block, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
+from ..history.tokens import IMAGE_TOKENS
+from ..messages import Block, ImageBlock, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
 from ..pricing import Usage
 from ..trajectory import DECLINED_PREFIXES
 from .base import (
@@ -191,6 +192,7 @@ class _Turn:
     results: list[_Result]   # results of the latest round of calls in this turn
     counts: dict[str, int]   # results per tool name in this turn
     prior_calls: int         # tool calls in the whole history (for fresh ids)
+    images: list[str] = field(default_factory=list)  # media types of the images attached
 
 
 @dataclass(slots=True)
@@ -201,7 +203,8 @@ class _Decision:
 
 class DemoProvider(Provider):
     kind = "demo"
-    default_capabilities = Capabilities(native_tool_calling=True, streaming=True)
+    # vision: it accepts images (and says it cannot look at them), so attaching one can be tried
+    default_capabilities = Capabilities(native_tool_calling=True, streaming=True, vision=True)
 
     def __init__(self, *, token_delay_s: float = 0.0, first_token_latency_s: float = 0.0,
                  request_latency_s: float = 0.0, name: str = "demo",
@@ -307,7 +310,8 @@ def _read_turn(messages: Sequence[Message], prior_calls: int) -> _Turn:
             for result in _results_of(message, calls, tagged):
                 results.append(result)
                 counts[result.name] = counts.get(result.name, 0) + 1
-    return _Turn(user_text, results, counts, prior_calls)
+    images = [b.media_type for b in messages[start].blocks if isinstance(b, ImageBlock)] if start >= 0 else []
+    return _Turn(user_text, results, counts, prior_calls, images)
 
 
 def _results_of(message: Message, calls: dict[str, ToolUseBlock],
@@ -356,6 +360,12 @@ def _prompt_guided_tools(system: str) -> frozenset[str]:
 # -- deciding -----------------------------------------------------------------------------------
 def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
     text = turn.user_text
+    if turn.images and not turn.results:
+        kinds = ", ".join(dict.fromkeys(turn.images))
+        count = len(turn.images)
+        return _Decision(f"I received {count} image{'s' if count != 1 else ''} ({kinds}). I am the "
+                         "offline demo model, so I cannot look at images; a model with vision "
+                         "would describe them here.")
     if XSS_TRIGGER in text.lower():
         return _decide_corpus(turn, offered)
     repeat = _REPEAT.search(text)
@@ -582,6 +592,8 @@ def _block_chars(block: Block) -> int:
         return len(block.name) + len(str(block.input))
     if isinstance(block, ToolResultBlock):
         return len(block.output)
+    if isinstance(block, ImageBlock):
+        return IMAGE_TOKENS * 4  # counted like a typical image
     return len(block.thinking)
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..messages import Block, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock
+from ..messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock
 from ..pricing import Usage
 from ..tools import ToolSpec
 from ._http import (
@@ -109,8 +109,18 @@ def messages_to_openai(system: Sequence[SystemBlock], messages: Sequence[Message
         elif message.role == Role.TOOL or message.tool_results_blocks:
             wire.extend(_tool_results_to_openai(message))
         else:
-            wire.append({"role": "user", "content": message.text})
+            wire.append({"role": "user", "content": _user_content_openai(message)})
     return wire
+
+
+def _user_content_openai(message: Message) -> str | list[dict[str, Any]]:
+    """A user message: its text, or text and image parts when it carries images."""
+    images = [b for b in message.blocks if isinstance(b, ImageBlock) and b.data]
+    if not images:
+        return message.text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+    parts.extend({"type": "image_url", "image_url": {"url": image.data_url}} for image in images)
+    return parts
 
 
 def _assistant_to_openai(message: Message) -> dict[str, Any]:

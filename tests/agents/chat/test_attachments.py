@@ -1,0 +1,135 @@
+"""Images attached to a message: checked by their bytes, stored with the team, served only to who
+may read the conversation, sent with the message to a model that reads images, refused with a
+sentence for one that does not."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from agents.chat.services import conversation_create, conversation_share
+from agents.models import Attachment, Message, Provider
+from agents.runtime.messages import ImageBlock
+from agents.turns.attachments import MAX_IMAGE_BYTES, sniff_image
+from agents.turns.builder import turn_history
+from agents.turns.services import turn_send
+from agents.turns.tasks import turn_run
+from traces.models import Trace
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+
+
+def upload(client, conversation, data=PNG, name="cat.png", content_type="image/png"):
+    return client.post(reverse("attachment_upload", args=[conversation.uuid]),
+                       {"file": SimpleUploadedFile(name, data, content_type=content_type)})
+
+
+@pytest.mark.parametrize(("head", "media_type"), [
+    (PNG, "image/png"), (b"\xff\xd8\xff\xe0" + b"\0" * 8, "image/jpeg"), (b"GIF89a" + b"\0" * 8, "image/gif"),
+    (b"RIFF\0\0\0\0WEBPVP8 ", "image/webp"), (b"<svg onload=alert(1)>", None), (b"%PDF-1.7", None),
+])
+def test_the_type_is_told_by_the_bytes(head, media_type):
+    assert sniff_image(head[:16]) == media_type
+
+
+def test_an_image_is_uploaded_for_the_next_message_and_served_to_who_may_read(
+        client_for, alice, bob, vera, charlie, conversation):
+    response = upload(client_for(alice), conversation)
+    assert response.status_code == 201
+    data = response.json()
+    row = Attachment.objects.get(uuid=data["id"])
+    assert (row.team_id, row.media_type, row.size, row.message) == (conversation.team_id, "image/png", len(PNG), None)
+    got = client_for(alice).get(data["url"])
+    assert got.status_code == 200 and got.content == PNG and got["Content-Type"] == "image/png"
+    assert got["X-Content-Type-Options"] == "nosniff" and "sandbox" in got["Content-Security-Policy"]
+    for other in (bob, vera, charlie):  # a private conversation: not even its team sees it
+        assert client_for(other).get(data["url"]).status_code == 404
+    conversation_share(conversation=conversation, user=alice, shared=True)
+    assert client_for(vera).get(data["url"]).status_code == 200
+    assert client_for(charlie).get(data["url"]).status_code == 404
+
+
+def test_bad_uploads_are_refused_with_a_reason(client_for, alice, vera, conversation):
+    c = client_for(alice)
+    fake = upload(c, conversation, data=b"<script>alert(1)</script>", name="x.png")
+    assert fake.status_code == 400 and fake.json()["error"] == "Attach a PNG, JPEG, GIF or WebP image."
+    big = upload(c, conversation, data=PNG + b"\0" * MAX_IMAGE_BYTES)
+    assert big.status_code == 400 and "the limit is 5 MB" in big.json()["error"]
+    assert c.post(reverse("attachment_upload", args=[conversation.uuid])).status_code == 400
+    conversation_share(conversation=conversation, user=alice, shared=True)
+    assert upload(client_for(vera), conversation).status_code == 403
+    assert not Attachment.objects.exists()
+
+
+def test_another_conversations_image_is_not_found_through_this_one(client_for, alice, agent, conversation):
+    other = conversation_create(team=agent.team, agent=agent, user=alice)
+    image_id = upload(client_for(alice), other).json()["id"]
+    url = reverse("attachment", args=[conversation.uuid, image_id])
+    assert client_for(alice).get(url).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_carries_its_images_once_and_the_demo_model_receives_them(
+        client_for, alice, bob, agent, conversation, sent_turns):
+    ids = [upload(client_for(alice), conversation).json()["id"] for _ in range(2)]
+    sent = turn_send(conversation=conversation, user=alice, text="", attachments=ids)
+    message = sent.trace.user_message
+    assert message.text == "(2 images attached)"
+    assert [b["type"] for b in message.blocks] == ["text", "image", "image"]
+    assert [b["attachment"] for b in message.blocks[1:]] == ids
+    assert all("data" not in b for b in message.blocks)
+    assert Attachment.objects.filter(message=message).count() == 2
+    with pytest.raises(ValidationError, match="was sent already"):
+        turn_send(conversation=conversation, user=alice, text="again", attachments=ids[:1])
+    assert turn_run(sent.trace.pk) == "completed"
+    assert Trace.objects.get(pk=sent.trace.pk).answer.startswith("I received 2 images (image/png).")
+    # the next turn's history has them, with their bytes
+    later = turn_send(conversation=conversation, user=alice, text="and now?").trace
+    history = turn_history(trace=later, agent=agent)
+    images = [b for m in history for b in m.blocks if isinstance(b, ImageBlock)]
+    assert len(images) == 2 and all(b.data for b in images)
+
+
+def test_someone_elses_or_too_many_images_are_refused(client_for, alice, agent, sent_turns, make_member, team_a):
+    admin = make_member(team_a, "adam", "admin")
+    mine = conversation_create(team=agent.team, agent=agent, user=alice)
+    ids = [upload(client_for(alice), mine).json()["id"] for _ in range(5)]
+    with pytest.raises(ValidationError, match="at most 4 images"):
+        turn_send(conversation=mine, user=alice, text="look", attachments=ids)
+    with pytest.raises(ValidationError, match="not this conversation's"):
+        turn_send(conversation=mine, user=admin, text="look", attachments=ids[:1])
+    with pytest.raises(ValidationError, match="not this conversation's"):
+        turn_send(conversation=mine, user=alice, text="look", attachments=["not-a-uuid"])
+    assert not Message.objects.filter(conversation=mine).exists()
+
+
+def test_a_model_that_cannot_read_images_refuses_them_before_anything_is_sent(
+        client_for, alice, agent, team_a, sent_turns):
+    text_only = Provider.objects.create(team=team_a, name="Old GPT", kind="openai")
+    agent.provider, agent.model = text_only, "gpt-3.5-turbo"
+    agent.save()
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    image_id = upload(client_for(alice), conversation).json()["id"]
+    response = client_for(alice).post(reverse("message_send", args=[conversation.uuid]),
+                                      {"text": "What is this?", "attachments": image_id}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 422
+    assert "gpt-3.5-turbo cannot read images. Remove the image, or switch this conversation" in response.content.decode()
+    assert not Trace.objects.filter(conversation=conversation).exists() and sent_turns == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_chat_and_the_inspector_show_the_images(client_for, alice, conversation, sent_turns):
+    image_id = upload(client_for(alice), conversation).json()["id"]
+    trace = turn_send(conversation=conversation, user=alice, text="Look", attachments=[image_id]).trace
+    url = reverse("attachment", args=[conversation.uuid, image_id])
+    html = client_for(alice).get(reverse("conversation", args=[conversation.uuid])).content.decode()
+    assert f'<img src="{url}" alt="An attached image (image/png)"' in html
+    assert 'id="attach-input"' in html
+    turn_run(trace.pk)
+    step = trace.steps.get(kind="llm_request", seq=1)
+    detail = client_for(alice).get(reverse("step_detail", args=[trace.uuid, step.seq])).content.decode()
+    assert f'<img src="{url}"' in detail
+    request = step.payloads.get(kind="request").content
+    assert "base64" not in request and image_id in request  # the trace names the image, never its bytes
