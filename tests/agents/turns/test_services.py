@@ -169,4 +169,4 @@ def test_a_decision_needs_a_call_that_waits_and_a_member(conversation, alice, ve
     approval_decide(trace=trace, call_id="call_1", approved=False, user=alice)
 
     stored = redis.Redis.from_url(use_redis).get(f"agentsite:approval:{trace.uuid.hex}:call_1")
-    assert stored == b'{"approved": false, "decided_by": "alice"}'
+    assert stored == b'{"approved": false, "decided_by": "alice", "role": "the conversation\'s owner"}'
