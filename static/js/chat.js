@@ -8,7 +8,7 @@
 
   // -- the sidebar: a drawer on phones -------------------------------------------------------
   function setSidebar(open) {
-    document.body.classList.toggle("sidebar-open", open);
+    document.body.classList.toggle("drawer-open", open);
     document.querySelectorAll(".sidebar-open[data-sidebar-toggle]").forEach(function (b) {
       b.setAttribute("aria-expanded", String(open));
     });
@@ -19,9 +19,9 @@
   }
   document.addEventListener("click", function (event) {
     var toggle = event.target.closest("[data-sidebar-toggle]");
-    if (toggle) { setSidebar(!document.body.classList.contains("sidebar-open")); return; }
+    if (toggle) { setSidebar(!document.body.classList.contains("drawer-open")); return; }
     var sidebar = document.getElementById("chat-sidebar");
-    if (document.body.classList.contains("sidebar-open") && sidebar && !sidebar.contains(event.target)) {
+    if (document.body.classList.contains("drawer-open") && sidebar && !sidebar.contains(event.target)) {
       setSidebar(false);
     }
   });
@@ -39,7 +39,7 @@
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || event.defaultPrevented) { return; }
     if (palette && !palette.hidden) { closePalette(); event.preventDefault(); return; }
-    if (document.body.classList.contains("sidebar-open")) { setSidebar(false); return; }
+    if (document.body.classList.contains("drawer-open")) { setSidebar(false); return; }
     if (document.querySelector("details.menu[open], details.edit[open]")) { return; }
     var stop = document.querySelector(".answer.pending .stop-form button");
     if (stop && !stop.disabled && stop.offsetParent !== null) {

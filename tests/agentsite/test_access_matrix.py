@@ -23,7 +23,7 @@ from django.apps import apps
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from agents.models import Conversation
+from agents.models import Attachment, Conversation
 from agentsite import services
 from agentsite.models import Membership
 from agentsite.routing import websocket_urlpatterns
@@ -50,6 +50,7 @@ PUBLIC_ROUTES = {"login", "signup", "healthz", "favicon.ico", "invitation_accept
                  "password_reset_confirm", "password_reset_complete"}
 KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
     "conversation_uuid": PRIVATE_OBJECT, "trace_uuid": PRIVATE_OBJECT, "message_uuid": PRIVATE_OBJECT,
+    "attachment_uuid": PRIVATE_OBJECT,
     "invitation_uuid": TEAM_OBJECT, "membership_uuid": TEAM_OBJECT, "tool_uuid": TEAM_OBJECT,
     "object_id": ADMIN_OBJECT, "id": ADMIN_OBJECT,
 }
@@ -105,7 +106,10 @@ def world(alice, bob, vera, charlie, agent, team_a):
                                            author=alice)
     owner = Membership.objects.get(user=alice, team=team_a)
     issued = services.invitation_create(actor=owner, role="member")
+    image = Attachment.objects.create(team=team_a, conversation=conversation, uploaded_by=alice,
+                                      media_type="image/png", size=len(CANARY), data=CANARY.encode())
     return {"conversation_uuid": conversation.uuid, "trace_uuid": trace.uuid, "message_uuid": message.uuid,
+            "attachment_uuid": image.uuid,
             "invitation_uuid": issued.invitation.uuid, "token": issued.token,
             "membership_uuid": Membership.objects.get(user=bob).uuid, "team": team_a,
             "tool_uuid": agent.tools.first().uuid, "id": alice.pk}

@@ -107,6 +107,8 @@ def test_on_a_phone_the_sidebar_is_a_drawer_and_the_traces_keep_status_and_cost(
     assert not sidebar.is_visible()
     s.page.click("button.sidebar-open")
     wait_for(sidebar.is_visible, what="the drawer to open")
+    # the page under the drawer keeps its layout (the body is not restyled)
+    assert s.page.evaluate("() => getComputedStyle(document.body).display") == "block"
     s.page.keyboard.press("Escape")
     wait_for(lambda: not sidebar.is_visible(), what="the drawer to close")
     s.send("What time is it?")
