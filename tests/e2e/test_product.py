@@ -200,3 +200,31 @@ def test_an_image_is_attached_shown_and_sent(login):
     wait_for(lambda: "Attach a PNG, JPEG, GIF or WebP image." in s.page.locator("#composer-error").inner_text(),
              what="the refusal")
     assert not s.watch.errors
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1400, "height": 900}, {"width": 390, "height": 844}])
+def test_the_traces_filters_the_costs_page_and_the_admin_at_desktop_and_phone_width(login, viewport):
+    s = login("alice", viewport=viewport)
+    s.open_chat_with("Helper")
+    s.send("What time is it?")
+    s.answers("completed").first.wait_for()
+    s.page.goto(s.stack.url + "/traces/")
+    s.page.select_option("#f-status", "cancelled")
+    wait_for(lambda: "What time is it?" not in s.page.locator("#results").inner_text(), what="the filter to apply")
+    s.page.select_option("#f-status", "completed")
+    wait_for(lambda: "What time is it?" in s.page.locator("#results").inner_text(), what="the filter to apply")
+    assert "status=completed" in s.page.url
+    s.page.goto(s.stack.url + "/costs/")
+    assert s.page.locator("#cost-total").is_visible()
+    width = viewport["width"]
+    for path in ("/traces/", "/costs/", "/"):
+        s.page.goto(s.stack.url + path)
+        assert s.page.evaluate("() => document.documentElement.scrollWidth") <= width, path
+    s.page.goto(s.stack.url + "/admin/agents/routingrule/add/")
+    assert s.page.locator("#id_route_provider").is_visible() and s.page.locator("#id_route_model").is_visible()
+    s.page.goto(s.stack.url + "/admin/agentsite/auditevent/")
+    assert s.page.locator("#result_list, .paginator").first.is_visible()
+    viewer = login("vera", viewport=viewport)
+    response = viewer.page.goto(viewer.stack.url + "/admin/")
+    assert response.status == 403 and "your role does not include it" in viewer.page.inner_text("main")
+    assert viewer.page.locator("input[name=password]").count() == 0
