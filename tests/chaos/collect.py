@@ -185,12 +185,16 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
         return None, "never"
 
     detected, resumptions, how = [], [], Counter()
+    each: list[dict[str, Any]] = []
     landing: Counter[str] = Counter()
     killed_ids: set[int] = set()
+    first_kill = min((e.at for e in kills), default=0.0)
     for event in kills:
         for trace_id in event.traces:
             seconds, by = detection(trace_id, event.at)
             detected.append(seconds)
+            each.append({"kill_at_s": round(event.at - first_kill, 1), "trace": trace_id, "by": by,
+                         "s": round(seconds, 2) if seconds is not None else None})
             how[by] += 1
             resumptions.append(resumption(trace_id, event.at))
             landing[event.landing.get(trace_id, "between steps")] += 1
@@ -213,6 +217,9 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
         "resumption_s": measures.summary(r for r in resumptions if r is not None),
         "not_completed": not_done[:20],
         "slow_resumptions": [{"trace": tid, "s": round(r, 1)} for r, tid in slow[:10]],
+        # the slowest detections, to see what they have in common (kill time from the first kill)
+        "slowest_detections": sorted((e for e in each if e["s"] is not None), key=lambda e: -e["s"])[:5],
+        "timeline": [(e.kind, round(e.at - first_kill, 1)) for e in sorted(events, key=lambda e: e.at)],
     }
 
     stops = [e for e in events if e.kind == "sigterm"]
