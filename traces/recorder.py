@@ -62,6 +62,8 @@ DELTA_FRAME_S = 0.055
 # A streaming answer's text so far is saved this often (and when it ends unfinished), so a
 # request cut off by a worker that died keeps what it had streamed.
 PARTIAL_SAVE_S = 2.0
+# The first save comes sooner: a page opened (or reloaded) early in an answer finds its start.
+PARTIAL_FIRST_SAVE_S = 0.5
 # Payloads above this many characters are stored as a JSON note with their beginning.
 PAYLOAD_MAX_CHARS = 2_000_000
 JSON = "application/json"
@@ -353,7 +355,7 @@ class TraceRecorder:
             return
         parts.append(text)
         now = time.monotonic()
-        if now - self.partial_saved.setdefault(seq, now) >= PARTIAL_SAVE_S:
+        if now - self.partial_saved.setdefault(seq, now - PARTIAL_SAVE_S + PARTIAL_FIRST_SAVE_S) >= PARTIAL_SAVE_S:
             self.partial_saved[seq] = now
             await self._partial_save(seq)
 

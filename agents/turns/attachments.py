@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from agents.access import conversation_act_check
 from agents.models import Attachment, Conversation
@@ -17,6 +19,8 @@ from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# An image uploaded and never sent is dropped after this long (the workers' periodic clean-up).
+UNSENT_KEPT_FOR = timedelta(hours=24)
 MAX_IMAGES_PER_MESSAGE = 4
 # The formats every vision model takes, told by their first bytes (never by the name or the
 # type the browser claims).
@@ -74,6 +78,13 @@ def attachments_for_message(*, conversation: Conversation, user: Any,
                               "already: attach it again.")
     order = {value: index for index, value in enumerate(ids)}
     return sorted(rows, key=lambda a: order[str(a.uuid)])
+
+
+def attachments_unsent_forget(*, now: datetime | None = None) -> int:
+    """Drop images uploaded for a message that was never sent; how many went."""
+    now = now or timezone.now()
+    deleted, _ = Attachment.objects.filter(message__isnull=True, created_at__lt=now - UNSENT_KEPT_FOR).delete()
+    return deleted
 
 
 def image_block(attachment: Attachment, *, with_data: bool = False) -> ImageBlock:

@@ -41,6 +41,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from agents.models import TurnWorker
+from agents.turns.attachments import attachments_unsent_forget
 from agents.turns.lifecycle import trace_hand_back
 from agents.turns.reaper import trace_reap
 from traces.models import Trace
@@ -182,6 +183,7 @@ class TurnWorkerLife:
         if time.monotonic() - self.forgot_at >= FORGET_EVERY_S:
             self.forgot_at = time.monotonic()
             turn_workers_forget(now=now)
+            attachments_unsent_forget(now=now)
         wait = settings.TURN_REAPER_INTERVAL_S
         death = turn_worker_next_death()
         if death is not None:

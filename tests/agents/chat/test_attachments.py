@@ -4,15 +4,18 @@ sentence for one that does not."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.chat.services import conversation_create, conversation_share
 from agents.models import Attachment, Message, Provider
 from agents.runtime.messages import ImageBlock
-from agents.turns.attachments import MAX_IMAGE_BYTES, sniff_image
+from agents.turns.attachments import MAX_IMAGE_BYTES, attachments_unsent_forget, sniff_image
 from agents.turns.builder import turn_history
 from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
@@ -133,3 +136,11 @@ def test_the_chat_and_the_inspector_show_the_images(client_for, alice, conversat
     assert f'<img src="{url}"' in detail
     request = step.payloads.get(kind="request").content
     assert "base64" not in request and image_id in request  # the trace names the image, never its bytes
+
+
+def test_images_never_sent_are_dropped_after_a_day(client_for, alice, conversation, sent_turns):
+    kept, sent, stale = (upload(client_for(alice), conversation).json()["id"] for _ in range(3))
+    turn_send(conversation=conversation, user=alice, text="with one", attachments=[sent])
+    Attachment.objects.filter(uuid__in=[sent, stale]).update(created_at=timezone.now() - timedelta(days=2))
+    assert attachments_unsent_forget() == 1
+    assert set(str(u) for u in Attachment.objects.values_list("uuid", flat=True)) == {kept, sent}
