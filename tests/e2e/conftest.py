@@ -94,6 +94,10 @@ class Session:
         self.page.fill("#composer-text", text)
         self.page.press("#composer-text", "Enter")
 
+    def streamed(self) -> str:
+        """The text of the answer being written, as the page shows it so far."""
+        return "".join(self.page.locator("li.answer.pending .stream-text").all_inner_texts())
+
     def answers(self, status: str) -> Any:
         return self.page.locator(f"li.answer[data-status='{status}']")
 

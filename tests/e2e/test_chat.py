@@ -55,9 +55,7 @@ def test_stop_ends_the_reply_mid_stream_and_the_chat_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
     s.send("Tell me something nice about the sea")
-    wait_for(lambda: len(s.page.locator("li.answer.pending .stream-text").all_inner_texts() or [""])
-               and len("".join(s.page.locator("li.answer.pending .stream-text").all_inner_texts())) > 12,
-               what="a few streamed words")
+    wait_for(lambda: len(s.streamed()) > 12, what="a few streamed words")
     s.page.locator("li.answer.pending button:has-text('Stop')").click()
 
     stopped = s.answers("cancelled").first

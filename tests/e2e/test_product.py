@@ -15,10 +15,6 @@ from tests.helpers import wait_for
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"  # axe-core, test-only
 
 
-def streamed(s) -> str:
-    return "".join(s.page.locator("li.answer.pending .stream-text").all_inner_texts())
-
-
 def test_the_home_page_starts_a_conversation_with_its_first_message(login):
     s = login("alice")
     s.page.goto(s.stack.url + "/")
@@ -39,14 +35,14 @@ def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
     s.send("Tell me something nice about the sea, at length please")
-    wait_for(lambda: len(streamed(s)) > 60, timeout=20, what="a good part of the answer")
-    before = streamed(s)
+    wait_for(lambda: len(s.streamed()) > 60, timeout=20, what="a good part of the answer")
+    before = s.streamed()
     s.page.reload()
     s.wait_for_socket()
     # the page comes back with the text so far (saved by the worker every couple of seconds)
     # and the live frames continue it without a gap or a repeat
-    wait_for(lambda: len(streamed(s)) > len(before) + 10, timeout=15, what="the answer to go on")
-    after = streamed(s)
+    wait_for(lambda: len(s.streamed()) > len(before) + 10, timeout=15, what="the answer to go on")
+    after = s.streamed()
     assert after.startswith(before[:40]), (before, after)
     s.page.locator("li.answer.pending button:has-text('Stop')").click()
     final = s.answers("cancelled").first
@@ -58,7 +54,7 @@ def test_escape_stops_and_the_palette_runs_a_command(login):
     s = login("alice")
     s.open_chat_with("Slow")
     s.send("Tell me a long story")
-    wait_for(lambda: len(streamed(s)) > 8, what="a few words")
+    wait_for(lambda: len(s.streamed()) > 8, what="a few words")
     s.page.locator("body").press("Escape")
     s.answers("cancelled").first.wait_for(timeout=5_000)
     s.page.fill("#composer-text", "/he")
