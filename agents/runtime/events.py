@@ -110,6 +110,40 @@ class ToolFinished(Event):
     duration_ms: float = 0.0
     error: str | None = None
     output_preview: str = ""
+    # What the tool said about the call, for the trace (an MCP server's name, protocol …).
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolPolicyDecided(Event):
+    """Whether a call may run, and why: the tool's policy (allow / ask / deny, with where it
+    came from) and the outcome after the before-hooks had their say."""
+
+    kind: ClassVar[str] = "tool_policy"
+    iteration: int
+    call_id: str
+    name: str
+    policy: str  # "allow", "ask" or "deny"
+    outcome: str  # "allow", "ask" or "deny"
+    reason: str = ""
+    source: str = ""  # "tool", "agent", "role floor", "hook"
+
+
+@dataclass(kw_only=True, slots=True)
+class HookRan(Event):
+    """One hook's run: before or after a tool call, or around a message."""
+
+    kind: ClassVar[str] = "hook"
+    iteration: int
+    event: str  # PreToolUse, PostToolUse, PostToolUseFailure, on_message_received, on_message_sending
+    hook: str
+    hook_kind: str  # "webhook" or "command"
+    decision: str  # "allow", "warn", "deny", "failed", "cancelled", "rewrite", "drop", "suppress"
+    call_id: str = ""
+    tool: str = ""
+    messages: list[str] = field(default_factory=list)
+    duration_ms: float = 0.0
+    detail: str = ""
 
 
 @dataclass(kw_only=True, slots=True)

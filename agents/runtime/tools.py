@@ -30,6 +30,8 @@ class ToolResult:
     success: bool
     output: str
     error: str | None = None
+    # Small facts for the trace step (an MCP call's server, remote name, protocol, session).
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def ok(cls, output: str) -> ToolResult:
@@ -49,11 +51,20 @@ class ToolError(Exception):
         self.retryable = retryable
 
 
+ALLOW, ASK, DENY = "allow", "ask", "deny"
+POLICIES = (ALLOW, ASK, DENY)
+
+
 class Tool(abc.ABC):
     name: str = ""
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
-    requires_approval: bool = False
+    # What happens when the model calls it: "allow" runs it, "ask" puts it to a person first,
+    # "deny" never runs it (the model reads ``Permission denied: <policy_reason>``).
+    policy: str = ALLOW
+    policy_reason: str = ""
+    # Where the policy came from, for the trace ("tool", "agent", "role floor" …).
+    policy_source: str = ""
     # Safe to run again with the same arguments when a turn continues after its worker stopped
     # while the call ran (a read, a pure computation). Otherwise the call is not repeated and
     # the model is told it was interrupted.
@@ -61,6 +72,14 @@ class Tool(abc.ABC):
 
     @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any]) -> ToolResult: ...
+
+    @property
+    def requires_approval(self) -> bool:
+        return self.policy == ASK
+
+    @requires_approval.setter
+    def requires_approval(self, value: bool) -> None:
+        self.policy = ASK if value else ALLOW
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -78,12 +97,13 @@ class FunctionTool(Tool):
         parameters: dict[str, Any] | None = None,
         requires_approval: bool = False,
         idempotent: bool = False,
+        policy: str | None = None,
     ) -> None:
         self.name = name
         self.idempotent = idempotent
         self.description = description
         self.parameters = parameters or {"type": "object", "properties": {}}
-        self.requires_approval = requires_approval
+        self.policy = policy or (ASK if requires_approval else ALLOW)
         self._fn = fn
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:

@@ -16,7 +16,7 @@ Where things are:
 * ``turn``          -- ``Turn``: the iterations, trajectory states and every way a turn ends
 * ``model_step``    -- one model request: hooks, streaming, timeouts, usage, parsing
 * ``tool_step``     -- the calls of one response: duplicates, parallel or serial, cancellation
-* ``approvals``     -- asking the ``Approver`` before a tool that needs approval runs
+* ``approvals``     -- asking the ``Approver`` before a tool whose policy is "ask" runs
 * ``detector``      -- ``LoopDetector`` and what makes two calls the same
 * ``conversation``  -- history, messages to store, wire messages, compaction
 * ``prompt``        -- the system prompt of each request
@@ -29,6 +29,7 @@ from datetime import datetime
 
 from ..cancel import CancelToken
 from ..events import NullObserver, Observer
+from ..hooks import ToolHooks
 from ..messages import ImageBlock, Message, close_dangling_tool_uses
 from ..providers.base import Provider
 from ..tools import Tool
@@ -79,6 +80,7 @@ async def run_turn(
     clock: Callable[[], datetime] = utc_now,
     resume: Resume | None = None,
     user_images: Sequence[ImageBlock] = (),
+    tool_hooks: ToolHooks | None = None,
 ) -> TurnResult:
     """Run one turn. Never raises for provider, tool or approval failures, cancellation or
     timeouts: they end the turn with the matching ``TurnResult.status``. ``history`` is not
@@ -88,7 +90,7 @@ async def run_turn(
     turn = Turn(provider=provider, config=config, history=history, user_message=user_message,
                 tools=tools, observer=observer or NullObserver(), cancel=cancel,
                 approver=approver, hooks=hooks, clock=clock, resume=resume,
-                user_images=user_images)
+                user_images=user_images, tool_hooks=tool_hooks)
     return await turn.run()
 
 

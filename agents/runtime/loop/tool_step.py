@@ -11,17 +11,30 @@ detector sees what ran.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from .. import history as history_ops
 from ..cancel import CancelToken, StepTimedOut, TurnCancelled, guarded
 from ..dispatch import ParsedResponse
-from ..events import LoopDetected, Observer, ToolFinished, ToolStarted
+from ..events import HookRan, LoopDetected, Observer, ToolFinished, ToolPolicyDecided, ToolStarted
+from ..hooks import (
+    POST_TOOL_USE,
+    POST_TOOL_USE_FAILURE,
+    PRE_TOOL_USE,
+    Hook,
+    HookRunResult,
+    ToolHooks,
+    hook_payload,
+    merge_hook_feedback,
+    run_hooks,
+)
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
 from ..scrub import scrub_secrets
-from ..tools import Tool, ToolError, ToolResult
+from ..tools import ALLOW, ASK, DENY, Tool, ToolError, ToolResult
 from .approvals import Approver, ask_approval, declined_output
 from .conversation import Conversation
 from .detector import LoopDetector, call_signature
@@ -32,6 +45,7 @@ DUPLICATE_OUTPUT = "Skipped duplicate tool call '{name}' with identical argument
 # Tools that change what other calls of the same response may do; they never run in parallel.
 SERIAL_TOOLS = frozenset({"tool_search"})
 PREVIEW_CHARS = 200
+PERMISSION_DENIED = "Permission denied: {reason}"
 
 
 @dataclass(slots=True)
@@ -39,13 +53,15 @@ class _Outcome:
     output: str
     success: bool
     error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class ToolStep:
     def __init__(self, *, tools: Sequence[Tool], cfg: TurnConfig, conversation: Conversation,
                  prompt: SystemPrompt, observer: Observer, cancel: CancelToken | None,
-                 approver: Approver | None) -> None:
+                 approver: Approver | None, tool_hooks: ToolHooks | None = None) -> None:
         self.tools = {t.name: t for t in tools}
+        self.hooks = tool_hooks or ToolHooks()
         self.cfg = cfg
         self.conversation = conversation
         self.prompt = prompt
@@ -188,13 +204,24 @@ class ToolStep:
         return max(time.perf_counter() - started - self.approval_waits.pop(call.id, 0.0), 0.0)
 
     async def run_call(self, iteration: int, call: ToolUseBlock) -> _Outcome:
+        """Claw Code's order: the before-hooks, the permission (the tool's policy, a hook's
+        override, a person's approval), the call, the after-hooks."""
         tool = self.tools.get(call.name)
         if tool is None:
             return _Outcome(f"Unknown tool: {call.name}", False, f"Unknown tool: {call.name}")
         problem = self.argument_problem(tool, call)
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
-        if tool.requires_approval:
+        pre = await self.run_tool_hooks(iteration, call, PRE_TOOL_USE, self.hooks.pre)
+        outcome, reason, source = self.authorize(tool, call, pre)
+        await self.observer.emit(ToolPolicyDecided(
+            iteration=iteration, call_id=call.id, name=call.name, policy=tool.policy,
+            outcome=outcome, reason=reason, source=source))
+        if outcome == DENY:
+            output = merge_hook_feedback(pre.messages if source != "hook" else [],
+                                         PERMISSION_DENIED.format(reason=reason), True)
+            return _Outcome(output, False, PERMISSION_DENIED.format(reason=reason))
+        if outcome == ASK:
             asked = time.perf_counter()
             try:
                 decision = await ask_approval(self.approver, call, iteration,
@@ -205,7 +232,56 @@ class ToolStep:
             if not decision.approved:
                 output = declined_output(call.name, decision.reason)
                 return _Outcome(output, False, output.split("\n", 1)[0])
-        return await self.execute(tool, call)
+        result = await self.execute(tool, call)
+        result.output = merge_hook_feedback(pre.messages, result.output, False)
+        if self.hooks.post:
+            event = POST_TOOL_USE if result.success else POST_TOOL_USE_FAILURE
+            post = await self.run_tool_hooks(iteration, call, event, self.hooks.post,
+                                             output=result.output, is_error=not result.success)
+            bad = post.denied or post.cancelled
+            result.output = merge_hook_feedback(post.messages, result.output, bad or post.failed)
+            if bad and result.success:
+                result.success = False
+                result.error = post.messages[0] if post.messages else f"{event} hook denied it"
+        return result
+
+    def authorize(self, tool: Tool, call: ToolUseBlock,
+                  pre: HookRunResult) -> tuple[str, str, str]:
+        """(outcome, reason, source). A hook that denies or is cancelled denies; one that
+        fails only warns (its message reaches the model). Then the tool's policy: deny beats a
+        hook's "allow"; "ask" from the policy or a hook puts the call to a person."""
+        if pre.denied or pre.cancelled:
+            reason = "\n".join(pre.messages) or (
+                f"PreToolUse hook {'denied' if pre.denied else 'cancelled'} tool `{call.name}`")
+            return DENY, reason, "hook"
+        if tool.policy == DENY:
+            return DENY, tool.policy_reason or f"tool '{call.name}' is not allowed to run", (
+                tool.policy_source or "tool")
+        if pre.permission_override == DENY:
+            return DENY, pre.permission_reason or f"tool '{call.name}' denied by hook", "hook"
+        if tool.policy == ASK:
+            return ASK, tool.policy_reason, tool.policy_source or "tool"
+        if pre.permission_override == ASK:
+            return ASK, pre.permission_reason or (
+                f"tool '{call.name}' requires approval due to hook guidance"), "hook"
+        return ALLOW, "", tool.policy_source or "tool"
+
+    async def run_tool_hooks(self, iteration: int, call: ToolUseBlock, event: str,
+                             hooks: Sequence[Hook],
+                             *, output: str | None = None, is_error: bool = False) -> HookRunResult:
+        if not hooks:
+            return HookRunResult()
+        arguments = json.dumps(call.input, ensure_ascii=False, sort_keys=True)
+        payload = hook_payload(event, call.name, arguments, output, is_error)
+        result = await guarded(run_hooks(hooks, event, payload, tool_name=call.name),
+                               cancel=self.cancel, limit_s=None)
+        for run in result.runs:
+            await self.observer.emit(HookRan(
+                iteration=iteration, event=event, hook=run.hook, hook_kind=run.kind,
+                decision=run.decision, call_id=call.id, tool=call.name,
+                messages=[scrub_secrets(m) for m in run.messages],
+                duration_ms=run.duration_ms, detail=run.detail))
+        return result
 
     def argument_problem(self, tool: Tool, call: ToolUseBlock) -> str | None:
         if call.id in self.invalid_arguments:
@@ -235,9 +311,9 @@ class ToolStep:
         if not isinstance(result, ToolResult):
             return _Outcome(str(result), True)
         if result.success:
-            return _Outcome(result.output, True)
+            return _Outcome(result.output, True, meta=result.meta)
         reason = result.error or result.output or "the tool reported a failure"
-        return _Outcome(f"Error: {reason}", False, reason)
+        return _Outcome(f"Error: {reason}", False, reason, meta=result.meta)
 
     async def finish_call(self, iteration: int, call: ToolUseBlock, outcome: _Outcome,
                           seconds: float) -> ToolResultBlock:
@@ -252,7 +328,7 @@ class ToolStep:
         await self.observer.emit(ToolFinished(
             iteration=iteration, call_id=call.id, name=call.name, arguments=call.input,
             success=outcome.success, output=output, duration_ms=seconds * 1000, error=error,
-            output_preview=clip(output, PREVIEW_CHARS)))
+            output_preview=clip(output, PREVIEW_CHARS), meta=outcome.meta))
         block = ToolResultBlock(call.id, output, not outcome.success, call.name)
         self.finished[call.id] = block
         return block

@@ -20,6 +20,7 @@ from ..builtin import resolve_timezone
 from ..cancel import CancelToken, TurnCancelled
 from ..dispatch import ParsedResponse, select_dispatcher
 from ..events import FinalAnswer, MessageAppended, Observer, TrajectoryStateRecorded, TurnError
+from ..hooks import ToolHooks
 from ..messages import (
     ImageBlock,
     Message,
@@ -77,7 +78,8 @@ class Turn:
                  user_message: str, tools: Sequence[Tool], observer: Observer,
                  cancel: CancelToken | None, approver: Approver | None,
                  hooks: TurnHooks | None, clock: Callable[[], datetime],
-                 resume: Resume | None = None, user_images: Sequence[ImageBlock] = ()) -> None:
+                 resume: Resume | None = None, user_images: Sequence[ImageBlock] = (),
+                 tool_hooks: ToolHooks | None = None) -> None:
         self.cfg = config
         self.resume = resume
         self.observer = observer
@@ -103,7 +105,7 @@ class Turn:
             hooks=hooks)
         self.tool_step = ToolStep(
             tools=tools, cfg=config, conversation=self.conversation, prompt=self.prompt,
-            observer=observer, cancel=cancel, approver=approver)
+            observer=observer, cancel=cancel, approver=approver, tool_hooks=tool_hooks)
 
         self.iteration = 0
         self.states: list[TrajectoryState] = []

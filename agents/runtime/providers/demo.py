@@ -3,7 +3,8 @@
 It reads the conversation and decides like a small tool-using model would:
 
 * requests it recognises become tool calls: arithmetic -> ``calculator {expression}``, the time
-  -> ``current_time {timezone?}``, "remember ..." -> ``memory_store {content, key?}``, "what is
+  -> ``current_time {timezone?}`` (or, when only an MCP time server's tool is offered, its
+  ``<server>_get_current_time {timezone}``), "remember ..." -> ``memory_store {content, key?}``, "what is
   my ..." -> ``memory_recall {query}``, "forget ..." -> ``memory_forget {key}``, a URL ->
   ``http_fetch {url}``. Several requests in one message give several calls in one response;
 * it calls only tools offered in the request (``request.tools``); with no native tools but a
@@ -376,7 +377,8 @@ def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
     wanted = _intents(text)
     if not wanted:
         return _Decision(_conversational(text))
-    calls = [c for c in wanted if c.name in offered]
+    calls = [_offered_variant(c, offered) for c in wanted]
+    calls = [c for c in calls if c.name in offered]
     if calls:
         return _Decision(calls=calls)
     missing = sorted({c.name for c in wanted}, key=[c.name for c in wanted].index)
@@ -385,6 +387,21 @@ def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
     tool_word = "tool" if len(missing) == 1 else "tools"
     return _Decision(f"I'd use the {names} {tool_word} for that, but {they} available to me "
                      f"here. ({INTRO}.)")
+
+
+MCP_TIME_SUFFIX = "get_current_time"
+
+
+def _offered_variant(call: _Call, offered: frozenset[str] | set[str]) -> _Call:
+    """The time from an MCP time server's tool (``<server>_get_current_time``, as
+    ``mcp-server-time`` offers it) when the built-in ``current_time`` is not offered."""
+    if call.name != "current_time" or call.name in offered:
+        return call
+    name = next((n for n in sorted(offered) if n.endswith(MCP_TIME_SUFFIX)), None)
+    if name is None:
+        return call
+    zone = call.arguments.get("timezone") or "UTC"
+    return _Call(name, {"timezone": zone}, call.position)
 
 
 def _decide_corpus(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
@@ -498,6 +515,15 @@ def _slug(text: str) -> str:
 
 
 # -- answering ----------------------------------------------------------------------------------
+def _mcp_time(output: str) -> str:
+    """An MCP time server answers with JSON ({"timezone", "datetime", ...}); its datetime."""
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return output
+    return str(data.get("datetime") or output) if isinstance(data, dict) else output
+
+
 def _answer_from_results(results: Sequence[_Result]) -> str:
     return "\n".join(_answer_one(r) for r in results)
 
@@ -516,7 +542,8 @@ def _answer_one(result: _Result) -> str:
         if shown and _NUMBER_LIKE.match(output):
             return f"{shown} = {output}."
         return f"The calculator says: {output}" if output else "The calculator returned nothing."
-    if name == "current_time":
+    if name == "current_time" or name.endswith(MCP_TIME_SUFFIX):
+        output = _mcp_time(output)
         zone = arguments.get("timezone")
         where = f" in {zone}" if zone else ""
         return f"The current time{where} is {output}."
