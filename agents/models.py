@@ -15,7 +15,7 @@ from django.db.models.functions import Lower
 
 from agents.runtime.providers.base import PER_MODEL_OVERRIDES
 from agentsite.crypto import decrypt, encrypt
-from agentsite.models import Team
+from agentsite.models import Membership, Team
 
 # The capabilities a provider or one of its models can be told it has or lacks (the runtime's
 # ``Capabilities``); anything else in ``Provider.capabilities`` is kept but not used.
@@ -253,12 +253,80 @@ def legacy_windows_restore(*, provider_model: Any, model_row_model: Any) -> None
         provider.save(update_fields=["capabilities"])
 
 
+class ToolPolicy(models.TextChoices):
+    """What happens when the model calls a tool: it runs, a person is asked first, or it never
+    runs (the model reads ``Permission denied: <reason>``)."""
+
+    ALLOW = "allow", "Allow"
+    ASK = "ask", "Ask a person"
+    DENY = "deny", "Deny"
+
+
+class McpServer(models.Model):
+    """A Model Context Protocol server whose tools a team's agents may use.
+
+    Streamable-HTTP servers are added by team admins (URL and headers; headers encrypted and
+    write-only, the URL under the outbound-network policy). A stdio server is a process the
+    worker starts: its command is the site operator's, named in ``settings.MCP_STDIO_SERVERS``
+    by ``operator_key``; a team admin only chooses one of those names."""
+
+    class Transport(models.TextChoices):
+        HTTP = "http", "Streamable HTTP"
+        STDIO = "stdio", "stdio (operator-defined)"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.SlugField(
+        max_length=32,
+        help_text="Short name (letters, digits, _ and -); the server's tools are offered to the "
+                  "model as <name>_<tool>.")
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
+    url = models.CharField(max_length=2000, blank=True, help_text="Streamable-HTTP endpoint.")
+    headers_encrypted = models.TextField(blank=True, editable=False)
+    operator_key = models.CharField(
+        max_length=64, blank=True, help_text="stdio: the name of a server the site operator set up.")
+    enabled = models.BooleanField(default=True)
+    default_policy = models.CharField(
+        max_length=8, choices=ToolPolicy.choices, default=ToolPolicy.ASK,
+        help_text="The policy a newly discovered tool of this server starts with.")
+    timeout_s = models.FloatField(default=30.0, validators=[MinValueValidator(0.5), MaxValueValidator(300)],
+                                  help_text="Longest wait for one call or listing.")
+    max_result_bytes = models.PositiveIntegerField(default=200_000, validators=[MaxValueValidator(10_000_000)])
+    ttl_s = models.PositiveIntegerField(
+        default=3600, help_text="How long a tool list is trusted before it is fetched again (a "
+                                "server may ask for less).")
+    # What the last discovery found.
+    protocol_version = models.CharField(max_length=32, blank=True)
+    server_info = models.JSONField(default=dict, blank=True)
+    instructions = models.TextField(blank=True)
+    last_refreshed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="mcpserver_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def headers(self) -> dict[str, str]:
+        return json.loads(decrypt(self.headers_encrypted)) if self.headers_encrypted else {}
+
+    def set_headers(self, headers: dict[str, str]) -> None:
+        self.headers_encrypted = encrypt(json.dumps(headers)) if headers else ""
+
+
 class Tool(models.Model):
-    """A tool a team's agents may use: a built-in (code) or an HTTP tool defined in the admin."""
+    """A tool a team's agents may use: a built-in (code), an HTTP tool defined in the admin, or a
+    tool an MCP server offers (discovered, never edited by hand)."""
 
     class Kind(models.TextChoices):
         BUILTIN = "builtin", "Built-in"
         HTTP = "http", "HTTP"
+        MCP = "mcp", "MCP"
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
@@ -266,7 +334,13 @@ class Tool(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BUILTIN)
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
-    requires_approval = models.BooleanField(default=False)
+    policy = models.CharField(
+        max_length=8, choices=ToolPolicy.choices, default=ToolPolicy.ALLOW,
+        help_text="The team's default for this tool; an agent may set its own.")
+    min_role = models.CharField(
+        max_length=8, choices=Membership.Role.choices, default=Membership.Role.VIEWER,
+        help_text="The least role whose turns may run this tool; below it every call is denied. "
+                  "Tools that ask a person are never run for a viewer's turn.")
     idempotent = models.BooleanField(
         default=False,
         help_text="Safe to run twice with the same arguments (reads only). A call that was running "
@@ -279,6 +353,12 @@ class Tool(models.Model):
     headers_encrypted = models.TextField(blank=True, editable=False)
     timeout_s = models.FloatField(default=15.0, validators=[MinValueValidator(0.5), MaxValueValidator(300)])
     max_response_bytes = models.PositiveIntegerField(default=200_000)
+    # MCP tools: the server and the name the server knows the tool by (``name`` is what the
+    # model calls, prefixed with the server's name so it never collides with another tool).
+    mcp_server = models.ForeignKey(McpServer, on_delete=models.CASCADE, null=True, blank=True,
+                                   related_name="tools")
+    remote_name = models.CharField(max_length=200, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -288,6 +368,10 @@ class Tool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def requires_approval(self) -> bool:
+        return self.policy == ToolPolicy.ASK
 
 
 class Agent(models.Model):
@@ -312,6 +396,8 @@ class Agent(models.Model):
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
     system_prompt = models.TextField(blank=True)
     tools = models.ManyToManyField(Tool, blank=True, related_name="agents")
+    # Per-tool policies of this agent over the team's ({tool name: "allow" | "ask" | "deny"}).
+    tool_policies = models.JSONField(default=dict, blank=True)
     # The loop
     max_tool_iterations = models.PositiveSmallIntegerField(default=10, validators=[MinValueValidator(1), MaxValueValidator(100)])
     parallel_tools = models.BooleanField(default=True)
@@ -353,6 +439,58 @@ class Agent(models.Model):
     def hard_time_limit_s(self) -> int:
         """The soft limit ends the turn cleanly; the hard one is the backstop after it."""
         return self.turn_time_limit_s + 30
+
+
+class Hook(models.Model):
+    """Code outside the loop that sees a tool call before and after it runs (Claw Code's
+    PreToolUse / PostToolUse) or a message as it arrives and before a reply is sent (ZeroClaw's
+    ``on_message_received`` / ``on_message_sending``).
+
+    A webhook is the team's: an HTTPS POST of the event's JSON, signed with the hook's secret
+    (HMAC-SHA256), under the outbound-network policy. A command is the site operator's, named in
+    ``settings.HOOK_COMMANDS`` by ``operator_key``; a team admin only chooses one of those."""
+
+    class Event(models.TextChoices):
+        PRE_TOOL_USE = "PreToolUse", "Before a tool call"
+        POST_TOOL_USE = "PostToolUse", "After a tool call"
+        MESSAGE_RECEIVED = "on_message_received", "A message arrives"
+        MESSAGE_SENDING = "on_message_sending", "A reply is about to be sent"
+
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", "Webhook"
+        COMMAND = "command", "Command (operator-defined)"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="hooks")
+    name = models.CharField(max_length=100)
+    event = models.CharField(max_length=24, choices=Event.choices)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.WEBHOOK)
+    url = models.CharField(max_length=2000, blank=True, help_text="Webhook: the HTTPS URL it posts to.")
+    secret_encrypted = models.TextField(blank=True, editable=False)
+    operator_key = models.CharField(
+        max_length=64, blank=True, help_text="Command: the name of a command the site operator set up.")
+    matcher = models.CharField(
+        max_length=200, blank=True,
+        help_text="Tool hooks: which tools (names separated by | or ,; * wildcards). Empty: all.")
+    agents = models.ManyToManyField(Agent, blank=True, related_name="hooks",
+                                    help_text="Empty: every agent of the team.")
+    position = models.PositiveSmallIntegerField(default=0, help_text="Hooks run in this order.")
+    enabled = models.BooleanField(default=True)
+    timeout_s = models.FloatField(default=5.0, validators=[MinValueValidator(0.5), MaxValueValidator(60)])
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_event_display()})"
+
+    def secret(self) -> str:
+        return decrypt(self.secret_encrypted) if self.secret_encrypted else ""
+
+    def set_secret(self, secret: str) -> None:
+        self.secret_encrypted = encrypt(secret) if secret else ""
 
 
 class AgentVersion(models.Model):

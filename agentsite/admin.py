@@ -16,8 +16,10 @@ from .models import AuditEvent, Invitation, Membership, Team
 @admin.register(Team)
 class TeamAdmin(AuditedAdmin, TeamScopedAdmin):
     team_field = ""
-    list_display = ("name", "uuid", "created_at")
+    list_display = ("name", "tool_policy_default", "uuid", "created_at")
     search_fields = ("name",)
+    # The team's admins and owners set the policy new tools start with; changes are audited.
+    fields = ("name", "tool_policy_default", "uuid", "created_at")
     readonly_fields = ("uuid", "created_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -108,6 +108,12 @@ class TeamScopedAdmin(admin.ModelAdmin):
             Membership.objects.filter(user=request.user, role__in=roles, team_id__in=ids).values_list("team_id", flat=True)
         )
 
+    def _get_obj_does_not_exist_redirect(self, request: HttpRequest, opts: Any,
+                                         object_id: str) -> HttpResponse:
+        # Another team's object is not found, like any other page of it: Django's redirect
+        # with a message would tell ids that exist apart from ids that do not.
+        raise Http404(f"No such {opts.verbose_name}.")
+
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:
         qs = super().get_queryset(request)
         if request.user.is_superuser:

@@ -16,6 +16,12 @@ from django.utils import timezone
 class Team(models.Model):
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=100)
+    # The policy new tools of the team start with (HTTP tools, and each MCP server's default for
+    # the tools it offers): "allow", "ask" (a person approves each call) or "deny".
+    tool_policy_default = models.CharField(
+        max_length=8, default="ask",
+        choices=[("allow", "Allow"), ("ask", "Ask a person"), ("deny", "Deny")],
+        help_text="The policy a new tool (HTTP or from an MCP server) starts with.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

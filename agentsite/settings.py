@@ -9,6 +9,7 @@ are the embedded development setup: SQLite under ``var/``, the bundled Redis ser
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import secrets
 from datetime import timedelta
@@ -297,6 +298,30 @@ for _network in OUTBOUND_ALLOWED_NETWORKS:  # a mistake stops the start, naming 
     except ValueError as _exc:
         raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not an IP address or "
                                    "network (write e.g. 127.0.0.1/32, 10.0.0.0/8 or ::1/128).") from _exc
+
+# Hook commands the site operator defines (agents.tools.hooks): a team admin picks one by name
+# for a hook of kind "command" and never types a command. Env HOOK_COMMANDS, JSON, e.g.
+# {"audit": {"command": "/usr/local/bin/audit-hook", "timeout_s": 5}}. Each runs through
+# ``sh -lc`` with the event's JSON on stdin; exit 0 allows, 2 denies (stdout the reason), any
+# other code only warns.
+HOOK_COMMANDS = env.json("HOOK_COMMANDS", default={})
+if not isinstance(HOOK_COMMANDS, dict) or not all(
+        isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("command"), str))
+        for v in HOOK_COMMANDS.values()):
+    raise ImproperlyConfigured('HOOK_COMMANDS: write a JSON object of name -> {"command": "...", '
+                               '"timeout_s": 5}.')
+
+# MCP servers that run as a process of the worker (stdio). Only the operator names commands:
+# a team admin picks one of these keys for a server of transport "stdio". JSON, e.g.
+# {"time": {"command": "python", "args": ["-m", "mcp_server_time"], "env": {}}}; "python" is
+# the interpreter agentsite runs on.
+MCP_STDIO_SERVERS = json.loads(env.str("MCP_STDIO_SERVERS", default="") or "{}")
+if not isinstance(MCP_STDIO_SERVERS, dict) or not all(
+        isinstance(_spec, dict) and isinstance(_spec.get("command"), str) and _spec["command"]
+        and isinstance(_spec.get("args", []), list) and isinstance(_spec.get("env", {}), dict)
+        for _spec in MCP_STDIO_SERVERS.values()):
+    raise ImproperlyConfigured('MCP_STDIO_SERVERS must be a JSON object of {"key": {"command": '
+                               '"...", "args": [...], "env": {...}}}.')
 
 # Thread pool: one worker process carries many turns that wait on model APIs.
 CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")

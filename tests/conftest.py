@@ -299,7 +299,7 @@ def make_agent(team_a):
                 team=team, name=tool_name,
                 defaults={"kind": "builtin", "description": cls.description if cls else "",
                           "parameters": cls.parameters if cls else {},
-                          "requires_approval": tool_name in approval})
+                          "policy": "ask" if tool_name in approval else "allow"})
             rows.append(row)
         agent = Agent.objects.create(team=team, name=name, provider=provider, model="demo", **fields)
         agent.tools.set(rows)

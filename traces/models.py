@@ -176,6 +176,7 @@ class Step(TokenBuckets):
         RETRY = "retry", "Retry"
         ERROR = "error", "Error"
         RESUME = "resume", "Resumed"
+        HOOK = "hook", "Hook"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -217,7 +218,7 @@ class Step(TokenBuckets):
         ]
 
     SHORT_KIND = {"llm_request": "model", "tool_call": "tool", "approval": "approval", "compaction": "compaction",
-                  "retry": "retry", "error": "error", "resume": "resume"}
+                  "retry": "retry", "error": "error", "resume": "resume", "hook": "hook"}
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.name}"

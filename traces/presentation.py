@@ -177,6 +177,10 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
             row["kind_label"] = step.short_kind
             if step.kind == Step.Kind.APPROVAL:
                 row["label"] = f"waiting for approval: {step.name}"
+            if step.kind == Step.Kind.HOOK:
+                meta = step.meta if isinstance(step.meta, dict) else {}
+                on = f" on {meta['tool']}" if meta.get("tool") else ""
+                row["label"] = f"{meta.get('event', 'hook')} hook {step.name}{on}: {meta.get('decision', '')}"
             if step.kind == Step.Kind.TOOL_CALL:
                 row["parallel"] = any(o is not step and _overlap(step, o) for o in tools)
             rows.append(row)

@@ -31,6 +31,7 @@ from agents.runtime.events import (
     Compacted,
     Event,
     FinalAnswer,
+    HookRan,
     LlmRequestFinished,
     LlmRequestStarted,
     LlmStreamRestarted,
@@ -40,6 +41,7 @@ from agents.runtime.events import (
     TextDelta,
     ToolCallParseIssue,
     ToolFinished,
+    ToolPolicyDecided,
     ToolStarted,
     TrajectoryStateRecorded,
     TurnError,
@@ -207,7 +209,10 @@ class TraceRecorder:
             FinalAnswer: self._final_answer,
             TurnError: self._turn_error,
             MessageAppended: self._message_appended,
+            ToolPolicyDecided: self._policy_decided,
+            HookRan: self._hook_ran,
         }
+        self.hook_count: dict[str, int] = {}
 
     async def start(self) -> None:
         """Load the steps a previous run of this trace stored, so its events land on them."""
@@ -420,7 +425,7 @@ class TraceRecorder:
         if fresh:
             payloads["arguments"] = payload_json(event.arguments)
         meta: dict[str, Any] = {"output_preview": scrub_secrets(event.output_preview),
-                                "output_chars": len(event.output)}
+                                "output_chars": len(event.output), **event.meta}
         # The call's duration leaves out the wait for approval (its own step); the timeline
         # draws the call from when it ran.
         approval = self.keys.get(f"approval:{event.iteration}:{event.call_id}")
@@ -457,6 +462,34 @@ class TraceRecorder:
             "error": "" if event.approved else _approval_error(event.reason),
             "meta": meta,
         })
+
+    async def _policy_decided(self, event: ToolPolicyDecided) -> None:
+        """The permission outcome of a call (Claw Code's), on the call's own step."""
+        policy = {"policy": event.policy, "outcome": event.outcome, "source": event.source}
+        if event.reason:
+            policy["reason"] = scrub_secrets(event.reason)[:1000]
+        await self._write(f"tool:{event.iteration}:{event.call_id}", {
+            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
+            "call_id": event.call_id[:200], "meta": {"permission": policy}})
+
+    async def _hook_ran(self, event: HookRan) -> None:
+        """A hook's run is a step of its own: which hook, on what, its decision and what it said."""
+        base = f"hook:{event.iteration}:{event.call_id or event.event}:{event.event}"
+        number = self.hook_count.get(base, 0) + 1
+        self.hook_count[base] = number
+        ok = event.decision in ("allow", "warn", "rewrite")
+        messages = [scrub_secrets(m)[:2000] for m in event.messages[:10]]
+        meta: dict[str, Any] = {"event": event.event, "hook_kind": event.hook_kind,
+                                "decision": event.decision, "tool": event.tool[:200]}
+        if event.detail:
+            meta["detail"] = event.detail[:200]
+        await self._write(f"{base}:{number}", {
+            "kind": Kind.HOOK, "name": event.hook[:200], "iteration": event.iteration,
+            "status": StepStatus.OK if ok else StepStatus.ERROR, "success": ok,
+            "call_id": event.call_id[:200], "duration_ms": _ms(event.duration_ms),
+            "error": "" if ok else "\n".join(messages)[:2000],
+            "meta": meta,
+        }, {"output": payload_json({"decision": event.decision, "messages": messages})})
 
     async def _loop_detected(self, event: LoopDetected) -> None:
         # Noted on the tool call it concerns; a "break" also ends the turn, which the runtime

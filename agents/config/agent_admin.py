@@ -63,7 +63,8 @@ class AgentAdmin(AuditedAdmin, TeamScopedAdmin):
         return ListChangeList
 
     def changelist_queryset(self, qs: models.QuerySet) -> models.QuerySet:
-        return (qs.defer("system_prompt", "description", "suggested_prompts", "fallbacks", "allowed_models")
+        return (qs.defer("system_prompt", "description", "suggested_prompts", "fallbacks", "allowed_models",
+                         "tool_policies")
                 .annotate(tool_total=Count("tools", distinct=True)))
 
     @admin.display(description="Tools", ordering="tool_total")

@@ -20,6 +20,15 @@ from agentsite.crypto import SecretUnreadable, decrypt
 from agentsite.models import Team
 from agentsite.outbound import base_url_problem
 
+from .tool_policies import (
+    ToolPolicyTable,
+    policy_label,
+    policy_overrides,
+    policy_problems,
+    posted_policies,
+    role_floor_text,
+)
+
 # -- providers ------------------------------------------------------------------------------------
 CAPABILITY_LABELS = {
     "native_tool_calling": ("Native tool calling", "The model takes tool definitions and returns "
@@ -369,7 +378,11 @@ AGENT_HELP = {
                          "the model, else the server's default.",
     "system_prompt": "The instructions every turn starts with.",
     "tools": "What the agent may call. Only the team's tools are listed; disabled tools are "
-             "left out of turns.",
+             "left out of turns. Beside each tool: whether it runs (allow), waits for a person "
+             "to approve each call (ask a person) or never runs (deny) for this agent; the team "
+             "default is the tool's own setting in the Tools list. A policy is kept only for "
+             "the tools the agent uses. Below a tool's role floor every call is denied, and "
+             "tools that ask a person never run for a viewer's turn.",
     "max_tool_iterations": "How many model ↔ tool rounds one turn may take (1 to 100).",
     "parallel_tools": "Run several tool calls of one answer at the same time.",
     "tool_dispatcher": "How tools are offered: native tool calls, tags in the prompt, or the "
@@ -437,7 +450,7 @@ class AgentAdminForm(forms.ModelForm):
             "max_tokens_per_turn", "max_cost_per_turn", "interrupt_on_new_message",
         ]
         widgets = {
-            "tools": forms.CheckboxSelectMultiple,
+            "tools": ToolPolicyTable,
             "system_prompt": forms.Textarea(attrs={"rows": 12}),
             "description": forms.Textarea(attrs={"rows": 2}),
         }
@@ -459,8 +472,15 @@ class AgentAdminForm(forms.ModelForm):
             self.fields["provider"].queryset = Provider.objects.filter(team_id=team_id).order_by("name")
         if "tools" in self.fields:
             tools = self.fields["tools"]
+            # The admin wraps the widget to add an "add another" link, which cannot add a row
+            # to this table; the table is the widget.
+            tools.widget = getattr(tools.widget, "widget", tools.widget)
             tools.queryset = Tool.objects.filter(team_id=team_id).order_by("name")
             tools.label_from_instance = _tool_label
+            # What each tool's policy choice shows: as posted, or the agent's stored overrides.
+            tools.widget.choices_by_name = (
+                posted_policies(self.data, self.prefix or "") if self.is_bound
+                else dict(self.instance.tool_policies or {}))
         names = list(Provider.objects.filter(team_id=team_id).values_list("name", flat=True))
         self.fields["fallbacks"].provider_names = names
         self.fields["memory_min_relevance"].help_text = AGENT_HELP["memory_min_relevance"]
@@ -491,13 +511,29 @@ class AgentAdminForm(forms.ModelForm):
         cost = data.get("max_cost_per_turn")
         if cost is not None and cost <= 0:
             self.add_error("max_cost_per_turn", "Enter an amount above 0, or leave it empty for no limit.")
+        self._clean_tool_policies(data)
         return data
+
+    def _clean_tool_policies(self, data: dict[str, Any]) -> None:
+        """The agent's own policy per chosen tool (only those that differ from the team's),
+        onto the instance: ``agent_save`` keeps it in the version and the audit row."""
+        if "tools" not in self.fields:
+            return
+        choices = posted_policies(self.data, self.prefix or "")
+        names = self.fields["tools"].queryset.values_list("name", flat=True)
+        problems = policy_problems(choices, names)
+        if problems:
+            self.add_error("tools", problems)
+            return
+        chosen = data.get("tools")
+        if chosen is None:
+            return  # the tools were refused already
+        self.instance.tool_policies = policy_overrides(choices, chosen)
 
 
 def _tool_label(tool: Tool) -> str:
-    notes = [tool.get_kind_display()]
-    if tool.requires_approval:
-        notes.append("needs approval")
+    notes = [tool.get_kind_display(), f"team default: {policy_label(tool.policy).lower()}",
+             role_floor_text(tool.min_role).lower()]
     if not tool.enabled:
         notes.append("disabled")
     return f"{tool.name} ({', '.join(notes)})"

@@ -13,7 +13,7 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 
-from agents.models import Agent, AgentVersion, Provider, Tool
+from agents.models import Agent, AgentVersion, Provider, Tool, ToolPolicy
 from agentsite.audit import audit_record
 from agentsite.audit import snapshot as audit_snapshot
 from agentsite.diffs import unified_lines
@@ -47,6 +47,16 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
     return json.loads(json.dumps(data, cls=DjangoJSONEncoder))
 
 
+def _with_defaults(snap: dict[str, Any]) -> dict[str, Any]:
+    """A kept snapshot with the fields added since it was taken at their defaults, so a new
+    field (such as the tool policies) is no change by itself."""
+    missing = {f.name: _snapshot_value(f, f.get_default()) for f in _config_fields()
+               if f.name not in snap}
+    if not missing:
+        return snap
+    return {**json.loads(json.dumps(missing, cls=DjangoJSONEncoder)), **snap}
+
+
 def agent_config_check(*, agent: Agent, tools: list[Tool] | None = None) -> None:
     """Raise ``ValidationError`` when the agent would link to another team's objects."""
     errors: dict[str, list[str]] = {}
@@ -56,6 +66,9 @@ def agent_config_check(*, agent: Agent, tools: list[Tool] | None = None) -> None
             errors["provider"] = ["Choose a provider of the agent's own team."]
     if tools is not None and any(t.team_id != agent.team_id for t in tools):
         errors["tools"] = ["Choose tools of the agent's own team only."]
+    policy_problem = _tool_policies_problem(agent)
+    if policy_problem:
+        errors["tool_policies"] = [policy_problem]
     entries = agent.fallbacks if isinstance(agent.fallbacks, list) else None
     if entries is None:
         errors["fallbacks"] = ["Fallbacks must be a list."]
@@ -74,6 +87,25 @@ def agent_config_check(*, agent: Agent, tools: list[Tool] | None = None) -> None
             errors["team"] = ["An agent cannot move to another team."]
     if errors:
         raise ValidationError(errors)
+
+
+def _tool_policies_problem(agent: Agent) -> str:
+    policies = agent.tool_policies
+    if not isinstance(policies, dict):
+        return "Tool policies must map tool names to allow, ask or deny."
+    if not policies:
+        return ""
+    allowed = {c.value for c in ToolPolicy}
+    bad = sorted(str(n) for n, v in policies.items() if v not in allowed)
+    if bad:
+        return f"Choose allow, ask or deny as the policy of {', '.join(bad)}."
+    known = set(Tool.objects.filter(team_id=agent.team_id, name__in=list(policies))
+                .values_list("name", flat=True))
+    unknown = sorted(str(n) for n in policies if n not in known)
+    if unknown:
+        return (f"Tool policies can only name tools of the agent's own team; unknown: "
+                f"{', '.join(unknown)}.")
+    return ""
 
 
 @transaction.atomic
@@ -100,7 +132,7 @@ def agent_save(*, agent: Agent, tools: Iterable[Tool] | None = None, user: Any =
 def _agent_version_keep(*, agent: Agent, user: Any) -> AgentVersion | None:
     current = agent_snapshot(agent)
     latest = agent.versions.order_by("-number").first()
-    if latest is not None and latest.snapshot == current:
+    if latest is not None and _with_defaults(latest.snapshot) == current:
         return None
     number = latest.number + 1 if latest is not None else agent.version or 1
     version = AgentVersion.objects.create(
@@ -114,8 +146,9 @@ def _agent_version_keep(*, agent: Agent, user: Any) -> AgentVersion | None:
 @dataclass(frozen=True)
 class FieldDiff:
     """One field that differs between two versions. ``kind`` says how to show it: "text" has
-    unified-diff ``lines`` as (tag, text) pairs, "list" has ``added``/``removed``, "value" just
-    ``before``/``after`` (already formatted for reading)."""
+    unified-diff ``lines`` as (tag, text) pairs, "list" has ``added``/``removed``, "policies"
+    (the agent's own tool policies) one sentence per tool whose policy changed in ``notes``,
+    "value" just ``before``/``after`` (already formatted for reading)."""
 
     name: str
     label: str
@@ -125,6 +158,7 @@ class FieldDiff:
     lines: tuple[tuple[str, str], ...] = ()
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 _TEXT_FIELDS = {"system_prompt", "description"}
@@ -139,8 +173,29 @@ def _field_label(name: str) -> str:
 
 
 def _field_order() -> list[str]:
-    names = [f.name for f in _config_fields()]
-    return [names[0], "provider", *names[1:], "tools"]
+    names = [f.name for f in _config_fields() if f.name != "tool_policies"]
+    return [names[0], "provider", *names[1:], "tools", "tool_policies"]
+
+
+def _policy_text(value: Any) -> str:
+    try:
+        return str(ToolPolicy(value).label).lower()
+    except ValueError:
+        return str(value)
+
+
+def _policies_diff(name: str, a: Any, b: Any) -> FieldDiff:
+    a, b = a or {}, b or {}
+    notes = []
+    for tool in sorted(set(a) | set(b)):
+        old, new = a.get(tool), b.get(tool)
+        if old != new:
+            before = _policy_text(old) if old else "team default"
+            after = _policy_text(new) if new else "team default"
+            notes.append(f"{tool}: {before} → {after}")
+    return FieldDiff(name, "Tool policies (this agent)", "policies",
+                     before=version_value_text(name, a), after=version_value_text(name, b),
+                     notes=tuple(notes))
 
 
 def version_value_text(name: str, value: Any) -> str:
@@ -154,6 +209,9 @@ def version_value_text(name: str, value: Any) -> str:
                          else str(e) for e in value) or "—"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "—"
+    if name == "tool_policies" and isinstance(value, dict):
+        return "\n".join(f"{tool}: {_policy_text(policy)}" for tool, policy in sorted(value.items())) \
+            or "— (team defaults)"
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)
     return str(value)
@@ -171,10 +229,14 @@ def agent_version_diff(*, old: AgentVersion | dict[str, Any], new: AgentVersion 
     diffs: list[FieldDiff] = []
     for name in names:
         a, b = before.get(name), after.get(name)
+        if name == "tool_policies" and (a or {}) == (b or {}):
+            continue  # versions kept before the field existed had none
         if a == b:
             continue
         label = _field_label(name)
-        if name in _TEXT_FIELDS:
+        if name == "tool_policies" and isinstance(a or {}, dict) and isinstance(b or {}, dict):
+            diffs.append(_policies_diff(name, a, b))
+        elif name in _TEXT_FIELDS:
             diffs.append(FieldDiff(name, label, "text", lines=unified_lines(str(a or ""), str(b or ""))))
         elif name in _SET_FIELDS and isinstance(a or [], list) and isinstance(b or [], list):
             a_set, b_set = [str(v) for v in a or []], [str(v) for v in b or []]
@@ -215,6 +277,7 @@ def agent_revert(*, agent: Agent, version: AgentVersion, user: Any) -> RevertRes
         _revert_provider(agent, snap, result)
         _revert_fallbacks(agent, result)
         tools = _revert_tools(agent, snap, result)
+        _revert_tool_policies(agent, snap, tools)
         try:
             agent.full_clean()
         except ValidationError as exc:
@@ -257,3 +320,12 @@ def _revert_tools(agent: Agent, snap: dict[str, Any], result: RevertResult) -> l
         result.problems.append("These tools no longer exist and were not restored: "
                                + ", ".join(result.missing_tools) + ".")
     return rows
+
+
+def _revert_tool_policies(agent: Agent, snap: dict[str, Any], tools: list[Tool]) -> None:
+    """The version's own tool policies, for the tools that could be restored (the missing ones
+    are reported already). A version kept before policies existed had none."""
+    found = {t.name for t in tools}
+    policies = snap.get("tool_policies") or {}
+    agent.tool_policies = ({name: value for name, value in policies.items() if name in found}
+                           if isinstance(policies, dict) else {})

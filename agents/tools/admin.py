@@ -1,9 +1,10 @@
 """Tools in the admin, scoped to the user's teams and audited.
 
 The list creates each team's built-in rows on the way (``tools_sync_builtins``) and switches
-tools on and off, or their approval, in place or with actions. Built-in tools come from the
-code: only whether they are enabled and need approval (and ``http_fetch``'s limits) can be
-changed, and they cannot be deleted. HTTP tools are defined here; their headers are write-only.
+tools on and off, or sets their policy (allow / ask a person / deny), in place or with actions.
+Built-in tools come from the code: only whether they are enabled, their policy and role floor
+(and ``http_fetch``'s limits) can be changed, and they cannot be deleted. A new HTTP tool starts
+with its team's ``tool_policy_default``. HTTP tools are defined here; their headers are write-only.
 The change page links to the Try-it page (``agents.tool_views``)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
-from agents.models import Tool
+from agents.models import Tool, ToolPolicy
 from agents.tools.forms import ToolAdminForm
 from agents.tools.registry import BUILTINS
 from agents.tools.services import tool_save, tools_set_flags, tools_sync_builtins_for_teams
@@ -29,7 +30,7 @@ from agentsite.audit import AuditedAdmin, snapshot
 from agentsite.models import Team
 
 HTTP_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
-    (None, {"fields": ["team", "name", "description", "enabled", "requires_approval",
+    (None, {"fields": ["team", "name", "description", "enabled", "policy", "min_role",
                        "idempotent"]}),
     ("Request", {"fields": ["http_method", "url_template", "parameters"]}),
     ("Headers", {"fields": ["headers", "clear_headers"],
@@ -52,14 +53,15 @@ class ToolChangeList(ChangeList):
 class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     form = ToolAdminForm
     # "Try it" next to the name: the list is wide, and the last column is the first cut off.
-    list_display = ("name", "try_link", "team", "kind", "enabled", "requires_approval",
+    list_display = ("name", "try_link", "team", "kind", "enabled", "policy", "role_floor",
                     "agent_count", "updated_at")
     list_display_links = ("name",)
-    list_editable = ("enabled", "requires_approval")
-    list_filter = ("kind", "enabled", "requires_approval")
+    list_editable = ("enabled", "policy")
+    # Only the servers of the listed (the user's teams') tools, never another team's names.
+    list_filter = ("kind", "enabled", "policy", ("mcp_server", admin.RelatedOnlyFieldListFilter))
     list_select_related = ("team",)
     search_fields = ("name", "description", "url_template")
-    actions = ["enable_tools", "disable_tools", "require_approval", "no_approval"]
+    actions = ["enable_tools", "disable_tools", "require_approval", "no_approval", "deny_tools"]
 
     # -- list -------------------------------------------------------------------------------------
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
@@ -72,11 +74,15 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ToolChangeList
 
+    @admin.display(description="Role floor", ordering="min_role")
+    def role_floor(self, obj: Tool) -> str:
+        return obj.get_min_role_display()
+
     @admin.display(description="Agents", ordering="agent_total")
     def agent_count(self, obj: Tool) -> int:
         return getattr(obj, "agent_total", 0)
 
-    def _set(self, request: HttpRequest, queryset: models.QuerySet, done: str, **flags: bool) -> None:
+    def _set(self, request: HttpRequest, queryset: models.QuerySet, done: str, **flags: Any) -> None:
         changed = tools_set_flags(tools=queryset.select_related("team"), actor=request.user, **flags)
         self.message_user(request, f"{changed} tool(s) {done}.", messages.SUCCESS)
 
@@ -88,18 +94,22 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     def disable_tools(self, request: HttpRequest, queryset: models.QuerySet) -> None:
         self._set(request, queryset, "disabled", enabled=False)
 
-    @admin.action(description="Require approval for the selected tools", permissions=["change"])
+    @admin.action(description="Ask a person before the selected tools run", permissions=["change"])
     def require_approval(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        self._set(request, queryset, "now require approval", requires_approval=True)
+        self._set(request, queryset, "now ask a person first", policy=ToolPolicy.ASK)
 
-    @admin.action(description="Run the selected tools without approval", permissions=["change"])
+    @admin.action(description="Allow the selected tools to run without asking", permissions=["change"])
     def no_approval(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        self._set(request, queryset, "now run without approval", requires_approval=False)
+        self._set(request, queryset, "now run without asking", policy=ToolPolicy.ALLOW)
+
+    @admin.action(description="Deny the selected tools (never run)", permissions=["change"])
+    def deny_tools(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._set(request, queryset, "now denied", policy=ToolPolicy.DENY)
 
     # -- forms ------------------------------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Tool | None = None) -> list[tuple[Any, dict]]:
         if obj is not None and obj.kind == Tool.Kind.BUILTIN:
-            fields = ["team", "name", "kind", "description", "enabled", "requires_approval",
+            fields = ["team", "name", "kind", "description", "enabled", "policy", "min_role",
                       "runs_again"]
             sets: list[tuple[Any, dict]] = [(None, {"fields": fields})]
             if obj.name == "http_fetch":
@@ -121,7 +131,18 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
         team_ids = self._team_ids(request, self.edit_roles)
         if "team" not in initial and len(team_ids) == 1:
             initial["team"] = next(iter(team_ids))
+        if "policy" not in initial:
+            initial["policy"] = self._new_tool_policy(request, initial.get("team"), team_ids)
         return initial
+
+    def _new_tool_policy(self, request: HttpRequest, team_id: Any, team_ids: set[int]) -> str:
+        """A new tool starts with its team's default; with the team still to choose, the
+        default the user's teams share, else "ask" (the safe one)."""
+        teams = Team.objects.all() if request.user.is_superuser else Team.objects.filter(id__in=team_ids)
+        if team_id and str(team_id).isdigit():
+            teams = teams.filter(pk=int(team_id))
+        defaults = set(teams.values_list("tool_policy_default", flat=True)[:1000])
+        return defaults.pop() if len(defaults) == 1 else ToolPolicy.ASK
 
     @method_decorator(sensitive_post_parameters("headers"))
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",

@@ -37,6 +37,9 @@ class ToolContext:
     conversation_id: int | None = None
     trace_id: int | None = None
     timezone: str = "UTC"
+    # The role in the team of the person whose turn it is ("" when unknown): the tools'
+    # role floor reads it.
+    role: str = ""
     memory_recall_limit: int = 5
     memory_min_relevance: float = 0.0
     db: DbRunner = run_sync

@@ -10,8 +10,9 @@ from typing import Any
 
 from django import forms
 
-from agents.models import Agent
+from agents.models import Agent, ToolPolicy
 from agents.models import Tool as ToolRow
+from agentsite.models import Team
 
 from .http import METHODS, TemplateError, UrlTemplate, parse_header_lines, template_problem
 from .registry import BUILTINS
@@ -42,9 +43,17 @@ class ToolAdminForm(forms.ModelForm):
 
     class Meta:
         model = ToolRow
-        fields = ["team", "name", "description", "enabled", "requires_approval", "idempotent",
+        fields = ["team", "name", "description", "enabled", "policy", "min_role", "idempotent",
                   "parameters", "http_method", "url_template", "timeout_s", "max_response_bytes"]
+        labels = {"policy": "Policy", "min_role": "Role floor"}
         help_texts = {
+            "policy": "The team's default for this tool: it runs (allow), a person approves each "
+                      "call first (ask a person) or it never runs (deny). An agent may set its "
+                      "own in the agent's Tools. A new tool starts with the team's default for "
+                      "new tools (the team's settings).",
+            "min_role": "The least team role whose turns may run this tool; for anyone below it "
+                        "every call is denied. Tools that ask a person never run for a viewer's "
+                        "turn.",
             "url_template": "For example https://api.example.com/weather?city={city}. Placeholders "
                             "fill the path or the query from the arguments (URL-encoded); the "
                             "scheme and host are fixed. Other arguments go to the query string "
@@ -61,6 +70,11 @@ class ToolAdminForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Not posted (a script, an older page): the tool keeps what it has, and a new one
+        # starts with its team's default.
+        for name in ("policy", "min_role"):
+            if name in self.fields:
+                self.fields[name].required = False
         if self.is_builtin:
             for name in ("http_method", "headers", "clear_headers", "idempotent"):
                 self.fields.pop(name, None)
@@ -87,6 +101,19 @@ class ToolAdminForm(forms.ModelForm):
         if not self.is_builtin and name in BUILTINS:
             raise forms.ValidationError(f"“{name}” is the name of a built-in tool; choose another.")
         return name
+
+    def clean_policy(self) -> str:
+        policy = self.cleaned_data.get("policy")
+        if policy:
+            return policy
+        if self.instance.pk:
+            return self.instance.policy
+        team = self.cleaned_data.get("team")
+        return team.tool_policy_default if isinstance(team, Team) else ToolPolicy.ASK
+
+    def clean_min_role(self) -> str:
+        return (self.cleaned_data.get("min_role") or self.instance.min_role
+                or ToolRow._meta.get_field("min_role").get_default())
 
     def clean_parameters(self) -> Any:
         schema = self.cleaned_data.get("parameters")

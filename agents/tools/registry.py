@@ -18,12 +18,16 @@ from typing import Any
 from agents.models import Agent
 from agents.models import Tool as ToolRow
 from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
-from agents.runtime.tools import Tool
+from agents.runtime.tools import ASK, DENY, POLICIES, Tool
 from agentsite.crypto import SecretUnreadable
+from agentsite.models import Membership
 
 from .context import ToolContext
 from .http import HttpFetchTool, HttpTool, TemplateError, headers_decrypt
+from .mcp.endpoints import McpServerUnusable, endpoint_for
+from .mcp.tool import McpTool
 from .memory import MemoryForgetTool, MemoryRecallTool, MemoryStoreTool
+from .names import BUILTIN_NAMES
 from .validation import CheckedTool, schema_problem
 
 TOOL_TIMEOUT_GRACE_S = 5.0
@@ -51,6 +55,7 @@ BUILTINS: dict[str, Builtin] = {}
 
 def register(cls: type[Tool], build: Callable[[ToolRow, ToolContext], Tool], *,
              needs_agent: bool = False, approval_by_default: bool = False) -> None:
+    BUILTIN_NAMES.add(cls.name)
     BUILTINS[cls.name] = Builtin(cls.name, cls.description, dict(cls.parameters), build,
                                  needs_agent, approval_by_default, cls.idempotent)
 
@@ -88,6 +93,27 @@ def http_tool(row: ToolRow, context: ToolContext) -> HttpTool:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
 
 
+def mcp_tool(row: ToolRow) -> McpTool:
+    server = row.mcp_server
+    if server is None or server.team_id != row.team_id:
+        raise ToolUnavailable(f"{_label(row)} has no MCP server; it was left out of the turn.")
+    if not server.enabled:
+        raise ToolUnavailable(f"{_label(row)} cannot be used: its MCP server “{server.name}” "
+                              "is disabled.")
+    schema = row.parameters or {"type": "object", "properties": {}}
+    problem = schema_problem(schema)
+    if problem:
+        raise ToolUnavailable(f"{_label(row)} cannot be used: {problem}")
+    try:
+        endpoint = endpoint_for(server)
+    except McpServerUnusable as exc:
+        raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
+    return McpTool(name=row.name, description=row.description, parameters=schema,
+                   endpoint=endpoint, remote_name=row.remote_name or row.name,
+                   timeout_s=float(server.timeout_s), max_bytes=int(server.max_result_bytes),
+                   idempotent=bool((row.annotations or {}).get("readOnlyHint")))
+
+
 def runtime_tool_for_row(row: ToolRow, context: ToolContext) -> Tool:
     """The runtime tool for one Tool row, validated and with the row's approval setting;
     ``ToolUnavailable`` when it cannot be built."""
@@ -95,6 +121,8 @@ def runtime_tool_for_row(row: ToolRow, context: ToolContext) -> Tool:
         raise ToolUnavailable(f"{_label(row)} belongs to another team.")
     if row.kind == ToolRow.Kind.HTTP:
         tool: Tool = http_tool(row, context)
+    elif row.kind == ToolRow.Kind.MCP:
+        tool = mcp_tool(row)
     else:
         builtin = BUILTINS.get(row.name) if row.kind == ToolRow.Kind.BUILTIN else None
         if builtin is None:
@@ -103,7 +131,7 @@ def runtime_tool_for_row(row: ToolRow, context: ToolContext) -> Tool:
         if builtin.needs_agent and context.agent_id is None:
             raise ToolUnavailable(f"{_label(row)} needs an agent whose memory it uses.")
         tool = builtin.build(row, context)
-    return CheckedTool(tool, requires_approval=row.requires_approval)
+    return CheckedTool(tool, policy=row.policy)
 
 
 def loop_tool_timeout(tools: list[Tool], default: float | None) -> float | None:
@@ -115,14 +143,58 @@ def loop_tool_timeout(tools: list[Tool], default: float | None) -> float | None:
     return max([default, *(limit + TOOL_TIMEOUT_GRACE_S for limit in own)])
 
 
+@dataclass(frozen=True)
+class Permission:
+    """A tool's effective policy in one turn, where it came from, and why (for a denial, the
+    sentence the model reads after ``Permission denied:``)."""
+
+    policy: str
+    source: str
+    reason: str = ""
+
+
+def _rank(role: str) -> int:
+    return Membership.RANKS.get(role, 0)  # type: ignore[call-overload]
+
+
+def tool_permission(row: ToolRow, agent: Agent, role: str | None) -> Permission:
+    """The policy of ``row`` for ``agent``'s turn of a person with ``role``: the agent's own
+    setting over the team's, then the role floor (the tool's least role; "ask" tools never run
+    for a viewer). No ``role`` (a tool tried outside a person's turn): no floor."""
+    override = (agent.tool_policies or {}).get(row.name)
+    if override in POLICIES:
+        policy, source = override, "agent"
+    else:
+        policy, source = row.policy, "team"
+    if policy == DENY:
+        return Permission(DENY, source, f"the {source}'s policy for {row.name} is deny")
+    if not role:
+        return Permission(policy, source)
+    if _rank(role) < _rank(row.min_role):
+        return Permission(DENY, "role floor",
+                          f"{row.name} runs only in turns of a team {row.min_role} or above; "
+                          f"this turn's person is a {role}")
+    if policy == ASK and _rank(role) < _rank(Membership.Role.MEMBER):
+        return Permission(DENY, "role floor",
+                          f"{row.name} needs a person's approval, which a {role}'s turn "
+                          "cannot ask for")
+    return Permission(policy, source)
+
+
 def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[Tool], list[str]]:
-    """The agent's enabled tools (rows of its own team only) as runtime tools, and a warning
-    for each one left out. Disabled tools are not offered."""
+    """The agent's enabled tools (rows of its own team only) as runtime tools, each with its
+    effective policy for the turn's person (``tool_permission``), and a warning for each one
+    left out. Disabled tools are not offered; denied ones are, and answer "Permission denied"."""
     tools: list[Tool] = []
     warnings: list[str] = []
-    for row in agent.tools.filter(team_id=agent.team_id, enabled=True).order_by("name"):
+    rows = agent.tools.filter(team_id=agent.team_id, enabled=True).select_related("mcp_server")
+    for row in rows.order_by("name"):
         try:
-            tools.append(runtime_tool_for_row(row, context))
+            tool = runtime_tool_for_row(row, context)
+            permission = tool_permission(row, agent, context.role)
+            tool.policy, tool.policy_source = permission.policy, permission.source
+            tool.policy_reason = permission.reason
+            tools.append(tool)
         except ToolUnavailable as exc:
             message = str(exc)
             if "left out" not in message:

@@ -17,7 +17,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import transaction
 
-from agents.models import Agent
+from agents.models import Agent, ToolPolicy
 from agents.models import Tool as ToolRow
 from agents.runtime.events import RecordingObserver, ToolFinished
 from agents.runtime.loop import CompactionSettings, TurnConfig, run_turn
@@ -56,7 +56,8 @@ def tools_sync_builtins_for_teams(team_ids: Iterable[int]) -> int:
                                        kind=ToolRow.Kind.BUILTIN,
                                        description=builtin.description,
                                        parameters=builtin.parameters,
-                                       requires_approval=builtin.approval_by_default))
+                                       policy=(ToolPolicy.ASK if builtin.approval_by_default
+                                               else ToolPolicy.ALLOW)))
             elif row.kind == ToolRow.Kind.BUILTIN and (
                     row.description != builtin.description or row.parameters != builtin.parameters):
                 row.description, row.parameters = builtin.description, builtin.parameters
@@ -96,21 +97,21 @@ def tool_header_names(tool: ToolRow) -> list[str] | None:
 
 
 def tools_set_flags(*, tools: Iterable[ToolRow], actor: Any, enabled: bool | None = None,
-                    requires_approval: bool | None = None) -> int:
-    """Switch tools on or off, or their approval; each change is audited. Returns how many
-    tools changed."""
+                    policy: str | None = None) -> int:
+    """Switch tools on or off, or set their policy (allow / ask / deny); each change is audited.
+    Returns how many tools changed."""
     changed = 0
     with transaction.atomic():
         for tool in tools:
             before = snapshot(tool)
             if enabled is not None:
                 tool.enabled = enabled
-            if requires_approval is not None:
-                tool.requires_approval = requires_approval
+            if policy is not None:
+                tool.policy = policy
             after = snapshot(tool)
             if after == before:
                 continue
-            tool.save(update_fields=["enabled", "requires_approval", "updated_at"])
+            tool.save(update_fields=["enabled", "policy", "updated_at"])
             audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=tool,
                          before=before, after=snapshot(tool))
             changed += 1

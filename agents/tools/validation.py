@@ -127,13 +127,12 @@ def argument_problem(validator: Any, arguments: Any) -> str | None:
 class CheckedTool(Tool):
     """A tool whose arguments are validated against its JSON schema before every call."""
 
-    def __init__(self, inner: Tool, *, requires_approval: bool | None = None) -> None:
+    def __init__(self, inner: Tool, *, policy: str | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.description = inner.description
         self.parameters = inner.parameters
-        self.requires_approval = (inner.requires_approval if requires_approval is None
-                                  else requires_approval)
+        self.policy = inner.policy if policy is None else policy
         self.idempotent = inner.idempotent
         self._validator = ArgumentsValidator(self.parameters)
         # The tool's own time limit (HTTP tools), for the loop's limit per call.

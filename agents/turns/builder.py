@@ -17,8 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, prefetch_related_objects
 
-from agents.models import Agent, Conversation, Message, ModelSettings
+from agents.models import Agent, Conversation, McpServer, Message, ModelSettings
 from agents.runtime.history import estimate_tokens
+from agents.runtime.hooks import Hook as RuntimeHook
+from agents.runtime.hooks import ToolHooks
 from agents.runtime.loop import (
     CompactionSettings,
     TurnConfig,
@@ -31,6 +33,8 @@ from agents.runtime.tools import Tool as RuntimeTool
 from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
+from agents.tools.hooks import turn_message_hooks, turn_tool_hooks
+from agents.tools.mcp.services import mcp_refresh_if_stale
 from agents.turns.attachments import with_image_data
 from agents.turns.budgets import BudgetHooks, budget_routes
 from agents.turns.providers import (
@@ -42,6 +46,7 @@ from agents.turns.routing import (
     route_turn,
 )
 from agents.turns.selectors import conversation_history_rows, turn_branch_before
+from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
 from traces.models import Budget, Trace, TrajectoryState
 from traces.pricing import price_table_for
@@ -57,13 +62,30 @@ def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[RuntimeTo
     return tools_runtime_tools(agent, context=context)
 
 
+def mcp_refresh_for(agent: Agent) -> None:
+    """The tool lists of the MCP servers whose tools the agent uses, fetched again when older
+    than their time to live (a failed fetch keeps the last list and is retried a minute later;
+    a server that is down fails its own tools' calls, never the turn)."""
+    servers = McpServer.objects.filter(team_id=agent.team_id, enabled=True,
+                                       tools__agents=agent).distinct()
+    mcp_refresh_if_stale(servers)
+
+
 def turn_tool_context(*, agent: Agent, trace: Trace, db: DbRunner | None) -> ToolContext:
     """What the turn's tools are bound to: its team, agent, user and conversation."""
     return ToolContext(
         team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
         conversation_id=trace.conversation_id, trace_id=trace.pk, timezone=settings.TIME_ZONE,
         memory_recall_limit=agent.memory_recall_limit,
-        memory_min_relevance=agent.memory_min_relevance, db=db or run_sync)
+        memory_min_relevance=agent.memory_min_relevance, db=db or run_sync,
+        role=turn_role(team_id=agent.team_id, user_id=trace.user_id))
+
+
+def turn_role(*, team_id: int, user_id: int | None) -> str:
+    """The role of the turn's person in the team; someone without one counts as a viewer."""
+    role = (Membership.objects.filter(team_id=team_id, user_id=user_id)
+            .values_list("role", flat=True).first() if user_id is not None else None)
+    return role or Membership.Role.VIEWER
 
 
 def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
@@ -146,6 +168,15 @@ class TurnSetup:
     agent_version: int | None = None
     # The images the person attached to the message, with their bytes.
     user_images: list[ImageBlock] = field(default_factory=list)
+    # The team's hooks: around tool calls, on the person's message, on the reply.
+    tool_hooks: ToolHooks | None = None
+    received_hooks: list[RuntimeHook] = field(default_factory=list)
+    sending_hooks: list[RuntimeHook] = field(default_factory=list)
+
+
+def _message_hook_fields(agent: Agent) -> dict[str, list[RuntimeHook]]:
+    received, sending = turn_message_hooks(agent)
+    return {"received_hooks": received, "sending_hooks": sending}
 
 
 def previous_trajectory_state(*, trace: Trace, branch: list[int] | None = None) -> dict[str, Any] | None:
@@ -177,6 +208,7 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     prefetch_related_objects([choice.provider], "model_settings")
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
+    mcp_refresh_for(agent)
     tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace,
                                                                           db=db))
     routing = {**choice.routing, "fallbacks": fallbacks}
@@ -208,10 +240,15 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     branch = turn_branch_before(trace=trace)
     if agent.trajectory_states:
         config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)
+    message_hooks = _message_hook_fields(agent)
+    if message_hooks["sending_hooks"]:
+        # A hook may rewrite or withhold the reply: nobody sees it before the hook has.
+        config.stream = False
     return TurnSetup(
         provider=provider, config=config, tools=tools,
         history=turn_history(trace=trace, agent=agent, branch=branch), user_text=user_text, hooks=hooks,
         routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
         model=choice.model,
         warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
-        agent_version=agent.version, user_images=_message_images(message))
+        agent_version=agent.version, user_images=_message_images(message),
+        tool_hooks=turn_tool_hooks(agent), **message_hooks)

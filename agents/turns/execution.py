@@ -42,11 +42,13 @@ from django.utils import timezone
 
 from agents.models import Message
 from agents.runtime.cancel import CancelToken
+from agents.runtime.hooks import MESSAGE_RECEIVED, MESSAGE_SENDING
 from agents.runtime.loop import TurnResult, TurnStatus, run_turn
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role
 from agents.runtime.providers.base import Outcome
 from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
+from agents.tools.hooks import message_hooks_run
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import (
@@ -81,6 +83,8 @@ SETUP_ERROR_MESSAGE = (
     "The turn could not be prepared because of an internal error. Try again; if it happens "
     "again, tell an admin (the worker's log has the details)."
 )
+DROPPED_MESSAGE = "A hook stopped this message before it reached the model: {reason}"
+WITHHELD_REPLY = "The reply was withheld by a hook: {reason}"
 LOST_REASON = "This turn was taken over by the reaper or another worker."
 HANDED_BACK = "handed_back"
 # How long a cancelled turn may take to stop before its thread goes on without it.
@@ -243,6 +247,7 @@ class TurnRun:
         self.finishing = False  # the loop is over: the turn ends here, whatever comes
         self.handed_back = False
         self.ended = threading.Event()
+        self.dropped = ""  # why an on_message_received hook dropped the message
 
     async def run(self) -> str:
         self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
@@ -283,9 +288,51 @@ class TurnRun:
         await self.recorder.announce(self.recorder.announcements.trace, trace)
         if self.plan is not None:
             await self._announce_resumption(self.plan)
+        if setup.received_hooks and not await self._message_received(setup):
+            await _aclose(setup.provider)
+            return await self._fail(DROPPED_MESSAGE.format(reason=self.dropped), "hook")
         result = await self._loop(setup)
-        closed = await self._finish(self._outcome(result, setup))
+        outcome = self._outcome(result, setup)
+        if setup.sending_hooks and result is not None:
+            await self._message_sending(setup, outcome, iteration=result.iterations)
+        closed = await self._finish(outcome)
         return closed.trace.status if closed is not None else "lost"
+
+    # -- message hooks ------------------------------------------------------------------------------
+    async def _message_received(self, setup: TurnSetup) -> bool:
+        """The person's message through the team's on_message_received hooks: a rewrite is
+        what the model gets (the stored message stays as typed); False when one dropped it
+        (``self.dropped`` says why)."""
+        verdict = await message_hooks_run(
+            setup.received_hooks, event=MESSAGE_RECEIVED, text=setup.user_text,
+            emit=self.recorder.emit, iteration=0, **await self.db(_hook_identity, self.trace))
+        if verdict.action == "drop":
+            self.dropped = verdict.reason
+            return False
+        setup.user_text = verdict.text
+        return True
+
+    async def _message_sending(self, setup: TurnSetup, outcome: TurnOutcome, *,
+                               iteration: int) -> None:
+        """The final answer through the on_message_sending hooks before it is stored: a
+        rewrite replaces it, a suppression stores a short notice instead (the trace's model
+        request keeps the original)."""
+        last = outcome.messages[-1] if outcome.messages else None
+        if (outcome.status != Status.COMPLETED or last is None
+                or last.role != Message.Role.ASSISTANT or not last.text.strip()):
+            return
+        verdict = await message_hooks_run(
+            setup.sending_hooks, event=MESSAGE_SENDING, text=last.text, emit=self.recorder.emit,
+            iteration=iteration, **await self.db(_hook_identity, self.trace))
+        if verdict.action == "suppress":
+            text = WITHHELD_REPLY.format(reason=verdict.reason)
+        elif verdict.action == "rewrite":
+            text = verdict.text
+        else:
+            return
+        last.text = outcome.answer = text
+        last.blocks = [{"type": "text", "text": text},
+                       *(b for b in last.blocks if b.get("type") != "text")]
 
     # -- the loop and its companions ----------------------------------------------------------------
     async def _loop(self, setup: TurnSetup) -> TurnResult | None:
@@ -304,7 +351,7 @@ class TurnRun:
             user_message=setup.user_text, tools=setup.tools, observer=self.recorder,
             cancel=self.cancel, approver=approver, hooks=setup.hooks,
             resume=self.plan.resume if self.plan is not None else None,
-            user_images=setup.user_images))
+            user_images=setup.user_images, tool_hooks=setup.tool_hooks))
         try:
             done, _ = await asyncio.wait({turn}, timeout=max(self.agent.hard_time_limit_s - elapsed, 1))
             self.finishing = True
@@ -485,6 +532,13 @@ def stored_messages(messages: list[RuntimeMessage], tool_names: list[str], *,
     if ending and rows and rows[-1].role == Message.Role.ASSISTANT:
         rows[-1].outcome = ending
     return rows
+
+
+def _hook_identity(trace: Trace) -> dict[str, str]:
+    """Who a message hook's payload names: the agent, the conversation and the sender."""
+    return {"agent": trace.agent.name if trace.agent_id else "",
+            "conversation": trace.conversation.uuid.hex,
+            "sender": trace.user.get_username() if trace.user_id else ""}
 
 
 async def _aclose(provider: Any) -> None:

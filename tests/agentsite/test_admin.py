@@ -46,7 +46,8 @@ def test_someone_signed_out_signs_in_on_the_apps_page_and_comes_back(client):
 
 def test_team_admin_can_rename_their_team_in_the_admin(client_for, alice, team_a):
     c = client_for(alice)
-    response = c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A"})
+    response = c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A",
+                                                                                  "tool_policy_default": "ask"})
     assert response.status_code == 302
     team_a.refresh_from_db()
     assert team_a.name == "Renamed A"
@@ -62,7 +63,8 @@ def test_team_changes_in_the_admin_and_member_changes_are_audited(client_for, al
     from agentsite.models import AuditEvent
 
     c = client_for(alice)
-    c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A"})
+    c.post(reverse("admin:agentsite_team_change", args=[team_a.pk]), {"name": "Renamed A",
+                                                                                  "tool_policy_default": "ask"})
     owner = Membership.objects.get(user=alice)
     services.membership_change_role(actor=owner, membership=Membership.objects.get(user=bob), role="admin")
     events = list(AuditEvent.objects.filter(team=team_a).order_by("id"))

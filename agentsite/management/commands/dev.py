@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
 import os
 
 from django.conf import settings
@@ -14,6 +16,10 @@ from agentsite.devrunner import DevOptions, DevRunner, Printer, dev_worker_prefi
 
 # What ``manage.py dev`` allows unless OUTBOUND_ALLOWED_NETWORKS is set: loopback only.
 DEV_ALLOWED_NETWORKS = "127.0.0.0/8,::1/128"
+# The stdio MCP server ``manage.py dev`` offers unless MCP_STDIO_SERVERS is set: the reference
+# time server (installed with agentsite), so a team admin can add it as "time" at once.
+DEV_MCP_STDIO_SERVERS = {"time": {"command": "python",
+                                  "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}}
 
 
 class Command(BaseCommand):
@@ -39,6 +45,11 @@ class Command(BaseCommand):
             settings.OUTBOUND_ALLOWED_NETWORKS = DEV_ALLOWED_NETWORKS.split(",")
             printer.line("setup", f"Outbound requests may reach this machine ({DEV_ALLOWED_NETWORKS}): "
                                   "a development default; set OUTBOUND_ALLOWED_NETWORKS to choose.")
+        if "MCP_STDIO_SERVERS" not in os.environ and importlib.util.find_spec("mcp_server_time"):
+            os.environ["MCP_STDIO_SERVERS"] = json.dumps(DEV_MCP_STDIO_SERVERS)
+            settings.MCP_STDIO_SERVERS = DEV_MCP_STDIO_SERVERS
+            printer.line("setup", "MCP over stdio: the operator server \"time\" (mcp-server-time) "
+                                  "can be added by team admins; set MCP_STDIO_SERVERS to choose.")
         runner = DevRunner(
             DevOptions(
                 host=options["host"],

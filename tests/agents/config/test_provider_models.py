@@ -125,7 +125,7 @@ def test_bad_model_rows_are_refused_and_nothing_is_saved(client_for, alice, loca
 
 def test_only_the_teams_admins_edit_model_rows(client_for, alice, bob, charlie, local):
     ProviderModel.objects.create(provider=local, model="gpt-4o", context_window=1000)
-    assert client_for(charlie).get(change_url(local)).status_code == 302  # not in their admin
+    assert client_for(charlie).get(change_url(local)).status_code == 404  # not in their admin: not found
     charlie_post = client_for(charlie).post(change_url(local), {**provider_data(), **inline(
         [{"model": "gpt-4o", "context_window": "5"}])})
     assert charlie_post.status_code in (302, 403, 404)

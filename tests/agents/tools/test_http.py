@@ -211,7 +211,8 @@ def form_data(team, **overrides):
     data = {"team": team.pk, "name": "weather", "description": "", "enabled": "on",
             "parameters": json.dumps(WEATHER_SCHEMA), "http_method": "GET",
             "url_template": "https://api.example.com/{city}", "timeout_s": "10",
-            "max_response_bytes": "10000", "headers": ""}
+            "max_response_bytes": "10000", "headers": "", "policy": "allow",
+            "min_role": "viewer"}
     data.update(overrides)
     return data
 
@@ -254,7 +255,7 @@ def test_a_built_in_name_is_reserved(team_a):
 # -- what a turn is offered -----------------------------------------------------------------------
 def test_disabled_tools_are_not_offered_and_approval_comes_from_the_row(make_agent, weather):
     agent = make_agent(name="Offered", tools=("calculator", "current_time"), approval=("current_time",))
-    weather.requires_approval = True
+    weather.policy = "ask"
     weather.save()
     agent.tools.add(weather, Tool.objects.create(team=agent.team, name="http_fetch", kind="builtin",
                                                  enabled=False))

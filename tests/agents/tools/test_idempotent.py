@@ -73,7 +73,8 @@ def form_data(team, **overrides):
     data = {"team": team.pk, "name": "book", "description": "", "enabled": "on",
             "parameters": json.dumps(SCHEMA), "http_method": "POST",
             "url_template": "https://api.example.com/{city}", "timeout_s": "10",
-            "max_response_bytes": "10000", "headers": ""}
+            "max_response_bytes": "10000", "headers": "", "policy": "allow",
+            "min_role": "viewer"}
     data.update(overrides)
     return data
 
@@ -95,7 +96,7 @@ def test_the_admin_shows_the_flag_beside_approval(client_for, alice, team_a):
     http = http_row(team_a, method="POST")
     page = client.get(reverse("admin:agents_tool_change", args=[http.pk])).content.decode()
     assert 'name="idempotent"' in page
-    assert page.index('name="requires_approval"') < page.index('name="idempotent"')
+    assert page.index('name="policy"') < page.index('name="idempotent"')
 
     store = Tool.objects.create(team=team_a, name="memory_store", kind="builtin")
     page = client.get(reverse("admin:agents_tool_change", args=[store.pk])).content.decode()

@@ -1,0 +1,60 @@
+"""A ``McpServer`` row as an ``Endpoint`` to connect to.
+
+stdio commands come only from the operator: ``settings.MCP_STDIO_SERVERS`` maps a key to
+``{"command": ..., "args": [...], "env": {...}}`` and a team's row names a key. Nothing a team
+admin types ever becomes a command, an argument or an environment variable. ``"python"`` as
+the command is this interpreter (``sys.executable``), so a server installed in the same
+virtualenv runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.conf import settings
+
+from agents.models import McpServer
+from agents.runtime.tools import ToolError
+from agentsite.crypto import SecretUnreadable
+
+from .client import HTTP, STDIO, Endpoint
+
+
+class McpServerUnusable(ToolError):
+    """The row cannot be connected to as it is (unknown operator key, unreadable headers)."""
+
+
+def stdio_servers() -> dict[str, dict[str, Any]]:
+    value = getattr(settings, "MCP_STDIO_SERVERS", None) or {}
+    return value if isinstance(value, dict) else {}
+
+
+def operator_key_problem(key: str) -> str | None:
+    if not key:
+        return "Choose one of the stdio servers the site operator set up."
+    if key not in stdio_servers():
+        known = ", ".join(sorted(stdio_servers())) or "none are set up"
+        return (f"“{key}” is not a stdio server the site operator set up (MCP_STDIO_SERVERS; "
+                f"known: {known}).")
+    return None
+
+
+def endpoint_for(server: McpServer) -> Endpoint:
+    if server.transport == McpServer.Transport.STDIO:
+        problem = operator_key_problem(server.operator_key)
+        if problem:
+            raise McpServerUnusable(f"MCP server “{server.name}” cannot be started: {problem}")
+        spec = stdio_servers()[server.operator_key]
+        command = str(spec.get("command") or "")
+        if command == "python":
+            command = sys.executable
+        return Endpoint(name=server.name, transport=STDIO, command=command,
+                        args=tuple(str(a) for a in spec.get("args") or ()),
+                        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+    try:
+        headers = server.headers()
+    except (SecretUnreadable, ValueError) as exc:
+        raise McpServerUnusable(f"MCP server “{server.name}”: its stored headers cannot be read "
+                                f"({exc}); enter them again.") from exc
+    return Endpoint(name=server.name, transport=HTTP, url=server.url, headers=headers)

@@ -1,0 +1,195 @@
+"""MCP servers' tools as Tool rows: discover what a server offers, and keep its rows in step.
+
+``mcp_server_refresh`` lists the server's tools and syncs the rows of kind MCP: the name the
+model calls is ``<server>_<tool>`` (the tool's own name with anything outside
+``[a-zA-Z0-9_-]`` replaced by ``_``), shortened to 64 characters with a hash suffix when it is
+longer or taken (by another tool of the team, a built-in's name, or another of the server's
+tools that cleans up to the same name) — so a server can never shadow a built-in or another
+tool. Names are given in sorted order, so the same list always gives the same names.
+Descriptions, schemas and annotations follow the server; tools it no longer offers are deleted
+(agents lose them); new ones start enabled with the server's ``default_policy``. A refresh
+that fails changes no tool row and stores the error on the server.
+
+``mcp_refresh_if_stale`` is the cheap check a turn makes: a server is refreshed when its list
+is older than ``min(ttl_s, the ttl the server advertised)``; after a failure it is not tried
+again for ``RETRY_AFTER_FAILURE_S``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import McpServer
+from agents.models import Tool as ToolRow
+from agents.runtime.tools import ToolError
+from agentsite.audit import audit_record, snapshot
+from agentsite.models import AuditEvent
+
+from ..names import BUILTIN_NAMES
+from ..validation import schema_problem
+from .client import Discovery, RemoteTool, discover
+from .endpoints import endpoint_for
+
+NAME_MAX = 64
+HASH_LEN = 8
+RETRY_AFTER_FAILURE_S = 60
+ADVERTISED_TTL_KEY = "tools_ttl_s"  # kept in server_info next to what the server said
+EMPTY_SCHEMA = {"type": "object", "properties": {}}
+
+
+def tool_name(server_name: str, remote_name: str, taken: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """The model-facing name of ``remote_name`` on ``server_name``, avoiding ``taken``."""
+    clean = re.sub(r"[^a-zA-Z0-9_-]", "_", remote_name) or "_"
+    name = f"{server_name}_{clean}"
+    if len(name) <= NAME_MAX and name not in taken and name not in BUILTIN_NAMES:
+        return name
+    digest = hashlib.sha256(f"{server_name}\0{remote_name}".encode()).hexdigest()
+    for extra in range(0, 64):
+        suffix = digest[extra: extra + HASH_LEN]
+        candidate = f"{name[: NAME_MAX - HASH_LEN - 1]}_{suffix}"
+        if candidate not in taken and candidate not in BUILTIN_NAMES:
+            return candidate
+    raise ToolError(f"No free name for the tool “{remote_name}” of MCP server “{server_name}”.")
+
+
+def mcp_server_discover(server: McpServer) -> Discovery:
+    """What ``server`` offers now; nothing is saved. ``ToolError`` when it cannot be asked."""
+    endpoint = endpoint_for(server)
+    return async_to_sync(discover)(endpoint, timeout_s=server.timeout_s)
+
+
+@dataclass
+class Refresh:
+    ok: bool
+    error: str = ""
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def _schema(tool: RemoteTool) -> dict[str, Any]:
+    schema = tool.input_schema or dict(EMPTY_SCHEMA)
+    return schema if schema_problem(schema) is None else dict(EMPTY_SCHEMA)
+
+
+def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
+    """List ``server``'s tools and sync its Tool rows (see the module docstring)."""
+    before_server = snapshot(server)
+    try:
+        found = mcp_server_discover(server)
+    except ToolError as exc:
+        server.last_error = str(exc)
+        server.save(update_fields=["last_error", "updated_at"])
+        audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=server,
+                     before=before_server, after=snapshot(server))
+        return Refresh(ok=False, error=str(exc))
+    result = Refresh(ok=True)
+    with transaction.atomic():
+        rows = {r.remote_name: r for r in ToolRow.objects.select_for_update().filter(
+            mcp_server=server, kind=ToolRow.Kind.MCP)}
+        offered = {t.name for t in found.tools}
+        for remote, row in sorted(rows.items()):
+            if remote not in offered:
+                audit_record(actor=actor, action=AuditEvent.Action.DELETE, instance=row,
+                             before=snapshot(row))
+                result.deleted.append(row.name)
+                row.delete()
+        kept = {r.pk for remote, r in rows.items() if remote in offered}
+        taken = set(ToolRow.objects.filter(team_id=server.team_id).exclude(pk__in=kept)
+                    .values_list("name", flat=True))
+        for remote in found.tools:
+            name = tool_name(server.name, remote.name, taken)
+            taken.add(name)
+            values = {"name": name, "description": remote.description or remote.title,
+                      "parameters": _schema(remote), "annotations": remote.annotations,
+                      "idempotent": bool(remote.annotations.get("readOnlyHint")),
+                      "timeout_s": server.timeout_s,
+                      "max_response_bytes": server.max_result_bytes}
+            row = rows.get(remote.name)
+            if row is None:
+                row = ToolRow.objects.create(team_id=server.team_id, kind=ToolRow.Kind.MCP,
+                                             mcp_server=server, remote_name=remote.name,
+                                             enabled=True, policy=server.default_policy,
+                                             **values)
+                audit_record(actor=actor, action=AuditEvent.Action.CREATE, instance=row,
+                             after=snapshot(row))
+                result.created.append(name)
+                continue
+            before = snapshot(row)
+            if all(getattr(row, k) == v for k, v in values.items()):
+                continue
+            for key, value in values.items():
+                setattr(row, key, value)
+            row.save()
+            audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=row,
+                         before=before, after=snapshot(row))
+            result.updated.append(name)
+        info = dict(found.server_info)
+        if found.ttl_s:
+            info[ADVERTISED_TTL_KEY] = found.ttl_s
+        server.protocol_version = found.protocol_version
+        server.server_info = info
+        server.instructions = found.instructions
+        server.last_refreshed_at = timezone.now()
+        server.last_error = ""
+        server.save(update_fields=["protocol_version", "server_info", "instructions",
+                                   "last_refreshed_at", "last_error", "updated_at"])
+        audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=server,
+                     before=before_server, after=snapshot(server))
+    return result
+
+
+def mcp_server_ttl(server: McpServer) -> float:
+    advertised = (server.server_info or {}).get(ADVERTISED_TTL_KEY)
+    if isinstance(advertised, int | float) and advertised > 0:
+        return min(float(server.ttl_s), float(advertised))
+    return float(server.ttl_s)
+
+
+def mcp_server_is_stale(server: McpServer, *, now: Any = None) -> bool:
+    now = now or timezone.now()
+    if server.last_error and server.updated_at and \
+            now < server.updated_at + timedelta(seconds=RETRY_AFTER_FAILURE_S):
+        return False
+    if server.last_refreshed_at is None:
+        return True
+    return now >= server.last_refreshed_at + timedelta(seconds=mcp_server_ttl(server))
+
+
+def mcp_refresh_if_stale(servers: Iterable[McpServer], *, actor: Any = None) -> list[Refresh]:
+    """Refresh the enabled servers whose tool list is out of date; the others cost nothing."""
+    return [mcp_server_refresh(s, actor=actor) for s in servers
+            if s.enabled and mcp_server_is_stale(s)]
+
+
+def mcp_server_disable(server: McpServer, *, actor: Any = None) -> None:
+    before = snapshot(server)
+    server.enabled = False
+    server.save(update_fields=["enabled", "updated_at"])
+    audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=server, before=before,
+                 after=snapshot(server))
+
+
+def mcp_server_save(*, server: McpServer, headers: list[tuple[str, str]] | None = None,
+                    clear_headers: bool = False) -> McpServer:
+    """Save ``server``; ``headers`` replace the stored ones (encrypted), None keeps them."""
+    if clear_headers:
+        server.set_headers({})
+    elif headers:
+        server.set_headers(dict(headers))
+    if server.transport == McpServer.Transport.STDIO:
+        server.url = ""
+        server.headers_encrypted = ""
+    else:
+        server.operator_key = ""
+    server.save()
+    return server

@@ -1,0 +1,44 @@
+"""One tool of an MCP server as the runtime sees it.
+
+The model calls it by its prefixed name (``<server>_<tool>``); the call goes to the server
+under the tool's own name, through a fresh connection (``client.call_tool``), bounded by the
+server's ``timeout_s`` and cut at its ``max_result_bytes``. A result the server marks
+``isError`` is a failed result the model reads; a server that cannot be reached or answers
+nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.runtime.tools import Tool, ToolResult
+
+from .client import Endpoint, call_tool
+
+
+class McpTool(Tool):
+    def __init__(self, *, name: str, description: str, parameters: dict[str, Any],
+                 endpoint: Endpoint, remote_name: str, timeout_s: float, max_bytes: int,
+                 idempotent: bool = False) -> None:
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.endpoint = endpoint
+        self.remote_name = remote_name
+        self.timeout_s = timeout_s  # the loop allows this much (plus a grace) per call
+        self.max_bytes = max_bytes
+        self.idempotent = idempotent
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        result = await call_tool(self.endpoint, self.remote_name, arguments,
+                                 timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+        meta = {"mcp": {"server": self.endpoint.name, "tool": self.remote_name,
+                        "transport": self.endpoint.transport,
+                        "protocol_version": result.protocol_version,
+                        "session_id": result.session_id, "method": "tools/call",
+                        "is_error": result.is_error}}
+        if result.is_error:
+            return ToolResult(False, result.text,
+                              error=result.text or f"The tool “{self.remote_name}” failed.",
+                              meta=meta)
+        return ToolResult(True, result.text, meta=meta)

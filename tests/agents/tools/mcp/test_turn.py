@@ -1,0 +1,39 @@
+"""A whole turn with the demo model whose only time tool is the operator's MCP time server:
+the model calls ``<server>_get_current_time``, the call goes over stdio, and the trace step
+carries the MCP facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import McpServer, Tool
+from agents.tools.mcp.services import mcp_server_refresh
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_a_turn_asks_the_mcp_time_server(make_agent, alice, team_a, stdio_time, sent_turns,
+                                         use_redis) -> None:
+    from agents.chat.services import conversation_create
+
+    server = McpServer.objects.create(team=team_a, name="clock", transport="stdio",
+                                      operator_key="time", default_policy="allow")
+    assert mcp_server_refresh(server).ok
+    agent = make_agent(name="Timekeeper", tools=())
+    agent.tools.add(Tool.objects.get(team=team_a, name="clock_get_current_time"))
+    conversation = conversation_create(team=team_a, agent=agent, user=alice)
+
+    trace = turn_start(conversation=conversation, user=alice,
+                       text="What time is it in Europe/Paris?")
+    assert turn_run(trace.pk) == "completed"
+
+    step = trace.steps.get(kind="tool_call")
+    assert step.name == "clock_get_current_time" and step.success is True
+    mcp = step.meta["mcp"]
+    assert (mcp["server"], mcp["tool"], mcp["transport"], mcp["method"]) == (
+        "clock", "get_current_time", "stdio", "tools/call")
+    assert mcp["protocol_version"] == "2026-07-28"
+    output = step.payloads.get(kind="output").content
+    assert "Europe/Paris" in output
