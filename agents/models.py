@@ -279,7 +279,7 @@ class McpServer(models.Model):
     name = models.SlugField(
         max_length=32,
         help_text="Short name (letters, digits, _ and -); the server's tools are offered to the "
-                  "model as <name>_<tool>.")
+                  "model as “name_tool” (a server “time” offers “time_get_current_time”).")
     transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
     url = models.CharField(max_length=2000, blank=True, help_text="Streamable-HTTP endpoint.")
     headers_encrypted = models.TextField(blank=True, editable=False)

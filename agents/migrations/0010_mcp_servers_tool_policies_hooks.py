@@ -89,7 +89,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('uuid', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ('name', models.SlugField(help_text="Short name (letters, digits, _ and -); the server's tools are offered to the model as <name>_<tool>.", max_length=32)),
+                ('name', models.SlugField(help_text="Short name (letters, digits, _ and -); the server's tools are offered to the model as “name_tool” (a server “time” offers “time_get_current_time”).", max_length=32)),
                 ('transport', models.CharField(choices=[('http', 'Streamable HTTP'), ('stdio', 'stdio (operator-defined)')], default='http', max_length=8)),
                 ('url', models.CharField(blank=True, help_text='Streamable-HTTP endpoint.', max_length=2000)),
                 ('headers_encrypted', models.TextField(blank=True, editable=False)),

@@ -14,7 +14,8 @@ from agents.models import Agent, ToolPolicy
 from agents.models import Tool as ToolRow
 from agentsite.models import Team
 
-from .http import METHODS, TemplateError, UrlTemplate, parse_header_lines, template_problem
+from .header_fields import header_lines_clean, headers_field
+from .http import METHODS, TemplateError, UrlTemplate, template_problem
 from .registry import BUILTINS
 from .services import tool_header_names
 from .validation import schema_problem
@@ -24,21 +25,10 @@ HEADERS_HELP = ("One header per line, as “Name: value”, e.g. “Authorizatio
 EMPTY_SCHEMA = {"type": "object", "properties": {}}
 
 
-class WriteOnlyTextarea(forms.Textarea):
-    """A textarea that never renders a value, not even the one just submitted."""
-
-    def format_value(self, value: Any) -> None:
-        return None
-
-
 class ToolAdminForm(forms.ModelForm):
     http_method = forms.ChoiceField(choices=[(m, m) for m in METHODS], initial="GET",
                                     label="HTTP method")
-    headers = forms.CharField(
-        required=False, strip=False, label="Headers",
-        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off", "spellcheck": "false",
-                                        "placeholder": "Authorization: Bearer …"}),
-        help_text=HEADERS_HELP)
+    headers = headers_field(HEADERS_HELP)
     clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
 
     class Meta:
@@ -134,10 +124,7 @@ class ToolAdminForm(forms.ModelForm):
         return template
 
     def clean_headers(self) -> list[tuple[str, str]]:
-        try:
-            return parse_header_lines(self.cleaned_data.get("headers") or "")
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
+        return header_lines_clean(self.cleaned_data.get("headers"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -30,7 +30,7 @@ from .services import hook_save, hook_test_event
 from .webhook import webhook_url_problem
 
 SIGNING_HELP = ("Signs every request: X-Agentsite-Signature is sha256=HMAC-SHA256(secret, "
-               "“<X-Agentsite-Timestamp>.<body>”). Stored encrypted and never shown again.")
+               "“timestamp.body”: the X-Agentsite-Timestamp value, a dot, the request body). Stored encrypted and never shown again.")
 
 
 class WriteOnlyInput(forms.PasswordInput):

@@ -28,7 +28,7 @@ from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin
 from agentsite.outbound import base_url_problem
 
-from ..http import parse_header_lines
+from ..header_fields import header_lines_clean, headers_field
 from .endpoints import operator_key_problem, stdio_servers
 from .services import (
     mcp_server_disable,
@@ -41,19 +41,8 @@ HEADERS_HELP = ("One header per line, as “Name: value”, e.g. “Authorizatio
                 "are stored encrypted, sent only to this server and never shown again.")
 
 
-class WriteOnlyTextarea(forms.Textarea):
-    """A textarea that never renders a value, not even the one just submitted."""
-
-    def format_value(self, value: Any) -> None:
-        return None
-
-
 class McpServerForm(forms.ModelForm):
-    headers = forms.CharField(
-        required=False, strip=False, label="Headers",
-        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off", "spellcheck": "false",
-                                        "placeholder": "Authorization: Bearer …"}),
-        help_text=HEADERS_HELP)
+    headers = headers_field(HEADERS_HELP)
     clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
     operator_key = forms.ChoiceField(required=False, label="Operator's stdio server",
                                      help_text="stdio only: one of the servers the site "
@@ -83,10 +72,7 @@ class McpServerForm(forms.ModelForm):
             self.fields["headers"].help_text = f"{self.fields['headers'].help_text} {stored}"
 
     def clean_headers(self) -> list[tuple[str, str]]:
-        try:
-            return parse_header_lines(self.cleaned_data.get("headers") or "")
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
+        return header_lines_clean(self.cleaned_data.get("headers"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
