@@ -10,6 +10,7 @@ touches the database itself.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,15 @@ AGENTS = {
     "Careful": {"tools": ["calculator"], "provider_options": {"token_delay_s": 0.01}},
     # answers "xss corpus please" with hostile markup, through its tool too
     "Corpus": {"tools": ["current_time"], "provider_options": {"token_delay_s": 0.005}},
+    # its only time tool is the operator's MCP time server (stdio), whose calls ask a person
+    "Clock": {"tools": [], "provider_options": {"token_delay_s": 0.01}},
 }
+# The operator's stdio MCP servers of the stack (``mcp-server-time``), and the team's server
+# of it, whose tools "Clock" has.
+MCP_STDIO_SERVERS = {"time": {"command": "python",
+                              "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}}
+MCP_SERVERS = [{"name": "time", "transport": "stdio", "operator_key": "time",
+                "default_policy": "ask", "agents": ["Clock"]}]
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +50,11 @@ def stack() -> Iterator[Any]:
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
     from agentsite.stack import Stack
 
-    running = Stack(worker_threads=8).start()
+    running = Stack(worker_threads=8,
+                    extra_env={"MCP_STDIO_SERVERS": json.dumps(MCP_STDIO_SERVERS)}).start()
     try:
-        spec = {"agents": [{"name": name, **conf} for name, conf in AGENTS.items()], "approval": ["calculator"]}
+        spec = {"agents": [{"name": name, **conf} for name, conf in AGENTS.items()],
+                "approval": ["calculator"], "mcp_servers": MCP_SERVERS}
         running.ids = running.seed(spec)
         yield running
     finally:

@@ -116,3 +116,40 @@ def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_coun
                 ".map(e => e.title).join(' ')")
             assert "estimated" in flags.lower(), flags
     assert not s.watch.errors
+
+
+MCP_TOOL = "time_get_current_time"  # the stack's stdio MCP time server (tests/e2e/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def llm_mcp_agent(stack):
+    spec = {"agents": [{
+        "name": "Local MCP", "model": MODEL, "tools": [MCP_TOOL],
+        "provider": {"kind": "openai", "base_url": URL, "options": {"extra_body": {
+            "tool_choice": {"type": "function", "function": {"name": MCP_TOOL}}}}},
+        "fields": {"tool_dispatcher": "native", "max_tool_iterations": 1, "temperature": 0,
+                   "max_output_tokens": 96,
+                   "system_prompt": f"You tell people the time with the {MCP_TOOL} tool."}}]}
+    stack.ids["agents"].update(stack.seed(spec)["agents"])
+    return "Local MCP"
+
+
+def test_a_real_model_calls_an_mcp_tool_that_a_member_approves(login, llm_mcp_agent):
+    s = login("bob")
+    s.open_chat_with(llm_mcp_agent)
+    s.send("What time is it in Tokyo?")
+    waiting = s.page.locator(".tool-card.state-waiting")
+    waiting.wait_for(timeout=120_000)  # the MCP server's tools ask a person first
+    assert waiting.locator(".tool-name").inner_text() == MCP_TOOL
+    waiting.locator("button:has-text('Approve')").click()
+    answer = s.answers("completed").first
+    answer.wait_for(timeout=120_000)
+    card = answer.locator(".tool-card").first
+    card.locator("summary").click()
+    result = card.locator(".tool-pre").last.inner_text()
+    # The model chose the arguments: a real zone gets the server's time, anything else the
+    # server's own error; either way the call went to the MCP server and came back.
+    assert '"datetime"' in result or "timezone" in result.lower(), result
+    assert "Approved by bob." in card.inner_text()
+    assert answer.locator(".md").inner_text().strip()
+    assert not s.watch.errors

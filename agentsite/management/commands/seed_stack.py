@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from agents.models import Agent, Provider, Tool
+from agents.models import Agent, McpServer, Provider, Tool
 from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
 from agentsite.personas import TEAM_A, personas_seed, team_get_or_create
 from agentsite.stack import PASSWORD
@@ -20,7 +20,10 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
 
     ``spec``: ``{"agents": [{"name": ..., "provider_options": {...}, "tools": [...],
     "fields": {...}, "provider": {...}, "model": ...}], "approval": [tool names that need
-    approval]}`` (tools belong to the team, so approval is per tool for every agent). The demo
+    approval], "mcp_servers": [{"name": ..., "transport": "stdio", "operator_key": ...,
+    "default_policy": ..., "agents": [agent names given all its tools]}]}`` (tools belong to
+    the team, so approval is per tool for every agent; an MCP server's tools are listed from
+    the real server, under its default policy). The demo
     provider answers an agent unless its ``provider`` gives the fields of another one (``kind``,
     ``base_url``, ``options``, ``capabilities``: a real server for the live LLM tests); people:
     alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
@@ -38,18 +41,33 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
                                            **provider_fields)
         tools = []
         for tool_name in entry.get("tools", ["calculator", "current_time"]):
+            if tool_name not in specs:  # a tool the team has already (an MCP server's)
+                tools.append(Tool.objects.get(team=team_a, name=tool_name))
+                continue
             cls = specs[tool_name]
             row, _ = Tool.objects.update_or_create(
                 team=team_a, name=tool_name,
                 defaults={"kind": "builtin", "description": cls.description,
                           "parameters": cls.parameters,
-                          "requires_approval": tool_name in spec.get("approval", [])})
+                          "policy": "ask" if tool_name in spec.get("approval", []) else "allow"})
             tools.append(row)
         agent = Agent.objects.create(team=team_a, name=name, provider=provider,
                                      model=entry.get("model") or "demo",
                                      **(entry.get("fields") or {}))
         agent.tools.set(tools)
         agents[name] = str(agent.uuid)
+    for entry in spec.get("mcp_servers") or []:
+        from agents.tools.mcp.services import mcp_server_refresh
+
+        server = McpServer.objects.create(
+            team=team_a, name=entry["name"], transport=entry.get("transport", "stdio"),
+            operator_key=entry.get("operator_key", ""), url=entry.get("url", ""),
+            default_policy=entry.get("default_policy", "ask"))
+        refreshed = mcp_server_refresh(server)
+        if not refreshed.ok:
+            raise RuntimeError(f"MCP server {server.name}: {refreshed.error}")
+        for agent in Agent.objects.filter(team=team_a, name__in=entry.get("agents", [])):
+            agent.tools.add(*server.tools.all())
     return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people}
 
 

@@ -1,0 +1,86 @@
+"""MCP tools in a real browser: the operator's stdio time server (``mcp-server-time``) whose
+calls ask a person — approved by one member, declined by another — with the MCP step in the
+inspector; a team admin adds a Streamable-HTTP server (written with the SDK) in the admin,
+tests it and lists its tools, hostile descriptions shown as text; another team sees none of it."""
+
+from __future__ import annotations
+
+import re
+
+from tests.agents.tools.mcp.servers import HOSTILE_DESCRIPTION, mcp_http_server
+
+
+def test_an_mcp_tool_that_asks_is_approved_by_one_member_and_declined_by_another(login):
+    bob = login("bob")
+    bob.open_chat_with("Clock")
+    bob.send("What time is it in Tokyo?")
+    waiting = bob.page.locator(".tool-card.state-waiting")
+    waiting.wait_for()
+    assert waiting.locator(".tool-name").inner_text() == "time_get_current_time"
+    waiting.locator("button:has-text('Approve')").click()
+    answer = bob.answers("completed").first
+    answer.wait_for()
+    assert re.search(r"The current time in Asia/Tokyo is \d{4}-\d\d-\d\dT", answer.locator(".md").inner_text())
+    card = answer.locator(".tool-card.state-ok")
+    card.locator("summary").click()
+    assert "Approved by bob." in card.inner_text()
+    assert '"timezone": "Asia/Tokyo"' in card.locator(".tool-pre").first.inner_text()
+
+    # The inspector: the call is a tool step with the MCP server, tool, protocol and result.
+    answer.locator("a.trace-link").click()
+    bob.page.wait_for_url(re.compile(r"/traces/[0-9a-f-]+/$"))
+    step = bob.page.locator("#steps li.step.k-tool_call").first
+    step.locator("summary").click()
+    body = step.locator(".step-body")
+    body.locator("dt:has-text('MCP server')").wait_for()
+    text = body.inner_text()
+    assert "time" in text and "stdio" in text and "get_current_time" in text
+    assert "protocol 2026-07-28" in text
+    assert re.search(r"Permission\s+ask", text)
+    assert not bob.watch.errors
+
+    alice = login("alice")
+    alice.open_chat_with("Clock")
+    alice.send("What time is it in Tokyo?")
+    alice.page.locator(".tool-card.state-waiting button:has-text('Deny')").click()
+    declined = alice.answers("completed").first
+    declined.wait_for()
+    assert ("I did not run time_get_current_time: Declined by the conversation's owner"
+            in declined.locator(".md").inner_text())
+    assert declined.locator(".tool-card.state-denied .tool-state").inner_text() == "Denied"
+
+
+def test_a_team_admin_adds_an_http_server_tests_it_and_another_team_sees_none_of_it(login):
+    with mcp_http_server() as url:
+        alice = login("alice")
+        alice.page.goto(alice.stack.url + "/admin/agents/mcpserver/add/")
+        team = alice.page.locator("select[name=team]")
+        if team.count():
+            team.select_option(label="Team A")
+        alice.page.fill("input[name=name]", "echoes")
+        alice.page.select_option("select[name=transport]", "http")
+        alice.page.fill("input[name=url]", url)
+        alice.page.click("input[name=_continue]")
+        alice.page.wait_for_url(re.compile(r"/admin/agents/mcpserver/\d+/change/"))
+        change_url = alice.page.url
+
+        alice.page.click("button:has-text('Test')")
+        alice.page.get_by_text("echo", exact=True).first.wait_for()
+        page_text = alice.page.locator("#content").inner_text()
+        assert "Repeats the text it is given." in page_text
+        assert HOSTILE_DESCRIPTION in page_text  # shown as text, never run
+        assert "2026-07-28" in page_text
+
+        alice.page.goto(change_url)
+        alice.page.click("button:has-text('Refresh tools')")
+        alice.page.locator("#mcp-tools a:has-text('echoes_echo')").wait_for()
+        tools = alice.page.locator("#mcp-tools").inner_text()
+        assert "echoes_calculator" in tools and HOSTILE_DESCRIPTION in tools
+        assert not alice.watch.dialogs and not alice.watch.errors
+
+        charlie = login("charlie")
+        response = charlie.page.goto(change_url)
+        assert response.status == 404
+        charlie.page.goto(charlie.stack.url + "/admin/agents/mcpserver/")
+        listing = charlie.page.locator("#content").inner_text()
+        assert "echoes" not in listing and "time" not in listing
