@@ -22,7 +22,9 @@ internal API. ``allowed_networks()`` reads it; every check here, the tools' ``Fe
 ``GuardedTransport``: the policy as an ``httpx`` transport, for clients whose URLs an admin
 sets (model providers, their connection test). Every request — so every redirect hop a client
 follows — has its host resolved once, each address vetted, and the connection made to the
-vetted address (``Host`` and TLS SNI keep the name).
+vetted address (``Host`` and TLS SNI keep the name). Its TLS context (``tls_context``) is built
+once per process: building one loads the CA bundle (tens of milliseconds), which every client
+made per request or per tool call would otherwise pay.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import asyncio
 import functools
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -272,14 +275,23 @@ class OutboundBlocked(httpx.UnsupportedProtocol):
     treat it as a request that cannot be made, not as a network failure worth retrying.)"""
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of the guarded clients: the one httpx builds for ``verify=True`` (the CA
+    bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built on first use and shared by every
+    ``GuardedTransport`` of the process (an ``SSLContext`` may serve many connections and
+    threads; httpx recommends sharing one)."""
+    return httpx.create_ssl_context()
+
+
 class GuardedTransport(httpx.AsyncBaseTransport):
-    """``inner`` (a plain ``AsyncHTTPTransport`` by default) behind the policy: each request's
-    host is resolved once, every address vetted, and the connection pinned to a vetted
-    address. ``resolver``: for tests."""
+    """``inner`` (a plain ``AsyncHTTPTransport`` on the shared ``tls_context`` by default) behind
+    the policy: each request's host is resolved once, every address vetted, and the connection
+    pinned to a vetted address. ``resolver``: for tests."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *,
                  resolver: AsyncResolver = async_system_resolver) -> None:
-        self._inner = inner or httpx.AsyncHTTPTransport(retries=0)
+        self._inner = inner or httpx.AsyncHTTPTransport(retries=0, verify=tls_context())
         self._resolver = resolver
 
     async def _vetted(self, url: httpx.URL) -> list[IPAddress]:

@@ -29,6 +29,7 @@ from agentsite.models import AuditEvent, Team
 
 from .context import ToolContext
 from .http import headers_decrypt, headers_encrypt
+from .mcp.client import close_connections
 from .registry import BUILTINS, ToolUnavailable, runtime_tool_for_row
 
 TRY_CALL_ID = "call_try_1"
@@ -205,4 +206,14 @@ def tool_try(*, tool: ToolRow, arguments: dict[str, Any], user: Any,
     except ToolUnavailable as exc:
         return TryResult(False, "", str(exc), 0.0)
     timeout = float(tool.timeout_s) + TRY_EXTRA_TIMEOUT_S
-    return async_to_sync(tool_run_once)(runtime_tool, arguments, timeout_s=timeout)
+    return async_to_sync(_run_once_and_close)(runtime_tool, arguments, timeout_s=timeout)
+
+
+async def _run_once_and_close(tool: Tool, arguments: dict[str, Any], *,
+                              timeout_s: float) -> TryResult:
+    """``tool_run_once`` in the loop ``tool_try`` makes for it, closing the MCP connection the
+    call kept (a stdio server's process ends) before the loop ends."""
+    try:
+        return await tool_run_once(tool, arguments, timeout_s=timeout_s)
+    finally:
+        await close_connections()

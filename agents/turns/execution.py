@@ -49,6 +49,7 @@ from agents.runtime.messages import Role
 from agents.runtime.providers.base import Outcome
 from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
 from agents.tools.hooks import message_hooks_run
+from agents.tools.mcp.client import close_connections
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import (
@@ -375,6 +376,7 @@ class TurnRun:
                 task.cancel()
             await asyncio.gather(*companions, return_exceptions=True)
             await _aclose(setup.provider)
+            await _close_mcp_connections()
             await signals.aclose()
 
     async def _announce_resumption(self, plan: ResumePlan) -> None:
@@ -546,3 +548,11 @@ async def _aclose(provider: Any) -> None:
         await provider.aclose()
     except Exception:  # noqa: BLE001 - closing pooled connections must not fail a turn
         logger.debug("closing the provider failed", exc_info=True)
+
+
+async def _close_mcp_connections() -> None:
+    """The MCP connections the turn's calls kept (a stdio server's process ends here)."""
+    try:
+        await close_connections()
+    except Exception:  # noqa: BLE001 - closing kept connections must not fail a turn
+        logger.warning("closing the turn's MCP connections failed", exc_info=True)

@@ -4,10 +4,18 @@ connection pinned to the vetted address, a size and a time limit."""
 
 from __future__ import annotations
 
+import ssl
+
 import httpx
 import pytest
 
-from agentsite.outbound import OutboundFailed, OutboundRefused, fetch_document
+from agentsite.outbound import (
+    GuardedTransport,
+    OutboundFailed,
+    OutboundRefused,
+    fetch_document,
+    tls_context,
+)
 
 PUBLIC_IP = "93.184.216.34"
 
@@ -96,3 +104,16 @@ def test_a_document_past_the_size_limit_or_an_error_status_fails_plainly():
     missing, _ = serving(lambda r: httpx.Response(404))
     with pytest.raises(OutboundFailed, match="404 Not Found"):
         fetch_document("https://catalogue.example/x.json", resolver=resolver, transport=missing)
+
+
+def test_guarded_transports_share_one_tls_context_as_httpx_builds_it() -> None:
+    """Building a TLS context loads the CA bundle (tens of ms): it is built once per process,
+    with httpx's own defaults for ``verify=True``."""
+    first, second = GuardedTransport(), GuardedTransport()
+    contexts = {id(t._inner._pool._ssl_context) for t in (first, second)}  # type: ignore[attr-defined]
+    assert contexts == {id(tls_context())}
+    context, fresh = tls_context(), httpx.create_ssl_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname is True
+    assert (context.options, context.minimum_version, context.verify_flags) == (
+        fresh.options, fresh.minimum_version, fresh.verify_flags)
+    assert context.cert_store_stats() == fresh.cert_store_stats()

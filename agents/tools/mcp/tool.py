@@ -1,10 +1,10 @@
 """One tool of an MCP server as the runtime sees it.
 
 The model calls it by its prefixed name (``<server>_<tool>``); the call goes to the server
-under the tool's own name, through a fresh connection (``client.call_tool``), bounded by the
-server's ``timeout_s`` and cut at its ``max_result_bytes``. A result the server marks
-``isError`` is a failed result the model reads; a server that cannot be reached or answers
-nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
+under the tool's own name, on the turn's kept connection to the server (``client.call_tool``),
+bounded by the server's ``timeout_s`` and cut at its ``max_result_bytes``. A result the server
+marks ``isError`` is a failed result the model reads; a server that cannot be reached or
+answers nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
 """
 
 from __future__ import annotations

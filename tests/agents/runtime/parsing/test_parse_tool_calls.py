@@ -344,7 +344,9 @@ def repeat(unit: str) -> str:
 def test_a_megabyte_of_hostile_input_parses_well_under_a_second(text, caplog):
     started = time.perf_counter()
     parse_tool_calls(text)
-    assert time.perf_counter() - started < 1.0
+    # A quadratic scan of a megabyte takes minutes; a linear one about 0.4 s alone on two cores.
+    # The bound leaves room for a busy machine (1.3 s seen under the whole suite).
+    assert time.perf_counter() - started < 3.0
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no swallowed exception
 
 

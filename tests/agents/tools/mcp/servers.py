@@ -84,11 +84,13 @@ class HandshakeOnly:
 
 
 @contextmanager
-def running(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn on a free loopback port; yields its MCP URL."""
-    port = free_port()
+def running(app: Any, port: int | None = None, grace_s: float | None = None) -> Iterator[str]:
+    """``app`` served by uvicorn on ``port`` (a free loopback port by default); yields its MCP
+    URL. ``grace_s``: how long stopping waits for open requests (a client's GET stream) before
+    cutting them, as a restart would; by default as long as they last."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+                                           lifespan="on", timeout_graceful_shutdown=grace_s))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -104,11 +106,12 @@ def running(app: Any) -> Iterator[str]:
 
 
 @contextmanager
-def mcp_http_server(*, handshake_only: bool = False) -> Iterator[str]:
+def mcp_http_server(*, handshake_only: bool = False, port: int | None = None,
+                    grace_s: float | None = None) -> Iterator[str]:
     app: Any = build_server().streamable_http_app()
     if handshake_only:
         app = HandshakeOnly(app)
-    with running(app) as url:
+    with running(app, port, grace_s) as url:
         yield url
 
 

@@ -1,9 +1,10 @@
 """A whole turn with the demo model whose only time tool is the operator's MCP time server:
 the model calls ``<server>_get_current_time``, the call goes over stdio, and the trace step
-carries the MCP facts."""
+carries the MCP facts; the server's process ends with the turn."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 from agents.models import McpServer, Tool
@@ -37,3 +38,6 @@ def test_a_turn_asks_the_mcp_time_server(make_agent, alice, team_a, stdio_time, 
     assert mcp["protocol_version"] == "2026-07-28"
     output = step.payloads.get(kind="output").content
     assert "Europe/Paris" in output
+    # The turn kept its connection to the server for its calls and closed it at its end.
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if any("mcp_server_time" in part for part in p.cmdline())]
