@@ -29,7 +29,7 @@ from agentsite.models import AuditEvent, Team
 
 from .context import ToolContext
 from .http import headers_decrypt, headers_encrypt
-from .mcp.client import close_connections
+from .mcp import mcp_connections_close
 from .registry import BUILTINS, ToolUnavailable, runtime_tool_for_row
 
 TRY_CALL_ID = "call_try_1"
@@ -216,4 +216,4 @@ async def _run_once_and_close(tool: Tool, arguments: dict[str, Any], *,
     try:
         return await tool_run_once(tool, arguments, timeout_s=timeout_s)
     finally:
-        await close_connections()
+        await mcp_connections_close()

@@ -49,7 +49,7 @@ from agents.runtime.messages import Role
 from agents.runtime.providers.base import Outcome
 from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
 from agents.tools.hooks import message_hooks_run
-from agents.tools.mcp.client import close_connections
+from agents.tools.mcp import mcp_connections_close
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import (
@@ -553,6 +553,6 @@ async def _aclose(provider: Any) -> None:
 async def _close_mcp_connections() -> None:
     """The MCP connections the turn's calls kept (a stdio server's process ends here)."""
     try:
-        await close_connections()
+        await mcp_connections_close()
     except Exception:  # noqa: BLE001 - closing kept connections must not fail a turn
         logger.warning("closing the turn's MCP connections failed", exc_info=True)

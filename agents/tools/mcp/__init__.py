@@ -4,5 +4,20 @@
 ``transport``: the SDK's HTTP client behind the platform's outbound-network policy;
 ``endpoints``: a ``McpServer`` row as something to connect to (stdio commands come only from
 the operator's ``settings.MCP_STDIO_SERVERS``); ``services``: discovery and the sync of a
-server's Tool rows; ``tool``: the runtime tool of one MCP tool; ``admin``: the admin pages.
+server's Tool rows; ``tool``: the runtime tool of one MCP tool; ``admin``: the admin pages; ``types``: the plain
+data they exchange. Only ``client`` imports the SDK, and only when a call or discovery first
+needs it.
 """
+
+from __future__ import annotations
+
+import sys
+
+
+async def mcp_connections_close() -> None:
+    """Close the MCP connections the running event loop kept (a turn's, a "Try it"'s; a stdio
+    server's process ends here). Nothing to do, and nothing imported, in a process that has
+    made no MCP call: the SDK is loaded by the first one (``client``)."""
+    client = sys.modules.get("agents.tools.mcp.client")
+    if client is not None:
+        await client.close_connections()

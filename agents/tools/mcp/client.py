@@ -39,9 +39,9 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
 import httpx2
@@ -55,58 +55,16 @@ from pydantic import ValidationError
 from agents.runtime.tools import ToolError
 
 from .transport import GuardedBridge
+from .types import HTTP, STDIO, CallResult, Discovery, Endpoint, RemoteTool
 
 CLIENT_INFO = Implementation(name="agentsite", version="1.0")
 MAX_PAGES = 50
 STDERR_TAIL = 400
-HTTP, STDIO = "http", "stdio"
 IDLE_CLOSE_S = 60.0  # a kept connection without calls for this long is closed
 CLOSE_WAIT_S = 10.0  # how long close_connections waits for an owner (a stdio process to exit)
 MAX_UNANSWERED = 2  # calls in a row without an answer (time limit): the server may be wedged
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a server is: ``url`` and ``headers`` (http), or the operator's ``command``,
-    ``args`` and ``env`` (stdio). ``name`` is for messages."""
-
-    name: str
-    transport: str
-    url: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    command: str = ""
-    args: Sequence[str] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RemoteTool:
-    name: str
-    title: str
-    description: str
-    input_schema: dict[str, Any]
-    annotations: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Discovery:
-    protocol_version: str
-    server_info: dict[str, Any]
-    instructions: str
-    tools: list[RemoteTool]
-    # How long the server says its tool list may be cached (None: it did not say).
-    ttl_s: float | None = None
-
-
-@dataclass(frozen=True)
-class CallResult:
-    text: str
-    is_error: bool
-    protocol_version: str
-    session_id: str | None
-    duration_ms: float
 
 
 # -- connecting -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from agents.models import McpServer
 from agents.runtime.tools import ToolError
 from agentsite.crypto import SecretUnreadable
 
-from .client import HTTP, STDIO, Endpoint
+from .types import HTTP, STDIO, Endpoint
 
 
 class McpServerUnusable(ToolError):

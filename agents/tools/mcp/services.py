@@ -36,8 +36,8 @@ from agentsite.models import AuditEvent
 
 from ..names import BUILTIN_NAMES
 from ..validation import schema_problem
-from .client import Discovery, RemoteTool, discover
 from .endpoints import endpoint_for
+from .types import Discovery, RemoteTool
 
 NAME_MAX = 64
 HASH_LEN = 8
@@ -63,6 +63,8 @@ def tool_name(server_name: str, remote_name: str, taken: set[str] = frozenset())
 
 def mcp_server_discover(server: McpServer) -> Discovery:
     """What ``server`` offers now; nothing is saved. ``ToolError`` when it cannot be asked."""
+    from .client import discover  # the SDK is imported by the first discovery, not at start
+
     endpoint = endpoint_for(server)
     return async_to_sync(discover)(endpoint, timeout_s=server.timeout_s)
 

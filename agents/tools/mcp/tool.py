@@ -13,7 +13,7 @@ from typing import Any
 
 from agents.runtime.tools import Tool, ToolResult
 
-from .client import Endpoint, call_tool
+from .types import Endpoint
 
 
 class McpTool(Tool):
@@ -30,6 +30,8 @@ class McpTool(Tool):
         self.idempotent = idempotent
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        from .client import call_tool  # the SDK is imported by the first call, not at start
+
         result = await call_tool(self.endpoint, self.remote_name, arguments,
                                  timeout_s=self.timeout_s, max_bytes=self.max_bytes)
         meta = {"mcp": {"server": self.endpoint.name, "tool": self.remote_name,
