@@ -3,7 +3,7 @@
 It reads the conversation and decides like a small tool-using model would:
 
 * requests it recognises become tool calls: arithmetic -> ``calculator {expression}``, the time
-  -> ``current_time {timezone?}`` (or, when only an MCP time server's tool is offered, its
+  -> ``current_time {timezone?}`` (or, when an MCP time server's tool is offered, its
   ``<server>_get_current_time {timezone}``), "remember ..." -> ``memory_store {content, key?}``, "what is
   my ..." -> ``memory_recall {query}``, "forget ..." -> ``memory_forget {key}``, a URL ->
   ``http_fetch {url}``. Several requests in one message give several calls in one response;
@@ -394,8 +394,9 @@ MCP_TIME_SUFFIX = "get_current_time"
 
 def _offered_variant(call: _Call, offered: frozenset[str] | set[str]) -> _Call:
     """The time from an MCP time server's tool (``<server>_get_current_time``, as
-    ``mcp-server-time`` offers it) when the built-in ``current_time`` is not offered."""
-    if call.name != "current_time" or call.name in offered:
+    ``mcp-server-time`` offers it) when one is offered: a team that connected a time server
+    wants it asked, even beside the built-in ``current_time``."""
+    if call.name != "current_time":
         return call
     name = next((n for n in sorted(offered) if n.endswith(MCP_TIME_SUFFIX)), None)
     if name is None:

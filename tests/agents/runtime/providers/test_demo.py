@@ -49,6 +49,30 @@ async def calls_for(text: str, **kwargs) -> list[tuple[str, dict]]:
     return [(c.name, c.input) for c in response.tool_calls]
 
 
+# -- an MCP time server's tool -------------------------------------------------------------------
+@pytest.mark.parametrize("builtin_too", [False, True], ids=["alone", "beside-current_time"])
+async def test_a_time_question_goes_to_an_offered_mcp_time_server(builtin_too):
+    tools = [ToolSpec("clock_get_current_time", "t"), ToolSpec("clock_convert_time", "c")]
+    if builtin_too:
+        tools.append(ToolSpec("current_time", "t"))
+    assert await calls_for("What's the time in Tokyo?", tools=tools) == [
+        ("clock_get_current_time", {"timezone": "Asia/Tokyo"})]
+    # mcp-server-time requires a zone: the demo model names UTC when the person named none
+    assert await calls_for("what time is it?", tools=tools) == [
+        ("clock_get_current_time", {"timezone": "UTC"})]
+
+
+async def test_it_reads_the_mcp_time_servers_json_answer():
+    call = ToolUseBlock(id="call_1", name="clock_get_current_time", input={"timezone": "Asia/Tokyo"})
+    output = json.dumps({"timezone": "Asia/Tokyo", "datetime": "2026-11-26T22:09:32+09:00",
+                         "day_of_week": "Thursday", "is_dst": False})
+    response = await ask([Message.user("What's the time in Tokyo?"),
+                          Message(Role.ASSISTANT, [call]),
+                          Message.tool_results([ToolResultBlock("call_1", output,
+                                                                name="clock_get_current_time")])])
+    assert response.text == "The current time in Asia/Tokyo is 2026-11-26T22:09:32+09:00."
+
+
 # -- deciding on tool calls ----------------------------------------------------------------------
 @pytest.mark.parametrize(("text", "expected"), [
     ("What is 12 x 7?", [("calculator", {"expression": "12*7"})]),
