@@ -121,6 +121,15 @@ class TeamScopedAdmin(admin.ModelAdmin):
         lookup = "id__in" if self.team_field == "" else f"{self.team_field}__in"
         return qs.filter(**{lookup: self._team_ids(request)})
 
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """A new object starts in the user's team when they can edit only one."""
+        initial = super().get_changeform_initial_data(request)
+        if self.team_field == "team" and "team" not in initial:
+            teams = self._team_ids(request, self.edit_roles)
+            if len(teams) == 1:
+                initial["team"] = next(iter(teams))
+        return initial
+
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any):
         if db_field.related_model is Team and not request.user.is_superuser:
             kwargs["queryset"] = Team.objects.filter(id__in=self._team_ids(request, self.edit_roles))

@@ -150,13 +150,6 @@ class ProviderAdmin(AuditedAdmin, TeamScopedAdmin):
         # A provider stays in its team: its agents and routes cannot follow it.
         return ("team",) if obj is not None else ()
 
-    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        initial = super().get_changeform_initial_data(request)
-        teams = editable_teams(request, self)
-        if "team" not in initial and len(teams) == 1:
-            initial["team"] = teams[0].pk
-        return initial
-
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ListChangeList
 

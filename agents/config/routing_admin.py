@@ -269,13 +269,6 @@ class _ScopedChoicesMixin:
             field.label_from_instance = _label_with_team(request.user.is_superuser or len(teams) > 1)
         return field
 
-    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        initial = super().get_changeform_initial_data(request)
-        teams = self._team_ids(request, self.edit_roles)
-        if "team" not in initial and len(teams) == 1:
-            initial["team"] = next(iter(teams))
-        return initial
-
 
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(AuditedAdmin, _ScopedChoicesMixin, TeamScopedAdmin):

@@ -129,8 +129,6 @@ class ToolAdmin(AuditedAdmin, TeamScopedAdmin):
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
         team_ids = self._team_ids(request, self.edit_roles)
-        if "team" not in initial and len(team_ids) == 1:
-            initial["team"] = next(iter(team_ids))
         if "policy" not in initial:
             initial["policy"] = self._new_tool_policy(request, initial.get("team"), team_ids)
         return initial

@@ -113,13 +113,6 @@ class HookAdmin(AuditedAdmin, TeamScopedAdmin):
             kwargs["queryset"] = Agent.objects.filter(team_id__in=admin_team_ids(request)).order_by("name")
         return super().formfield_for_manytomany(db_field, request, **kwargs)
 
-    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        initial = super().get_changeform_initial_data(request)
-        team_ids = self._team_ids(request, self.edit_roles)
-        if "team" not in initial and len(team_ids) == 1:
-            initial["team"] = next(iter(team_ids))
-        return initial
-
     @method_decorator(sensitive_post_parameters("secret"))
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
                         extra_context: dict | None = None) -> HttpResponse:

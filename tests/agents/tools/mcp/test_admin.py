@@ -72,3 +72,9 @@ def test_disable_from_the_change_page(client_for, alice, team_a) -> None:
     client_for(alice).post(reverse("admin:agents_mcpserver_disable", args=[server.pk]))
     server.refresh_from_db()
     assert not server.enabled
+
+
+def test_a_new_server_starts_in_the_admins_only_team(client_for, alice, team_a, stdio_time) -> None:
+    page = client_for(alice).get(reverse("admin:agents_mcpserver_add")).content.decode()
+    assert f'<option value="{team_a.pk}" selected>' in page
+    assert '<option value="time">time</option>' in page  # the operator's stdio servers to pick
