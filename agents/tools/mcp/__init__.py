@@ -11,13 +11,27 @@ needs it.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from types import ModuleType
+
+CLIENT = "agents.tools.mcp.client"
+
+
+def sdk_client() -> ModuleType:
+    """``client``, the one module of the package that imports the SDK. Importing ``mcp`` takes
+    over a second, and every process imports the registry and the admin at start (web, worker,
+    every manage.py command), most of them never to make an MCP call; so the registry's tools,
+    the admin's discovery and the turn builder reach the client through here, and the SDK is
+    loaded by the first call or discovery of a process. It is the package's only deferred
+    import: a sibling, not a higher room (LAYOUT.md's rule is about those)."""
+    return importlib.import_module(CLIENT)
 
 
 async def mcp_connections_close() -> None:
     """Close the MCP connections the running event loop kept (a turn's, a "Try it"'s; a stdio
     server's process ends here). Nothing to do, and nothing imported, in a process that has
     made no MCP call: the SDK is loaded by the first one (``client``)."""
-    client = sys.modules.get("agents.tools.mcp.client")
+    client = sys.modules.get(CLIENT)
     if client is not None:
         await client.close_connections()

@@ -36,6 +36,7 @@ from agentsite.models import AuditEvent
 
 from ..names import BUILTIN_NAMES
 from ..validation import schema_problem
+from . import sdk_client
 from .endpoints import endpoint_for
 from .types import Discovery, RemoteTool
 
@@ -63,10 +64,8 @@ def tool_name(server_name: str, remote_name: str, taken: set[str] = frozenset())
 
 def mcp_server_discover(server: McpServer) -> Discovery:
     """What ``server`` offers now; nothing is saved. ``ToolError`` when it cannot be asked."""
-    from .client import discover  # the SDK is imported by the first discovery, not at start
-
     endpoint = endpoint_for(server)
-    return async_to_sync(discover)(endpoint, timeout_s=server.timeout_s)
+    return async_to_sync(sdk_client().discover)(endpoint, timeout_s=server.timeout_s)
 
 
 @dataclass

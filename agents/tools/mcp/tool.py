@@ -13,6 +13,7 @@ from typing import Any
 
 from agents.runtime.tools import Tool, ToolResult
 
+from . import sdk_client
 from .types import Endpoint
 
 
@@ -30,9 +31,7 @@ class McpTool(Tool):
         self.idempotent = idempotent
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
-        from .client import call_tool  # the SDK is imported by the first call, not at start
-
-        result = await call_tool(self.endpoint, self.remote_name, arguments,
+        result = await sdk_client().call_tool(self.endpoint, self.remote_name, arguments,
                                  timeout_s=self.timeout_s, max_bytes=self.max_bytes)
         meta = {"mcp": {"server": self.endpoint.name, "tool": self.remote_name,
                         "transport": self.endpoint.transport,

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand
 
 from agents.models import Agent, McpServer, Provider, Tool
 from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
+from agents.tools.mcp.services import mcp_server_refresh
 from agentsite.personas import TEAM_A, personas_seed, team_get_or_create
 from agentsite.stack import PASSWORD
 
@@ -57,8 +58,6 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
         agent.tools.set(tools)
         agents[name] = str(agent.uuid)
     for entry in spec.get("mcp_servers") or []:
-        from agents.tools.mcp.services import mcp_server_refresh
-
         server = McpServer.objects.create(
             team=team_a, name=entry["name"], transport=entry.get("transport", "stdio"),
             operator_key=entry.get("operator_key", ""), url=entry.get("url", ""),

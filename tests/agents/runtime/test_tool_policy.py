@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -145,8 +146,8 @@ async def test_an_after_hook_adds_its_message_and_a_matcher_picks_the_tools():
     assert len(observer.of(HookRan)) == 1
 
 
-class Override:
-    """A hook (any kind) that answers with a permission decision, like a webhook would."""
+class FakeOverrideHook:
+    """A fake hook (the edge: a team's webhook) that answers with a permission decision."""
 
     name, kind = "override", "webhook"
 
@@ -171,15 +172,13 @@ async def test_a_hooks_permission_override_follows_claw_codes_order(policy, over
     runs: list[dict] = []
     approver = Yes()
     _, observer, _ = await turn([counting_tool("calc", runs, policy=policy)],
-                                tool_hooks=ToolHooks(pre=[Override(override)]), approver=approver)
+                                tool_hooks=ToolHooks(pre=[FakeOverrideHook(override)]), approver=approver)
     assert observer.of(ToolPolicyDecided)[0].outcome == outcome
     assert len(runs) == ran
     assert (approver.asked == ["calc"]) == (outcome == "ask")
 
 
 async def test_a_hook_that_hangs_is_killed_at_its_time_limit():
-    import time
-
     runs: list[dict] = []
     hooks = ToolHooks(pre=[CommandHook(command="sleep 30", name="slow", timeout_s=0.5)])
     started = time.perf_counter()

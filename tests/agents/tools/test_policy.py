@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from agents.chat.services import conversation_create
 from agents.models import Tool
 from agents.tools import ToolContext
 from agents.tools.registry import runtime_tools, tool_permission
 from agents.turns.builder import turn_role
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run
 from agentsite.models import Membership
+from traces.models import Step, StepPayload
 
 
 @pytest.fixture
@@ -86,11 +90,6 @@ def test_the_turns_tools_carry_their_effective_policy(calculator):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_denied_call_never_runs_and_the_trace_records_the_decision(make_agent, bob, sent_turns):
-    from agents.chat.services import conversation_create
-    from agents.turns.services import turn_start
-    from agents.turns.tasks import turn_run
-    from traces.models import Step, StepPayload
-
     agent = make_agent(name="Denied", tools=("calculator",))
     row = Tool.objects.get(team=agent.team, name="calculator")
     row.min_role = "admin"

@@ -12,6 +12,8 @@ import pytest
 from agents.runtime.tools import ToolError
 from agents.tools.mcp.client import Endpoint, call_tool, discover
 
+from .servers import free_port
+
 TIME = Endpoint(name="time", transport="stdio", command=sys.executable,
                 args=("-m", "mcp_server_time", "--local-timezone", "UTC"))
 
@@ -83,8 +85,6 @@ async def test_a_private_address_is_refused_before_connecting(settings) -> None:
 
 
 async def test_a_server_that_is_down_is_a_clear_error(loopback) -> None:
-    from .servers import free_port
-
     with pytest.raises(ToolError, match="MCP server “gone” could not be reached") as caught:
         await discover(http(f"http://127.0.0.1:{free_port()}/mcp", "gone"), timeout_s=5)
     assert caught.value.retryable is True

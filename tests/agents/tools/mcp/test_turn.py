@@ -7,6 +7,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from agents.chat.services import conversation_create
 from agents.models import McpServer, Tool
 from agents.tools.mcp.services import mcp_server_refresh
 from agents.turns.services import turn_start
@@ -17,8 +18,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def test_a_turn_asks_the_mcp_time_server(make_agent, alice, team_a, stdio_time, sent_turns,
                                          use_redis) -> None:
-    from agents.chat.services import conversation_create
-
     server = McpServer.objects.create(team=team_a, name="clock", transport="stdio",
                                       operator_key="time", default_policy="allow")
     assert mcp_server_refresh(server).ok
