@@ -5,7 +5,8 @@
 Names: loop (loop overhead vs LangGraph), turns (50 concurrent turns in one worker),
 live (step committed -> websocket frame), inspector (big traces), chat (send -> first token
 painted in a real browser), costs (the costs page over 1,000,000 steps), mcp (an MCP tool call
-over HTTP and stdio vs a built-in tool, and discovery of a 200-tool server).
+over HTTP and stdio vs a built-in tool, and discovery of a 200-tool server), hostile (a megabyte
+of hostile model output through the parser, sanitizer and scrubbers; hostile routing patterns).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ BENCHES = {
     "chat": "bench.chat_latency",
     "costs": "bench.costs",
     "mcp": "bench.mcp_overhead",
+    "hostile": "bench.hostile_input",
 }
 
 

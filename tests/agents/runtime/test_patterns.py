@@ -11,6 +11,7 @@ import pytest
 from agents.runtime.patterns import PatternError, compile_pattern, pattern_problem
 from agents.runtime.routing import RoutingRule, classify
 from agents.tools.validation import ArgumentsValidator, argument_problem, schema_problem
+from tests.helpers import SUPERLINEAR_S
 
 HOSTILE = [
     ("(a|a)*b", "a" * 100_000),
@@ -26,7 +27,7 @@ def test_routing_with_a_hostile_pattern_is_linear(pattern, text):
     rule = RoutingRule(hint="slow", patterns=(pattern,))
     started = time.perf_counter()
     classify(text, [rule])
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < SUPERLINEAR_S
 
 
 @pytest.mark.parametrize(("pattern", "text"), HOSTILE)
@@ -36,7 +37,7 @@ def test_tool_arguments_with_a_hostile_schema_pattern_are_validated_in_linear_ti
     assert schema_problem(schema) is None
     started = time.perf_counter()
     problem = argument_problem(ArgumentsValidator(schema), {"q": text, text[:5000]: "x"})
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < SUPERLINEAR_S
     assert problem is None or "does not match" in problem or "not allowed" in problem
 
 

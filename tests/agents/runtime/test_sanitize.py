@@ -23,6 +23,7 @@ from agents.runtime.sanitize import (
     strip_tool_result_content,
 )
 from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
+from tests.helpers import SUPERLINEAR_S
 
 
 def test_a_prompt_guided_turn_reduces_to_the_answer():
@@ -128,10 +129,10 @@ def test_the_steps_raise_nothing_without_the_safety_net(text):
     repeat('[{"name":"shell","arguments":{}}]\n'),
 ], ids=["tool_call+brace", "braces", "balanced_deep", "object_chain", "tool_result", "jwt_like",
         "db_url_like", "json_lines"])
-def test_a_megabyte_of_hostile_input_sanitizes_in_about_a_second_at_most(text, caplog):
+def test_a_megabyte_of_hostile_input_sanitizes_in_linear_time(text, caplog):
     started = time.perf_counter()
     sanitize_response(text, ["shell"])
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < SUPERLINEAR_S
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no swallowed exception
 
 

@@ -20,6 +20,7 @@ from agents.runtime.scrub import (
     scrub_credentials,
 )
 from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
+from tests.helpers import SUPERLINEAR_S
 
 # --------------------------------------------------------------------------------------------
 # scrub_credentials
@@ -134,11 +135,11 @@ def test_leak_detector_never_raises(text):
     repeat("password="),
     repeat("sk-" + "a" * 30 + "T3Blbk"),
 ], ids=["eyJ", "jwt_like", "db_url", "mysql", "token_quote", "password", "openai_like"])
-def test_a_megabyte_of_hostile_input_is_scrubbed_quickly(text):
+def test_a_megabyte_of_hostile_input_is_scrubbed_in_linear_time(text):
     started = time.perf_counter()
     scrub_credentials(text)
     redact_leaks(text)
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < SUPERLINEAR_S
 
 
 @settings(max_examples=300, deadline=None)

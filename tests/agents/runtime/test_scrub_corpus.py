@@ -9,6 +9,7 @@ import pytest
 
 from agents.runtime.scrub import scrub_secrets
 from tests.agents.runtime.secret_corpus import CLEAN, SECRETS
+from tests.helpers import SUPERLINEAR_S
 
 
 def test_the_corpus_is_large_enough_and_its_secrets_distinct():
@@ -58,4 +59,4 @@ def test_a_header_keeps_its_scheme_word():
 def test_hostile_input_is_scrubbed_in_linear_time(hostile):
     started = time.perf_counter()
     scrub_secrets(hostile)
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < SUPERLINEAR_S

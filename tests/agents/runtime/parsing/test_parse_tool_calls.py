@@ -23,6 +23,7 @@ from agents.runtime.parsing import (
     resolve_display_text,
     strip_think_tags,
 )
+from tests.helpers import SUPERLINEAR_S
 
 
 def calls_of(text: str) -> list[tuple[str, dict]]:
@@ -341,12 +342,10 @@ def repeat(unit: str) -> str:
 ], ids=["tool_call", "tool_call+brace", "invoke_name", "invoke_name_closed", "braces",
         "brackets", "balanced_deep", "object_chain", "strings_in_brackets", "tools", "fences",
         "perl", "think", "xml_tags"])
-def test_a_megabyte_of_hostile_input_parses_well_under_a_second(text, caplog):
+def test_a_megabyte_of_hostile_input_parses_in_linear_time(text, caplog):
     started = time.perf_counter()
     parse_tool_calls(text)
-    # A quadratic scan of a megabyte takes minutes; a linear one about 0.4 s alone on two cores.
-    # The bound leaves room for a busy machine (1.3 s seen under the whole suite).
-    assert time.perf_counter() - started < 3.0
+    assert time.perf_counter() - started < SUPERLINEAR_S
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no swallowed exception
 
 
@@ -364,4 +363,4 @@ def test_many_real_calls_in_a_megabyte_stay_linear():
     started = time.perf_counter()
     _visible, calls = parse_tool_calls(text)
     assert len(calls) > 15_000
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < SUPERLINEAR_S

@@ -319,7 +319,8 @@ async def test_a_zero_latency_reply_is_fast():
     for _ in range(500):
         await provider.chat(request)
 
-    assert (time.perf_counter() - started) / 500 < 0.001
+    # No hidden sleep: the smallest configured delay would be 10 ms a reply.
+    assert (time.perf_counter() - started) / 500 < 0.005
 
 
 def test_capabilities():

@@ -1,0 +1,99 @@
+"""Untrusted text at its worst: a megabyte of hostile model output through the parser, the
+reply sanitizer and the credential scrubbers, and hostile routing patterns on long messages.
+
+    python -m bench.hostile_input            # print the table
+    python -m bench.hostile_input --check    # and exit 1 if a target is missed
+
+Targets: each megabyte is handled in <= 1 s (median of 3), each hostile pattern in <= 0.5 s.
+The unit tests only guard against super-linear blow-ups (a quadratic scan takes minutes); the
+timings live here, where a busy machine cannot fail the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from agents.runtime.parsing import parse_tool_calls
+from agents.runtime.routing import RoutingRule, classify
+from agents.runtime.sanitize import sanitize_response
+from agents.runtime.scrub import redact_leaks, scrub_credentials, scrub_secrets
+
+MEGABYTE = 1_000_000
+RUNS = 3
+MEGABYTE_TARGET_S = 1.0
+PATTERN_TARGET_S = 0.5
+
+
+def repeat(unit: str) -> str:
+    return (unit * (MEGABYTE // len(unit) + 1))[:MEGABYTE]
+
+
+def _scrub(text: str) -> None:
+    scrub_credentials(text)
+    redact_leaks(text)
+    scrub_secrets(text)
+
+
+TEXTS = {
+    "tool_call+brace": repeat("<tool_call>{"),
+    "braces": repeat("{"),
+    "balanced_deep": "[" * 500_000 + "]" * 500_000,
+    "object_chain": repeat('{"a":'),
+    "invoke_name": repeat('<invoke name="'),
+    "jwt_like": repeat("eyJa.eyJb."),
+    "db_url_like": repeat("postgres://a:b"),
+    "password=": repeat("password="),
+    "real_calls": repeat('<tool_call>{"name":"a","arguments":{"i":1}}</tool_call>\n'),
+}
+STAGES: dict[str, Callable[[str], object]] = {
+    "parse": parse_tool_calls,
+    "sanitize": lambda text: sanitize_response(text, ["shell"]),
+    "scrub": _scrub,
+}
+PATTERNS = [
+    ("(a|a)*b", "a" * 100_000),
+    ("(a+)+$", "a" * 100_000 + "!"),
+    ("(.*a){20}", "a" * 30_000),
+    (r"^(\w+\s?)*$", "word " * 20_000 + "!"),
+    (r"\s*\s*x", " " * 1_000_000),
+]
+
+
+def _median_s(fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(RUNS):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    args = parser.parse_args()
+    ok = True
+    print(f"{'input (1 MB)':<18}" + "".join(f"{stage:>12}" for stage in STAGES) + f"   target <= {MEGABYTE_TARGET_S:g} s")
+    for name, text in TEXTS.items():
+        cells = []
+        for fn in STAGES.values():
+            seconds = _median_s(lambda fn=fn, text=text: fn(text))
+            ok &= seconds <= MEGABYTE_TARGET_S
+            cells.append(f"{seconds * 1000:>9.0f} ms" + ("" if seconds <= MEGABYTE_TARGET_S else "!"))
+        print(f"{name:<18}" + "".join(f"{c:>12}" for c in cells))
+    print(f"\n{'routing pattern':<18} {'input':>10} {'median':>10}   target <= {PATTERN_TARGET_S:g} s")
+    for pattern, text in PATTERNS:
+        rule = RoutingRule(hint="slow", patterns=(pattern,))
+        seconds = _median_s(lambda rule=rule, text=text: classify(text, [rule]))
+        ok &= seconds <= PATTERN_TARGET_S
+        print(f"{pattern:<18} {len(text):>10,} {seconds * 1000:>7.1f} ms  {'ok' if seconds <= PATTERN_TARGET_S else 'MISSED'}")
+    print("\nverdict:", "all targets met" if ok else "a target was missed")
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
