@@ -566,6 +566,12 @@ class Conversation(models.Model):
     # Deleting a conversation hides it everywhere in the chat; its traces stay (they are the
     # team's record of what was spent), so the row stays as their anchor.
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Started through the API with this key; ``ephemeral``: a stateless request's conversation
+    # (the history the request sent, then its answer), kept for its trace but left out of the
+    # chat's lists.
+    api_key = models.ForeignKey("agentsite.ApiKey", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="conversations")
+    ephemeral = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

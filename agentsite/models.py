@@ -56,6 +56,10 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    # Limits on what this person may start in a minute, through the chat and every key they
+    # use (empty: no limit). Keys have limits of their own on top (``ApiKey``).
+    rpm_limit = models.PositiveIntegerField("requests per minute", null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField("tokens per minute", null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -88,6 +92,7 @@ class Membership(models.Model):
     @property
     def can_manage_members(self) -> bool:
         return self.has_role(self.Role.OWNER)
+
 
 
 def _hash_token(token: str) -> str:
@@ -191,3 +196,81 @@ class AuditEvent(models.Model):
         """Field -> (before, after) for the fields that differ."""
         before, after = self.before or {}, self.after or {}
         return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self):
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+
+
+class ApiKey(models.Model):
+    """A key for calling a team's agents and reading its traces and costs from code.
+
+    It acts as one person of the team (``user``), with that person's current role, narrowed to
+    its ``scopes``: a personal key is made by a member for themselves; a team key by an admin,
+    and it acts as that admin. Only a SHA-256 of the secret is stored; the full key is shown
+    once. ``prefix`` (the key's first characters, never secret on their own) is how people
+    recognise it in lists and logs."""
+
+    class Kind(models.TextChoices):
+        TEAM = "team", "Team key"
+        PERSONAL = "personal", "Personal key"
+
+    class Scope(models.TextChoices):
+        CHAT = "chat", "Chat with agents"
+        TRACES = "traces:read", "Read traces"
+        COSTS = "costs:read", "Read costs"
+        CONFIG = "config:admin", "Read and change configuration"
+
+    PREFIX = "ask_"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys",
+                             help_text="The person the key acts as.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                   related_name="+")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.PERSONAL)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=list)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    rpm_limit = models.PositiveIntegerField("requests per minute", null=True, blank=True)
+    tpm_limit = models.PositiveIntegerField("tokens per minute", null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="apikey_team_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def new_secret() -> tuple[str, str, str]:
+        """A fresh (key, prefix, hash): the key is ``ask_<8 characters>_<secret>``."""
+        head = secrets.token_hex(4)
+        key = f"{ApiKey.PREFIX}{head}_{secrets.token_urlsafe(32)}"
+        return key, f"{ApiKey.PREFIX}{head}", _hash_token(key)
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return _hash_token(key)
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in (self.scopes or [])

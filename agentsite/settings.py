@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "ninja",
     "agentsite",
     "agents",
     "traces",

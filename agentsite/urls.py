@@ -43,4 +43,6 @@ urlpatterns = [
     path("admin/tools/", include("agents.tools.urls")),
     path("memory/", include("memory.urls")),
     path("admin/", admin.site.urls),
+    # /v1/… (OpenAI-compatible) and /api/v1/… (REST, its schema and docs)
+    path("", include("agents.api.urls")),
 ]

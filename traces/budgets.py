@@ -60,7 +60,17 @@ class BudgetState:
         return self.budget.user_id is not None
 
     @property
+    def is_key(self) -> bool:
+        return self.budget.api_key_id is not None
+
+    @property
+    def scope(self) -> str:
+        return "key" if self.is_key else "user" if self.is_user else "team"
+
+    @property
     def whose(self) -> str:
+        if self.is_key:
+            return f"This API key's ({self.budget.api_key.prefix}…)"
         return "Your" if self.is_user else "The team's"
 
     @property
@@ -101,7 +111,7 @@ class BudgetState:
     def note(self, *, status: str, estimate: Decimal) -> dict[str, Any]:
         """What the trace records about this budget (``routing["budget"]``)."""
         return {"status": status, "budget": str(self.budget.uuid),
-                "scope": "user" if self.is_user else "team", "period": self.budget.period,
+                "scope": self.scope, "period": self.budget.period,
                 "mode": self.budget.mode, "spent_usd": str(self.spent),
                 "limit_usd": str(self.limit), "estimate_usd": str(estimate)}
 
@@ -114,10 +124,12 @@ def money(amount: Decimal) -> str:
     return f"${whole}.{digits.ljust(2, '0')}"
 
 
-def _spent(since: date, until: date, *, by_user: bool) -> Coalesce:
+def _spent(since: date, until: date, *, by: str = "") -> Coalesce:
+    """The team's spend in the period, or only its person's (``by="user_id"``) or its API
+    key's (``by="api_key_id"``)."""
     rows = CostRollup.objects.filter(team_id=OuterRef("team_id"), day__gte=since, day__lte=until)
-    if by_user:
-        rows = rows.filter(user_id=OuterRef("user_id"))
+    if by:
+        rows = rows.filter(**{by: OuterRef(by)})
     total = rows.order_by().values("team_id").annotate(s=Sum("cost_units")).values("s")[:1]
     return Coalesce(Subquery(total, output_field=BigIntegerField()), 0)
 
@@ -127,24 +139,38 @@ def with_spend(budgets: QuerySet[Budget], *, today: date | None = None) -> Query
     roll-ups, as subqueries: one query for any number of budgets)."""
     today = today or timezone.localdate()
     month = today.replace(day=1)
-    return budgets.annotate(team_day=_spent(today, today, by_user=False),
-                            team_month=_spent(month, today, by_user=False),
-                            user_day=_spent(today, today, by_user=True),
-                            user_month=_spent(month, today, by_user=True))
+    return budgets.annotate(team_day=_spent(today, today), team_month=_spent(month, today),
+                            user_day=_spent(today, today, by="user_id"),
+                            user_month=_spent(month, today, by="user_id"),
+                            key_day=_spent(today, today, by="api_key_id"),
+                            key_month=_spent(month, today, by="api_key_id"))
 
 
 def spent_of(budget: Budget) -> Decimal:
     """The spend of a budget annotated by ``with_spend``, in its scope and period."""
-    prefix = "user" if budget.user_id else "team"
+    prefix = "key" if budget.api_key_id else "user" if budget.user_id else "team"
     return units_usd(getattr(budget, f"{prefix}_{budget.period}", 0))
 
 
-def budget_states(*, team_id: int, user_id: int | None, today: date | None = None) -> list[BudgetState]:
-    """The enabled budgets that apply to ``user_id`` in the team (the team's own and theirs),
-    with the spend of their current period, in one query."""
-    scope = Q(user__isnull=True) | Q(user_id=user_id) if user_id else Q(user__isnull=True)
-    rows = with_spend(Budget.objects.filter(team_id=team_id, enabled=True).filter(scope)
-                      .select_related("user", "route_down_provider"), today=today)
+def budget_scope(*, user_id: int | None, api_key_id: int | None = None) -> Q:
+    """The budgets that apply to a turn of ``user_id`` through ``api_key_id``: the team's own,
+    the person's, the key's."""
+    scope = Q(user__isnull=True, api_key__isnull=True)
+    if user_id:
+        scope |= Q(user_id=user_id)
+    if api_key_id:
+        scope |= Q(api_key_id=api_key_id)
+    return scope
+
+
+def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None = None,
+                  today: date | None = None) -> list[BudgetState]:
+    """The enabled budgets that apply to ``user_id`` in the team, through ``api_key_id`` when
+    the turn came through a key (``budget_scope``), with the spend of their current period, in
+    one query."""
+    rows = with_spend(Budget.objects.filter(team_id=team_id, enabled=True)
+                      .filter(budget_scope(user_id=user_id, api_key_id=api_key_id))
+                      .select_related("user", "api_key", "route_down_provider"), today=today)
     return [BudgetState(row, spent_of(row)) for row in rows.order_by("period", "-user_id")]
 
 
@@ -163,10 +189,10 @@ class Verdict:
 
 
 def budget_decide(states: list[BudgetState], *, estimate: Decimal) -> Verdict:
-    """Day budgets before month budgets, a person's before the team's: the first exceeded
+    """Day budgets before month budgets, a key's and a person's before the team's: the first exceeded
     ``block`` budget blocks; otherwise the first exceeded ``route_down`` one routes down;
     warnings are every budget at or past its threshold."""
-    ordered = sorted(states, key=lambda s: (s.budget.period != Period.DAY, not s.is_user))
+    ordered = sorted(states, key=lambda s: (s.budget.period != Period.DAY, not s.is_key, not s.is_user))
     levels = [(s, s.level(estimate)) for s in ordered]
     warnings = tuple(s for s, level in levels if level != "ok")
     for mode in (Mode.BLOCK, Mode.ROUTE_DOWN):

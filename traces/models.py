@@ -73,6 +73,11 @@ class Trace(TokenBuckets):
     agent_version = models.PositiveIntegerField(null=True, blank=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="traces")
     user_message = models.ForeignKey("agents.Message", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Started through the API with this key (its traffic is split by key on the costs page).
+    api_key = models.ForeignKey("agentsite.ApiKey", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="traces")
+    # The rate-limit windows this turn holds a token reservation in (settled when it ends).
+    quota_keys = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     # Why this model: {"rule", "hint", "matched_keyword", "matched_pattern", "reason", "provider", "model",
     # "fallbacks_used": [...], "budget": {...}}
@@ -424,13 +429,15 @@ class CostRollup(CostAmounts):
     day = models.DateField()
     agent_id = models.BigIntegerField(default=0)
     user_id = models.BigIntegerField(default=0)
+    # The API key the requests came through (0: the browser).
+    api_key_id = models.BigIntegerField(default=0)
     provider = models.CharField(max_length=100, blank=True)
     model = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(
-            fields=["team", "day", "agent_id", "user_id", "provider", "model"],
-            name="costrollup_unique_key")]
+            fields=["team", "day", "agent_id", "user_id", "api_key_id", "provider", "model"],
+            name="costrollup_unique_dims")]
         indexes = [models.Index(fields=["team", "user_id", "day"], name="costrollup_team_user_day")]
 
     def __str__(self) -> str:
@@ -478,6 +485,9 @@ class Budget(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True,
                              blank=True, related_name="+",
                              help_text="Empty: the whole team's spend.")
+    api_key = models.ForeignKey("agentsite.ApiKey", on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="budgets",
+                                help_text="A limit on what is spent through this API key only.")
     period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
     limit_usd = models.DecimalField("limit (USD)", max_digits=12, decimal_places=4)
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.WARN)
@@ -496,8 +506,14 @@ class Budget(models.Model):
     class Meta:
         ordering = ["team_id", "user_id", "period"]
         constraints = [
-            models.UniqueConstraint(fields=["team", "period"], condition=models.Q(user__isnull=True),
+            models.UniqueConstraint(fields=["team", "period"],
+                                    condition=models.Q(user__isnull=True, api_key__isnull=True),
                                     name="budget_unique_team_period"),
+            models.UniqueConstraint(fields=["team", "api_key", "period"],
+                                    condition=models.Q(api_key__isnull=False),
+                                    name="budget_unique_key_period"),
+            models.CheckConstraint(condition=models.Q(user__isnull=True) | models.Q(api_key__isnull=True),
+                                   name="budget_one_scope"),
             models.UniqueConstraint(fields=["team", "user", "period"],
                                     condition=models.Q(user__isnull=False),
                                     name="budget_unique_user_period"),
@@ -508,6 +524,8 @@ class Budget(models.Model):
 
     @property
     def scope_label(self) -> str:
+        if self.api_key_id:
+            return f"API key {self.api_key}"
         return f"{self.user}'s" if self.user_id else "Team"
 
     @property

@@ -284,7 +284,7 @@ def _apply_rows(trace_rows: dict[int, list[StepRow]]) -> Correction:
     result = Correction()
     updated: list[Step] = []
     dims_of = {row["pk"]: row for row in Trace.objects.filter(pk__in=list(trace_rows)).values(
-        "pk", "team_id", "agent_id", "user_id", "conversation_id")}
+        "pk", "team_id", "agent_id", "user_id", "conversation_id", "api_key_id")}
     for trace_id, rows in trace_rows.items():
         changes = []
         for row in rows:
@@ -304,7 +304,8 @@ def _apply_rows(trace_rows: dict[int, list[StepRow]]) -> Correction:
         if not changes:
             continue
         d = dims_of[trace_id]
-        dims = TraceDims(d["team_id"], d["agent_id"] or 0, d["user_id"] or 0, d["conversation_id"] or 0)
+        dims = TraceDims(d["team_id"], d["agent_id"] or 0, d["user_id"] or 0, d["conversation_id"] or 0,
+                         api_key_id=d["api_key_id"] or 0)
         ledger_apply(dims, moves_of(changes))
         result.traces += 1
         result.steps += len(changes)

@@ -90,6 +90,7 @@ class TraceDims:
     user_id: int
     conversation_id: int
     event_seq: int = 0
+    api_key_id: int = 0
 
 
 def _totals_changes(total: dict[str, int]) -> dict[str, Any]:
@@ -128,9 +129,10 @@ def share_moved(*, trace_id: int, before: Share | None, after: Share | None,
     if changes:
         Trace.objects.filter(pk=trace_id).update(**changes)
     row = Trace.objects.filter(pk=trace_id).values(
-        "team_id", "agent_id", "user_id", "conversation_id", "event_seq").get()
+        "team_id", "agent_id", "user_id", "conversation_id", "event_seq", "api_key_id").get()
     dims = TraceDims(row["team_id"], row["agent_id"] or 0, row["user_id"] or 0,
-                     row["conversation_id"] or 0, row["event_seq"] if bumped else 0)
+                     row["conversation_id"] or 0, row["event_seq"] if bumped else 0,
+                     row["api_key_id"] or 0)
     ledger_apply(dims, moves)
     return dims
 
@@ -140,8 +142,8 @@ def ledger_apply(dims: TraceDims, moves: dict[tuple[date, str, str], dict[str, i
     for (day, provider, model), amounts in moves.items():
         ledger = {name: amounts[name] for name in AMOUNT_FIELDS}
         _add(CostRollup, {"team_id": dims.team_id, "day": day, "agent_id": dims.agent_id,
-                          "user_id": dims.user_id, "provider": provider[:100],
-                          "model": model[:200]}, ledger)
+                          "user_id": dims.user_id, "api_key_id": dims.api_key_id,
+                          "provider": provider[:100], "model": model[:200]}, ledger)
         _add(ConversationCostRollup, {"team_id": dims.team_id, "day": day,
                                       "conversation_id": dims.conversation_id,
                                       "agent_id": dims.agent_id, "user_id": dims.user_id,
@@ -191,6 +193,11 @@ def _amounts(row: dict[str, Any]) -> dict[str, int]:
             **{name: int(row[f"n_{name}"]) for name in TOKEN_FIELDS}}
 
 
+def _has_field(model: Any, name: str) -> bool:
+    """Whether ``model`` (maybe a migration's historical class) has the field ``name``."""
+    return any(f.name == name for f in model._meta.get_fields())
+
+
 @transaction.atomic
 def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] | None = None) -> int:
     """Recompute the roll-ups (of one team, or all) from the steps; returns the rows written.
@@ -204,11 +211,13 @@ def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] 
         rollups, conversations = rollups.filter(team_id=team_id), conversations.filter(team_id=team_id)
     rollups.delete()
     conversations.delete()
+    key_dim = ("trace__api_key_id",) if _has_field(rollup_model, "api_key_id") else ()
     rows = [rollup_model(team_id=r["trace__team_id"], day=r["day"], agent_id=r["trace__agent_id"] or 0,
                        user_id=r["trace__user_id"] or 0, provider=r["provider"][:100],
-                       model=r["model"][:200], **_amounts(r))
+                       model=r["model"][:200], **_amounts(r),
+                       **({"api_key_id": r["trace__api_key_id"] or 0} if key_dim else {}))
             for r in _ledger_rows(steps, ("trace__team_id", "trace__agent_id", "trace__user_id",
-                                          "provider", "model"))]
+                                          *key_dim, "provider", "model"))]
     rollup_model.objects.bulk_create(rows, batch_size=2000)
     conv_rows = [conversation_model(
         team_id=r["trace__team_id"], day=r["day"], conversation_id=r["trace__conversation_id"] or 0,

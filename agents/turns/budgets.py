@@ -50,7 +50,7 @@ class BudgetHooks(TurnHooks):
 
     def __init__(self, *, max_tokens: int | None, max_cost: Any, provider_kind: str, model: str,
                  prices: PriceTable | None = None, team_id: int | None = None,
-                 user_id: int | None = None, budgets: bool = False,
+                 user_id: int | None = None, api_key_id: int | None = None, budgets: bool = False,
                  routes: dict[int, RouteDown | None] | None = None, trace_id: int | None = None,
                  attempt: int = 0, db: DbRunner | None = None, prompt_tokens: int = 0) -> None:
         self.max_tokens = max_tokens
@@ -60,6 +60,7 @@ class BudgetHooks(TurnHooks):
         self.prices = prices if prices is not None else PriceTable()
         self.team_id = team_id
         self.user_id = user_id
+        self.api_key_id = api_key_id
         self.budgets = budgets
         self.routes = routes or {}
         self.trace_id = trace_id
@@ -88,7 +89,8 @@ class BudgetHooks(TurnHooks):
         reason = self._turn_limit_reason(usage_so_far)
         if reason is None and self.budgets and self.team_id:
             estimate = self.next_call_estimate()
-            states = await self.db(budget_states, team_id=self.team_id, user_id=self.user_id)
+            states = await self.db(budget_states, team_id=self.team_id, user_id=self.user_id,
+                                  api_key_id=self.api_key_id)
             verdict = budget_decide(states, estimate=estimate)
             unroutable = (verdict.action == "route_down" and not self.routed
                           and self.routes.get(verdict.state.budget.pk) is None)
@@ -134,7 +136,8 @@ class BudgetHooks(TurnHooks):
 
     async def _check_budgets(self) -> LlmCallDecision | None:
         estimate = self.next_call_estimate()
-        states = await self.db(budget_states, team_id=self.team_id, user_id=self.user_id)
+        states = await self.db(budget_states, team_id=self.team_id, user_id=self.user_id,
+                                  api_key_id=self.api_key_id)
         verdict = budget_decide(states, estimate=estimate)
         if verdict.action == "block":
             await self._note(verdict.state.note(status="blocked", estimate=estimate)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, prefetch_related_objects
+from django.db.models import prefetch_related_objects
 
 from agents.models import Agent, Conversation, McpServer, Message, ModelSettings
 from agents.runtime.history import estimate_tokens
@@ -48,6 +48,7 @@ from agents.turns.routing import (
 from agents.turns.selectors import conversation_history_rows, turn_branch_before
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
+from traces.budgets import budget_scope
 from traces.models import Budget, Trace, TrajectoryState
 from traces.pricing import price_table_for
 
@@ -214,7 +215,7 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     routing = {**choice.routing, "fallbacks": fallbacks}
     hooks = None
     budgets = list(Budget.objects.filter(team_id=agent.team_id, enabled=True)
-                   .filter(Q(user__isnull=True) | Q(user_id=trace.user_id))
+                   .filter(budget_scope(user_id=trace.user_id, api_key_id=trace.api_key_id))
                    .select_related("route_down_provider"))
     budget_warnings: list[str] = []
     if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None or budgets:
@@ -228,7 +229,7 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
             max_tokens=agent.max_tokens_per_turn, max_cost=agent.max_cost_per_turn,
             provider_kind=choice.provider.kind, model=choice.model,
             prices=price_table_for(agent.team_id, with_providers=True), team_id=agent.team_id,
-            user_id=trace.user_id, budgets=bool(budgets), routes=routes, trace_id=trace.pk,
+            user_id=trace.user_id, api_key_id=trace.api_key_id, budgets=bool(budgets), routes=routes, trace_id=trace.pk,
             attempt=trace.attempts, db=db,
             prompt_tokens=estimate_tokens([{"role": "system", "content": agent.system_prompt},
                                            {"role": "user", "content": user_text}]))

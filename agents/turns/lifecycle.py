@@ -22,6 +22,7 @@ from kombu.exceptions import OperationalError
 
 from agents.models import Conversation, Message
 from agents.turns.announce import announcements
+from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send
 from agentsite.celery import app
 from traces.live import announce_sync
@@ -234,6 +235,8 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
         Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
         dispatched = dispatch_next(row["conversation_id"], now)
     trace = trace_for_live(trace_id)
+    if trace.quota_keys:
+        turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=trace.total_tokens)
     for message in messages:
         message.conversation = trace.conversation
         message.trace = trace
@@ -252,6 +255,8 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
             event_seq=F("event_seq") + 1)
         if ended:
             dispatch_next(trace.conversation_id, now)
+            if trace.quota_keys:
+                turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=0)
             trace_id = trace.pk
             transaction.on_commit(
                 lambda: announce_sync(announcements().trace, trace_for_live(trace_id)))

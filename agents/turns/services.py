@@ -9,6 +9,7 @@ before this runs.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from agents.access import VIEWER_MESSAGE, conversation_act_check
 from agents.models import Agent, Attachment, Conversation, Message
+from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns.announce import announcements
 from agents.turns.attachments import attachments_for_message, image_block
@@ -29,10 +31,11 @@ from agents.turns.lifecycle import (
     trace_request_cancel,
 )
 from agents.turns.providers import TurnSetupError, runtime_provider
+from agents.turns.quotas import turn_admit
 from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
 from agentsite.access import membership_for
-from agentsite.models import Membership, Team
+from agentsite.models import ApiKey, Membership, Team
 from traces.live import announce_sync
 from traces.models import Trace
 
@@ -85,7 +88,8 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
 
 
 def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
-              client_id: str = "", attachments: Sequence[str] = ()) -> SentTurn:
+              client_id: str = "", attachments: Sequence[str] = (), api_key: ApiKey | None = None,
+              prompt_tokens: int | None = None) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -99,7 +103,11 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     earlier turns are stopped instead and the new one goes next.
 
     ``attachments``: public ids of images the person uploaded for this message; a model that
-    cannot read images refuses them here, before anything is stored or sent."""
+    cannot read images refuses them here, before anything is stored or sent.
+
+    The person's and the key's (``api_key``) rate limits are taken here (``QuotaExceeded``);
+    ``prompt_tokens`` is the request's size for the tokens-per-minute limits (by default, the
+    message's estimate)."""
     conversation_act_check(user, conversation, "send messages in it")
     _check_open(conversation)
     client_id = (client_id or "").strip()[:64]
@@ -108,6 +116,15 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     text = _clean_text(text, images=len(images))
     if images:
         _check_vision(conversation, agent, len(images))
+    if client_id:
+        sent = _sent_before(conversation, client_id)
+        if sent is not None:
+            return SentTurn(sent, resent=True)
+    trace_uuid = uuid.uuid4()
+    if prompt_tokens is None:
+        prompt_tokens = estimate_tokens([{"role": "user", "content": text}])
+    quota_keys = turn_admit(membership=membership_for(user, conversation.team_id), api_key=api_key,
+                            request_id=trace_uuid.hex, tokens=prompt_tokens)
     with transaction.atomic():
         conversation_lock(conversation.pk)
         if client_id:
@@ -125,7 +142,8 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             parent_turn_id=parent_id, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
-        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message)
+        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message,
+                             uuid=trace_uuid, api_key=api_key, quota_keys=quota_keys)
         message.trace = trace
         message.save(update_fields=["trace"])
         if not conversation.title:
@@ -183,7 +201,8 @@ def _title_from(text: str) -> str:
     return line if len(line) <= 80 else line[:79].rstrip() + "…"
 
 
-def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message) -> Trace:
+def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message,
+                 **fields: Any) -> Trace:
     """A queued trace answering ``message``: sent now when nothing else of the conversation is
     in flight, else queued behind it (or, when the agent says so, interrupting it). Call inside
     a transaction that holds the conversation's lock."""
@@ -192,7 +211,7 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message
     trace = Trace.objects.create(
         team_id=conversation.team_id, conversation=conversation, agent=agent,
         agent_version=agent.version, user=user, user_message=message,
-        status=Trace.Status.QUEUED)
+        status=Trace.Status.QUEUED, **fields)
     trace.user_message = message
     Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
     if not earlier:

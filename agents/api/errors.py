@@ -1,0 +1,100 @@
+"""Every error of the API in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``,
+with the status OpenAI's clients map to their exception classes: 400 (with the field in
+``param``), 401, 403, 404, 409, 429 (with ``Retry-After``), 503."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from agents.turns.quotas import QuotaExceeded
+from agentsite.api_keys import ApiKeyRefused
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error",
+         503: "service_unavailable"}
+
+
+class ApiError(Exception):
+    """An error to answer as is: ``ApiError(400, "…", param="messages")``."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+
+def error_response(status: int, message: str, *, param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> HttpResponse:
+    response = JsonResponse({"error": {"message": message, "type": TYPES.get(status, "api_error"),
+                                       "param": param, "code": code}}, status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _first_message(exc: ValidationError) -> tuple[str, str | None]:
+    if hasattr(exc, "error_dict"):
+        field, errors = next(iter(exc.error_dict.items()))
+        return " ".join(str(m) for e in errors for m in e.messages), None if field == "__all__" else field
+    return " ".join(exc.messages), None
+
+
+def _schema_problem(exc: NinjaValidationError) -> tuple[str, str | None]:
+    errors: list[dict[str, Any]] = list(exc.errors or [])
+    if not errors:
+        return "The request is not valid.", None
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "payload")]
+    param = ".".join(loc) or None
+    return f"{param + ': ' if param else ''}{first.get('msg', 'is not valid')}.", param
+
+
+def install_handlers(api: NinjaAPI) -> None:
+    """Answer every error of ``api`` in the one shape."""
+
+    @api.exception_handler(ApiError)
+    def api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+        return error_response(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+
+    @api.exception_handler(ApiKeyRefused)
+    def refused(request: HttpRequest, exc: ApiKeyRefused) -> HttpResponse:
+        return error_response(exc.status, exc.message, code=exc.code)
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        return error_response(401, "No valid API key was sent. Send it as 'Authorization: Bearer <key>'.",
+                              code="invalid_api_key")
+
+    @api.exception_handler(QuotaExceeded)
+    def over_quota(request: HttpRequest, exc: QuotaExceeded) -> HttpResponse:
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else {}
+        return error_response(429, exc.message, code=exc.code, headers=headers)
+
+    @api.exception_handler(Http404)
+    def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return error_response(404, str(exc) or "Not found.", code="not_found")
+
+    @api.exception_handler(PermissionDenied)
+    def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+        return error_response(403, str(exc) or "You may not do this.", code="forbidden")
+
+    @api.exception_handler(ValidationError)
+    def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        message, param = _first_message(exc)
+        return error_response(400, message, param=param, code="invalid_value")
+
+    @api.exception_handler(NinjaValidationError)
+    def schema_invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+        message, param = _schema_problem(exc)
+        return error_response(400, message, param=param, code="invalid_value")
+
+    @api.exception_handler(HttpError)
+    def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        return error_response(exc.status_code, str(exc))

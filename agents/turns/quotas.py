@@ -1,0 +1,91 @@
+"""Before a turn starts: the rate limits of the person and of the API key it comes through
+(``agentsite.ratelimit``), and the budgets (``traces.budgets``) of the team, the person and the
+key. One path for every scope and every way in (the chat and the API), with the budgets' own
+comparison; inside the turn, ``agents.turns.budgets`` keeps checking the same budgets before
+every model request.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from agentsite.models import ApiKey, Membership
+from agentsite.ratelimit import LimiterUnavailable, Window, limits_admit, limits_settle
+from traces.budgets import budget_decide, budget_states
+from traces.models import Budget
+
+LIMITER_DOWN_RETRY_S = 5
+
+
+class QuotaExceeded(Exception):
+    """A turn refused before it started: a rate limit or a blocking budget. ``retry_after_s``
+    is when trying again can help (None: it cannot, without a change)."""
+
+    def __init__(self, message: str, *, retry_after_s: int | None, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.code = code
+
+
+def quota_windows(*, membership: Membership | None, api_key: ApiKey | None) -> list[Window]:
+    """The windows a turn falls under: its key's, then its person's."""
+    windows = []
+    if api_key is not None:
+        windows.append(Window(f"key:{api_key.pk}", f"This API key's ({api_key.prefix}…)",
+                              api_key.rpm_limit, api_key.tpm_limit))
+    if membership is not None:
+        windows.append(Window(f"member:{membership.team_id}:{membership.user_id}", "Your",
+                              membership.rpm_limit, membership.tpm_limit))
+    return windows
+
+
+def turn_admit(*, membership: Membership | None, api_key: ApiKey | None, request_id: str,
+               tokens: int) -> list[str]:
+    """Take this turn's place in its rate-limit windows, or raise ``QuotaExceeded``. Returns the
+    scopes that hold a token reservation (to settle when the turn ends)."""
+    windows = quota_windows(membership=membership, api_key=api_key)
+    try:
+        refusal = limits_admit(windows, request_id=request_id, tokens=tokens)
+    except LimiterUnavailable as exc:
+        raise QuotaExceeded("The rate limiter cannot be reached right now, so the request was "
+                            "not started. Try again in a few seconds.",
+                            retry_after_s=LIMITER_DOWN_RETRY_S, code="rate_limiter_unavailable") from exc
+    if refusal is not None:
+        raise QuotaExceeded(refusal.message, retry_after_s=refusal.retry_after_s,
+                            code=f"rate_limit_{refusal.kind}")
+    return [w.scope for w in windows if w.tpm]
+
+
+def turn_settle(*, scopes: list[str], request_id: str, tokens: int) -> None:
+    limits_settle(scopes, request_id=request_id, tokens=tokens)
+
+
+def _reset_in_s(period: str, now: datetime) -> int:
+    local = timezone.localtime(now)
+    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == Budget.Period.DAY:
+        until = midnight
+    else:
+        until = (local.replace(day=1) + timedelta(days=32)).replace(day=1, hour=0, minute=0,
+                                                                     second=0, microsecond=0)
+    return max(1, math.ceil((until - local).total_seconds()))
+
+
+def budgets_admit(*, team_id: int, user_id: int | None, api_key_id: int | None,
+                  estimate: Decimal = Decimal(0), now: Any = None) -> None:
+    """Refuse (``QuotaExceeded``) a turn a blocking budget would refuse at its first model
+    request: the same states and the same comparison as inside the turn. ``route_down`` and
+    ``warn`` budgets let it start (the turn routes or warns itself)."""
+    states = budget_states(team_id=team_id, user_id=user_id, api_key_id=api_key_id)
+    verdict = budget_decide(states, estimate=estimate)
+    if verdict.action != "block" or verdict.state is None:
+        return
+    raise QuotaExceeded(verdict.message,
+                        retry_after_s=_reset_in_s(verdict.state.budget.period, now or timezone.now()),
+                        code="budget_exceeded")

@@ -1,0 +1,167 @@
+"""API keys: make one (shown once), revoke it, and find who a presented key acts as.
+
+A key acts as one person of its team with that person's *current* role (a member demoted to
+viewer cannot chat through their key any more; a person who leaves the team takes their keys'
+power with them), narrowed to the key's scopes. Another team's object is a 404 for a key exactly
+as for a session: the API resolves objects through the same ``agentsite.access`` helpers, with
+``request.user`` and ``request.team`` set from the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from .access import membership_for, require_role
+from .audit import audit_record, snapshot
+from .models import ApiKey, AuditEvent, Membership, Team
+
+logger = logging.getLogger("agentsite.api")
+
+Role = Membership.Role
+Scope = ApiKey.Scope
+# last_used_at is written at most this often per key (not on every request).
+LAST_USED_EVERY = timedelta(seconds=60)
+# The scopes a key may carry, by the role of the person it acts as.
+SCOPES_BY_ROLE = {
+    Role.VIEWER: {Scope.TRACES, Scope.COSTS},
+    Role.MEMBER: {Scope.CHAT, Scope.TRACES, Scope.COSTS},
+    Role.ADMIN: set(Scope),
+    Role.OWNER: set(Scope),
+}
+
+
+class ApiKeyRefused(Exception):
+    """A key that cannot be used: missing, unknown, revoked, expired, or its person left the
+    team (401); or one without the scope an endpoint needs (403)."""
+
+    def __init__(self, message: str, *, status: int = 401, code: str = "invalid_api_key") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request with a key acts as."""
+
+    key: ApiKey
+    team: Team
+    membership: Membership
+
+    @property
+    def user(self) -> Any:
+        return self.membership.user
+
+
+def _clean_scopes(scopes: Iterable[str], membership: Membership) -> list[str]:
+    chosen = sorted({str(s) for s in scopes})
+    if not chosen:
+        raise ValidationError("Choose at least one scope for the key.")
+    unknown = [s for s in chosen if s not in Scope.values]
+    if unknown:
+        raise ValidationError(f"Unknown scope {unknown[0]!r}; the scopes are {', '.join(Scope.values)}.")
+    allowed = {str(s) for s in SCOPES_BY_ROLE[Role(membership.role)]}
+    beyond = [s for s in chosen if s not in allowed]
+    if beyond:
+        raise PermissionDenied(f"A key acting as a team {membership.get_role_display().lower()} "
+                               f"cannot have the {beyond[0]!r} scope.")
+    return chosen
+
+
+def api_key_create(*, team: Team, actor: Any, name: str, scopes: Iterable[str],
+                   kind: str = ApiKey.Kind.PERSONAL, expires_at: datetime | None = None,
+                   rpm_limit: int | None = None, tpm_limit: int | None = None) -> tuple[ApiKey, str]:
+    """A new key and its secret (to show once; only its hash is kept). A personal key acts as
+    ``actor``; a team key (admins only) acts as the admin who made it. Audited."""
+    membership = membership_for(actor, team)
+    if kind == ApiKey.Kind.TEAM:
+        require_role(membership, Role.ADMIN, "create team API keys")
+    else:
+        require_role(membership, Role.VIEWER, "create API keys")
+    assert membership is not None
+    name = " ".join((name or "").split())[:100]
+    if not name:
+        raise ValidationError("Give the key a name that says where it is used.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError("The expiry date is in the past.")
+    chosen = _clean_scopes(scopes, membership)
+    secret, prefix, digest = ApiKey.new_secret()
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            team=team, user=actor, created_by=actor, name=name, kind=kind, prefix=prefix,
+            key_hash=digest, scopes=chosen, expires_at=expires_at, rpm_limit=rpm_limit or None,
+            tpm_limit=tpm_limit or None)
+        audit_record(actor=actor, action=AuditEvent.Action.CREATE, instance=key, after=snapshot(key))
+    return key, secret
+
+
+def api_key_may_manage(key: ApiKey, actor: Any) -> bool:
+    """Its owner, or the team's admins and owners."""
+    membership = membership_for(actor, key.team_id)
+    return membership is not None and (key.user_id == membership.user_id or membership.can_configure)
+
+
+def api_key_revoke(*, key: ApiKey, actor: Any) -> ApiKey:
+    """Revoke a key (its owner or a team admin). Revoking twice does nothing. Audited."""
+    if not api_key_may_manage(key, actor):
+        raise PermissionDenied("Only the key's owner or a team admin can revoke it.")
+    if key.revoked_at is not None:
+        return key
+    before = snapshot(key)
+    key.revoked_at = timezone.now()
+    key.save(update_fields=["revoked_at"])
+    audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=key, before=before,
+                 after=snapshot(key))
+    return key
+
+
+def bearer_token(header: str) -> str:
+    scheme, _, token = (header or "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def api_key_authenticate(token: str) -> Caller:
+    """The caller a presented key acts as; ``ApiKeyRefused`` (401) says why it cannot be used."""
+    token = (token or "").strip()
+    if not token:
+        raise ApiKeyRefused("No API key was sent. Send it as 'Authorization: Bearer <key>'.",
+                            code="missing_api_key")
+    key = (ApiKey.objects.select_related("team", "user")
+           .filter(key_hash=ApiKey.hash_key(token)).first())
+    if key is None:
+        raise ApiKeyRefused("This API key is not valid. Check that it was copied whole; keys "
+                            "start with 'ask_'.")
+    state = key.state
+    if state == "revoked":
+        raise ApiKeyRefused(f"This API key ({key.prefix}…) was revoked on "
+                            f"{key.revoked_at:%Y-%m-%d %H:%M} UTC. Create a new one.",
+                            code="revoked_api_key")
+    if state == "expired":
+        raise ApiKeyRefused(f"This API key ({key.prefix}…) expired on "
+                            f"{key.expires_at:%Y-%m-%d %H:%M} UTC. Create a new one.",
+                            code="expired_api_key")
+    membership = membership_for(key.user, key.team_id)
+    if membership is None or not key.user.is_active:
+        raise ApiKeyRefused(f"The person this API key ({key.prefix}…) acts as is no longer in "
+                            "the team, so the key cannot be used.")
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at >= LAST_USED_EVERY:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
+    return Caller(key=key, team=key.team, membership=membership)
+
+
+def scope_required(caller: Caller, scope: str) -> None:
+    """403 unless the key carries ``scope``."""
+    if not caller.key.has_scope(scope):
+        raise ApiKeyRefused(f"This API key ({caller.key.prefix}…) does not have the {scope!r} "
+                            "scope. Create a key with it.", status=403, code="insufficient_scope")
