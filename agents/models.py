@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Lower
+from django.utils.text import slugify
 
 from agents.runtime.providers.base import PER_MODEL_OVERRIDES
 from agentsite.crypto import decrypt, encrypt
@@ -383,6 +384,10 @@ class Agent(models.Model):
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=100)
+    # How code names the agent: the ``model`` of an OpenAI-compatible request, the API's paths.
+    slug = models.SlugField(max_length=100, blank=True,
+                            help_text="The agent's name in the API (the model of /v1/chat/completions). "
+                                      "Empty: made from its name.")
     description = models.TextField(blank=True)
     # Clickable starters on a new conversation with the agent (one prompt each).
     suggested_prompts = models.JSONField(default=list, blank=True)
@@ -430,15 +435,36 @@ class Agent(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["team", "name"], name="agent_unique_name_per_team")]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="agent_unique_name_per_team"),
+                       models.UniqueConstraint(fields=["team", "slug"], name="agent_unique_slug_per_team")]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.slug:
+            self.slug = agent_slug_free(self.team_id, self.name, exclude=self.pk)
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "slug"}
+        super().save(*args, **kwargs)
 
     @property
     def hard_time_limit_s(self) -> int:
         """The soft limit ends the turn cleanly; the hard one is the backstop after it."""
         return self.turn_time_limit_s + 30
+
+
+def agent_slug_free(team_id: int, name: str, *, exclude: int | None = None, model: Any = None) -> str:
+    """A slug for an agent called ``name`` that no other agent of the team has: its name
+    slugified ("Support bot" -> "support-bot"), with -2, -3 … on a clash."""
+    model = model or Agent
+    base = (slugify(name) or "agent")[:90]
+    taken = set(model.objects.filter(team_id=team_id, slug__startswith=base).exclude(pk=exclude)
+                .values_list("slug", flat=True))
+    slug, n = base, 2
+    while slug in taken:
+        slug, n = f"{base}-{n}", n + 1
+    return slug
 
 
 class Hook(models.Model):

@@ -27,7 +27,7 @@ from agentsite.audit import AuditedAdmin
 from agentsite.models import Team
 
 AGENT_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
-    (None, {"fields": ["team", "name", "description", "suggested_prompts"]}),
+    (None, {"fields": ["team", "name", "slug", "description", "suggested_prompts"]}),
     ("Model", {"fields": ["provider", "model", "fallbacks", "temperature", "max_output_tokens",
                           "allowed_models"]}),
     ("Instructions", {"fields": ["system_prompt"]}),

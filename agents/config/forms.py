@@ -441,7 +441,7 @@ class AgentAdminForm(forms.ModelForm):
     class Meta:
         model = Agent
         fields = [
-            "team", "name", "description", "suggested_prompts", "provider", "model", "fallbacks", "temperature",
+            "team", "name", "slug", "description", "suggested_prompts", "provider", "model", "fallbacks", "temperature",
             "max_output_tokens", "allowed_models", "system_prompt", "tools", "tool_dispatcher",
             "parallel_tools", "max_tool_iterations", "approval_timeout_s", "history_max_messages",
             "compaction_enabled", "compaction_threshold_tokens", "compaction_preserve_recent",
