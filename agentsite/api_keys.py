@@ -163,5 +163,5 @@ def api_key_authenticate(token: str) -> Caller:
 def scope_required(caller: Caller, scope: str) -> None:
     """403 unless the key carries ``scope``."""
     if not caller.key.has_scope(scope):
-        raise ApiKeyRefused(f"This API key ({caller.key.prefix}…) does not have the {scope!r} "
+        raise ApiKeyRefused(f"This API key ({caller.key.prefix}…) does not have the '{scope}' "
                             "scope. Create a key with it.", status=403, code="insufficient_scope")

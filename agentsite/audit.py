@@ -16,7 +16,7 @@ from django.http import HttpRequest
 
 from .models import AuditEvent, Team
 
-SECRET_FIELDS = {"api_key_encrypted", "headers_encrypted", "token_hash", "password"}
+SECRET_FIELDS = {"api_key_encrypted", "headers_encrypted", "token_hash", "key_hash", "password"}
 SKIPPED_FIELDS = {"created_at", "updated_at"}
 
 

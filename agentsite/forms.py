@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from datetime import datetime, time
+
 from django import forms
 from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.forms import UsernameField
+from django.utils import timezone
 
-from .models import Membership
+from .models import ApiKey, Membership
 from .usernames import display_name_problem, username_problem
 
 User = get_user_model()
@@ -36,6 +39,55 @@ class InvitationForm(forms.Form):
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+# The largest limit a PositiveIntegerField holds on every database.
+LIMIT_MAX = 2_147_483_647
+
+
+def limit_field(label: str) -> forms.IntegerField:
+    return forms.IntegerField(label=label, required=False, min_value=1, max_value=LIMIT_MAX,
+                              widget=forms.NumberInput(attrs={"min": 1, "placeholder": "No limit"}))
+
+
+class LimitsForm(forms.Form):
+    """A person's (or a key's) requests and tokens per minute; empty is no limit."""
+
+    rpm_limit = limit_field("Requests per minute")
+    tpm_limit = limit_field("Tokens per minute")
+
+
+class ApiKeyForm(LimitsForm):
+    """A new API key. Every scope is accepted here: which ones the person's role allows is the
+    service's rule (``api_key_create``), which refuses the others with a 403."""
+
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"autocomplete": "off"}),
+                           help_text="Where the key is used, e.g. “nightly report script”.")
+    kind = forms.ChoiceField(choices=ApiKey.Kind.choices, required=False, initial=ApiKey.Kind.PERSONAL)
+    scopes = forms.MultipleChoiceField(choices=ApiKey.Scope.choices, widget=forms.CheckboxSelectMultiple,
+                                       error_messages={"required": "Choose at least one scope for the key."})
+    expires_on = forms.DateField(label="Expiry date", required=False,
+                                 widget=forms.DateInput(attrs={"type": "date"}),
+                                 help_text="Optional: the key stops working at the end of this day.")
+
+    field_order = ["name", "kind", "scopes", "expires_on", "rpm_limit", "tpm_limit"]
+
+    def clean_kind(self) -> str:
+        return self.cleaned_data.get("kind") or ApiKey.Kind.PERSONAL
+
+    def clean_expires_on(self):
+        day = self.cleaned_data.get("expires_on")
+        if day is not None and day < timezone.localdate():
+            raise forms.ValidationError("The expiry date is in the past.")
+        return day
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """The last moment of the chosen day, in the site's time zone (so lists show that day)."""
+        day = self.cleaned_data.get("expires_on")
+        if day is None:
+            return None
+        return timezone.make_aware(datetime.combine(day, time.max))
 
 
 class SignupForm(forms.Form):

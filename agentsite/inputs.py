@@ -7,6 +7,9 @@ page (``SafeInputMiddleware``):
 * a value that is JSON (starts with ``[`` or ``{``) may nest at most ``MAX_JSON_DEPTH`` levels:
   deeper input would exhaust the parser's recursion (a 500 before) and is answered with a 400
   that says why. Sizes are bounded by Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``.
+
+The API (``settings.API_PATH_PREFIXES``) takes JSON bodies only and applies the same rules in its
+own parser; its bodies are left unread here, for the parser to read.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 
 MAX_JSON_DEPTH = 64
@@ -58,7 +62,8 @@ class SafeInputMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method == "POST" and request.content_type in (
-                "application/x-www-form-urlencoded", "multipart/form-data"):
+                "application/x-www-form-urlencoded", "multipart/form-data") and \
+                not request.path.startswith(settings.API_PATH_PREFIXES):
             cleaned = _cleaned(request.POST)
             if cleaned is not None:
                 request.POST = cleaned

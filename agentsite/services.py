@@ -94,6 +94,26 @@ def membership_change_role(*, actor: Membership, membership: Membership, role: s
 
 
 @transaction.atomic
+def membership_set_limits(*, actor: Membership, membership: Membership, rpm_limit: int | None,
+                          tpm_limit: int | None) -> Membership:
+    """Set how many requests and tokens a minute the person may start (None: no limit), in the
+    chat and through every key they use. Team admins and owners. Audited."""
+    if actor.team_id != membership.team_id:
+        raise PermissionDenied("That person is not in your team.")
+    if not actor.can_configure:
+        raise PermissionDenied("Only a team admin or owner can set people's limits.")
+    membership.refresh_from_db()
+    before = snapshot(membership)
+    membership.rpm_limit = rpm_limit or None
+    membership.tpm_limit = tpm_limit or None
+    membership.save(update_fields=["rpm_limit", "tpm_limit"])
+    audit_record(actor=actor.user, action=AuditEvent.Action.UPDATE, instance=membership, before=before,
+                 after=snapshot(membership))
+    team_broadcast(team=membership.team, event="members.changed", data={"user": membership.user_id})
+    return membership
+
+
+@transaction.atomic
 def membership_remove(*, actor: Membership, membership: Membership) -> None:
     if actor.pk != membership.pk:
         _require_manager(actor, membership)

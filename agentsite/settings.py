@@ -75,6 +75,9 @@ INSTALLED_APPS = [
     "memory",
 ]
 
+# Where the API lives (agents.api): JSON bodies, read by its own parser, not as forms.
+API_PATH_PREFIXES = ("/api/", "/v1/")
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

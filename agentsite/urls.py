@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import health, views
+from . import health, key_views, views
 
 urlpatterns = [
     path("", include("agents.chat.home")),
@@ -35,6 +35,10 @@ urlpatterns = [
     path("team/invitations/<uuid:invitation_uuid>/revoke/", views.invitation_revoke, name="invitation_revoke"),
     path("team/members/<uuid:membership_uuid>/role/", views.membership_role, name="membership_role"),
     path("team/members/<uuid:membership_uuid>/remove/", views.membership_remove, name="membership_remove"),
+    path("team/members/<uuid:membership_uuid>/limits/", views.membership_limits, name="membership_limits"),
+    path("team/api-keys/", key_views.keys_page, name="api_keys"),
+    path("team/api-keys/new/", key_views.key_create, name="api_key_create"),
+    path("team/api-keys/<uuid:key_uuid>/revoke/", key_views.key_revoke, name="api_key_revoke"),
     path("chat/", include("agents.chat.urls")),
     path("traces/", include("traces.urls")),
     path("traces/", include("agents.turns.urls")),

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from . import selectors, services
 from .access import SESSION_KEY, get_for_team_or_404, team_for_user_or_404, team_required
-from .forms import InvitationForm, RoleForm, SignupForm, TeamForm
+from .forms import InvitationForm, LimitsForm, RoleForm, SignupForm, TeamForm
 from .models import Invitation, Membership
 
 Role = Membership.Role
@@ -124,6 +124,21 @@ def membership_role(request: HttpRequest, membership_uuid) -> HttpResponse:
         messages.error(request, exc.message)
     else:
         messages.success(request, f"{target.user.get_username()} is now {Role(target.role).label.lower()}.")
+    return redirect("members")
+
+
+@team_required(Role.ADMIN, action="set people's limits")
+@require_POST
+def membership_limits(request: HttpRequest, membership_uuid) -> HttpResponse:
+    target = get_for_team_or_404(Membership.objects.select_related("user", "team"), request.team, uuid=membership_uuid)
+    form = LimitsForm(request.POST)
+    if not form.is_valid():
+        problems = " ".join(f"{form.fields[name].label}: {' '.join(errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"The limits of {target.user.get_username()} were not changed. {problems}")
+        return redirect("members")
+    services.membership_set_limits(actor=request.membership, membership=target,
+                                   rpm_limit=form.cleaned_data["rpm_limit"], tpm_limit=form.cleaned_data["tpm_limit"])
+    messages.success(request, f"Limits of {target.user.get_username()} saved.")
     return redirect("members")
 
 

@@ -6,7 +6,8 @@ Names: loop (loop overhead vs LangGraph), turns (50 concurrent turns in one work
 live (step committed -> websocket frame), inspector (big traces), chat (send -> first token
 painted in a real browser), costs (the costs page over 1,000,000 steps), mcp (an MCP tool call
 over HTTP and stdio vs a built-in tool, and discovery of a 200-tool server), hostile (a megabyte
-of hostile model output through the parser, sanitizer and scrubbers; hostile routing patterns).
+of hostile model output through the parser, sanitizer and scrubbers; hostile routing patterns),
+api (200 streaming completions at once through the OpenAI-compatible API, beside the chat's path).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ BENCHES = {
     "costs": "bench.costs",
     "mcp": "bench.mcp_overhead",
     "hostile": "bench.hostile_input",
+    "api": "bench.api_latency",
 }
 
 

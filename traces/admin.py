@@ -6,7 +6,8 @@ a new version: the old one stays, so recorded costs keep their price. Pages besi
 own: ``modelprice/export/`` (JSON of the rows shown), ``modelprice/import/`` and, for site
 admins, ``modelprice/catalogue/`` (import from the community model catalogue, with a preview).
 
-Budgets: per team or per member, per day or month, with the mode and the route they use."""
+Budgets: per team, per member or per API key, per day or month, with the mode and the route they
+use."""
 
 from __future__ import annotations
 
@@ -284,8 +285,10 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
 class BudgetForm(forms.ModelForm):
     class Meta:
         model = Budget
-        fields = ["team", "user", "period", "limit_usd", "mode", "warn_at_percent",
+        fields = ["team", "user", "api_key", "period", "limit_usd", "mode", "warn_at_percent",
                   "route_down_hint", "route_down_provider", "route_down_model", "enabled"]
+        labels = {"user": "Person", "api_key": "API key"}
+        help_texts = {"user": "A limit on what this person spends, in the chat and through their keys."}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -299,6 +302,12 @@ class BudgetForm(forms.ModelForm):
         user = data.get("user")
         if team and user and not Membership.objects.filter(team=team, user=user).exists():
             self.add_error("user", f"{user} is not a member of {team}.")
+        key = data.get("api_key")
+        if user and key:
+            self.add_error("api_key", "A budget is for the team, one person or one API key: "
+                                      "leave the person or the key empty.")
+        if team and key and key.team_id != team.pk:
+            self.add_error("api_key", "Choose an API key of the budget's team.")
         provider = data.get("route_down_provider")
         if team and provider and provider.team_id != team.pk:
             self.add_error("route_down_provider", "Choose a provider of the budget's team.")
@@ -319,10 +328,12 @@ class BudgetAdmin(AuditedAdmin, TeamScopedAdmin):
     list_display = ("__str__", "team", "period", "limit_usd", "mode", "warn_at_percent",
                     "route", "spent", "enabled")
     list_filter = ("period", "mode", "enabled")
-    list_select_related = ("team", "user", "route_down_provider")
-    search_fields = ("team__name", "user__username")
+    list_select_related = ("team", "user", "api_key", "route_down_provider")
+    search_fields = ("team__name", "user__username", "api_key__name", "api_key__prefix")
     fieldsets = [
-        (None, {"fields": ["team", "user", "period", "limit_usd", "enabled"]}),
+        (None, {"fields": ["team", "user", "api_key", "period", "limit_usd", "enabled"],
+                "description": "Leave the person and the API key empty for a budget of the whole "
+                               "team; fill in one of them for a budget of that person or key."}),
         ("When the budget runs out", {
             "fields": ["mode", "warn_at_percent", "route_down_hint", "route_down_provider",
                        "route_down_model"],
@@ -337,6 +348,9 @@ class BudgetAdmin(AuditedAdmin, TeamScopedAdmin):
             users = get_user_model().objects.order_by("username")
             kwargs["queryset"] = users if teams is None else users.filter(
                 memberships__team_id__in=teams).distinct()
+        elif db_field.name == "api_key":
+            keys = db_field.remote_field.model.objects.select_related("team").order_by("team__name", "name")
+            kwargs["queryset"] = keys if teams is None else keys.filter(team_id__in=teams)
         elif db_field.name == "route_down_provider":
             providers = db_field.remote_field.model.objects.select_related("team").order_by("team__name", "name")
             kwargs["queryset"] = providers if teams is None else providers.filter(team_id__in=teams)

@@ -22,8 +22,8 @@ from django.db.models import QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from agentsite.access import own_or_shared
-from agentsite.models import Membership, Team
+from agentsite.access import own_or_shared, sees_all_of_team
+from agentsite.models import ApiKey, Membership, Team
 
 from .models import ConversationCostRollup, CostRollup, Trace
 from .pricing import units_usd
@@ -32,10 +32,20 @@ from .selectors import date_param, traces_visible
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 366
-SPLITS = {"agent": "Agent", "model": "Model", "user": "Person", "conversation": "Conversation"}
+SPLITS = {"agent": "Agent", "model": "Model", "user": "Person", "conversation": "Conversation",
+          "key": "API key"}
+# The ``key`` filter's value for requests made in the browser (roll-ups store no key as 0).
+BROWSER = "browser"
+BROWSER_LABEL = "Browser"
 TOP_TRACES = 10
 TOP_CONVERSATIONS = 10
 PRIVATE_CONVERSATION = "(a private conversation)"
+
+
+def split_noun(split: str) -> str:
+    """A split's name inside a sentence: "by person", "by API key"."""
+    label = SPLITS[split]
+    return label if label.split()[0].isupper() else label.lower()
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,8 @@ class CostFilters:
     user: str = ""
     model: str = ""
     split: str = "agent"
+    # An API key's public id, or ``BROWSER`` for what was not sent with a key.
+    key: str = ""
 
     @classmethod
     def from_query(cls, params: Any, *, today: date | None = None) -> tuple[CostFilters, dict[str, str]]:
@@ -72,9 +84,17 @@ class CostFilters:
         if agent and not _is_uuid(agent):
             errors["agent"] = "Unknown agent."
             agent = ""
+        key = (params.get("key") or "").strip()
+        if key and key != BROWSER and not _is_uuid(key):
+            errors["key"] = "Unknown API key."
+            key = ""
+        if key and split == "conversation":
+            # The per-conversation ledger is not kept per key.
+            errors["split"] = "Conversations are not counted per API key; split by key instead."
+            split = "key"
         return cls(date_from=date_from, date_to=date_to, agent=agent,
                    user=(params.get("user") or "").strip()[:150],
-                   model=(params.get("model") or "").strip()[:200], split=split), errors
+                   model=(params.get("model") or "").strip()[:200], split=split, key=key), errors
 
     @property
     def days(self) -> list[date]:
@@ -83,7 +103,8 @@ class CostFilters:
     def query(self, **changes: Any) -> str:
 
         values = {"date_from": self.date_from.isoformat(), "date_to": self.date_to.isoformat(),
-                  "agent": self.agent, "user": self.user, "model": self.model, "split": self.split}
+                  "agent": self.agent, "user": self.user, "model": self.model, "split": self.split,
+                  "key": self.key}
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v})
 
@@ -102,6 +123,7 @@ class Resolved:
 
     agent_id: int | None = None
     user_id: int | None = None
+    api_key_id: int | None = None  # 0: the browser
     impossible: bool = False
 
 
@@ -114,6 +136,11 @@ def resolve_filters(*, team: Team, filters: CostFilters) -> Resolved:
         resolved.user_id = (get_user_model().objects.filter(username=filters.user)
                             .values_list("pk", flat=True).first())
         resolved.impossible |= resolved.user_id is None
+    if filters.key == BROWSER:
+        resolved.api_key_id = 0
+    elif filters.key:
+        resolved.api_key_id = ApiKey.objects.filter(team=team, uuid=filters.key).values_list("pk", flat=True).first()
+        resolved.impossible |= resolved.api_key_id is None
     return resolved
 
 
@@ -127,6 +154,10 @@ def _rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -
         rows = rows.filter(user_id=resolved.user_id)
     if filters.model:
         rows = rows.filter(model=filters.model)
+    if resolved.api_key_id is not None:
+        if model is not CostRollup:
+            return rows.none()  # only the main ledger is kept per key
+        rows = rows.filter(api_key_id=resolved.api_key_id)
     return rows.order_by()
 
 
@@ -206,16 +237,27 @@ def _names(kind: str, ids: Iterable[int], team: Team,
                                 .values_list("pk", "title", "uuid")):
             found[pk] = (title or f"Conversation {code.hex[:8]}", reverse("conversation", args=[code]))
         return found
+    if kind == "key":
+        # A revoked key keeps its name; one that is gone is "Deleted key" (``_missing``). Names
+        # follow the keys page: someone else's key is named by whose it is, not by its name.
+        keys = {0: (BROWSER_LABEL, "")}
+        rows = (ApiKey.objects.filter(team=team, pk__in=ids)
+                .values_list("pk", "name", "prefix", "revoked_at", "user_id", "user__username"))
+        for pk, name, prefix, revoked_at, user_id, username in rows:
+            named = sees_all_of_team(membership) or (membership is not None and user_id == membership.user_id)
+            label = f"{name} ({prefix}…)" if named else f"A key of {username} ({prefix}…)"
+            keys[pk] = (f"{label}{' — revoked' if revoked_at else ''}", "")
+        return keys
     return {}
 
 
 def _missing(kind: str) -> str:
     return {"agent": "(deleted agent)", "user": "(deleted or no user)",
-            "conversation": "(deleted conversation)"}.get(kind, "—")
+            "conversation": "(deleted conversation)", "key": "Deleted key"}.get(kind, "—")
 
 
 KEYS = {"agent": ("agent_id",), "user": ("user_id",), "model": ("provider", "model"),
-        "conversation": ("conversation_id",)}
+        "conversation": ("conversation_id",), "key": ("api_key_id",)}
 
 
 def _key(row: dict[str, Any], by: str) -> Any:
@@ -225,8 +267,9 @@ def _key(row: dict[str, Any], by: str) -> Any:
 
 def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
               limit: int | None = None, membership: Membership | None = None) -> list[Group]:
-    """Amounts grouped by agent, model, user or conversation, largest cost first. Conversations
-    ``membership`` may not see keep their amounts but not their names."""
+    """Amounts grouped by agent, model, user, conversation or API key (0: the browser), largest
+    cost first. Conversations and keys ``membership`` may not see keep their amounts but not
+    their names."""
     model = ConversationCostRollup if by == "conversation" else CostRollup
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
@@ -274,6 +317,9 @@ def top_traces(*, membership: Membership, filters: CostFilters, resolved: Resolv
         traces = traces.filter(user_id=resolved.user_id)
     if filters.model:
         traces = traces.filter(model=filters.model)
+    if resolved.api_key_id is not None:
+        traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
+                  else traces.filter(api_key__isnull=True))
     return list(traces.select_related("agent", "user", "user_message")
                 .only("uuid", "created_at", "cost_usd", "model", "status", "unpriced_calls",
                       "prefix_priced_calls", "estimated_calls", "input_tokens", "output_tokens", "cache_write_tokens",
@@ -282,7 +328,11 @@ def top_traces(*, membership: Membership, filters: CostFilters, resolved: Resolv
                 .order_by("-cost_usd", "-id")[:limit])
 
 
-def cost_filter_choices(*, team: Team) -> dict[str, list]:
+def cost_filter_choices(*, team: Team, membership: Membership | None = None) -> dict[str, list]:
+    """The filters' choices; the keys are those ``membership`` may see on the keys page."""
+    keys = ApiKey.objects.filter(team=team)
+    if not sees_all_of_team(membership):
+        keys = keys.filter(user_id=membership.user_id if membership is not None else None)
     return {
         "agents": list(team.agents.order_by("name").values_list("uuid", "name")),
         "users": list(Membership.objects.filter(team=team).order_by("user__username")
@@ -290,6 +340,8 @@ def cost_filter_choices(*, team: Team) -> dict[str, list]:
         "models": list(CostRollup.objects.filter(team=team).exclude(model="").order_by("model")
                        .values_list("model", flat=True).distinct()[:200]),
         "splits": list(SPLITS.items()),
+        "keys": [(code, f"{name} ({prefix}…)") for code, name, prefix in
+                 keys.order_by("name", "id").values_list("uuid", "name", "prefix")],
     }
 
 

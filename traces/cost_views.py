@@ -46,11 +46,13 @@ def costs(request: HttpRequest) -> HttpResponse:
     resolved = selectors.resolve_filters(team=team, filters=filters)
     rows = selectors.rollup_rows(team=team, filters=filters, resolved=resolved)
     totals = selectors.cost_totals(rows)
-    tables = {by: selectors.breakdown(team=team, filters=filters, resolved=resolved, by=by)
-              for by in ("agent", "model", "user")}
-    tables["conversation"] = selectors.breakdown(team=team, filters=filters, resolved=resolved,
-                                                 by="conversation", membership=request.membership,
-                                                 limit=selectors.TOP_CONVERSATIONS)
+    tables = {by: selectors.breakdown(team=team, filters=filters, resolved=resolved, by=by,
+                                      membership=request.membership)
+              for by in ("agent", "model", "user", "key")}
+    # The per-conversation ledger is not kept per key: with a key filter there is no table.
+    tables["conversation"] = None if filters.key else selectors.breakdown(
+        team=team, filters=filters, resolved=resolved, by="conversation",
+        membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
     shown = tables[filters.split][:SERIES_SHOWN]
     series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
                                     keys=[g.key for g in shown])
@@ -60,7 +62,7 @@ def costs(request: HttpRequest) -> HttpResponse:
     chart = stacked_by_day(days=filters.days, series=labels, values=series)
     context: dict[str, Any] = {
         "filters": filters, "errors": errors, "totals": totals, "chart": chart, "tables": tables,
-        "split_label": selectors.SPLITS[filters.split],
+        "split_label": selectors.split_noun(filters.split),
         "buckets": shares([("Input", totals.input_tokens, "bucket-input"),
                            ("Cache write", totals.cache_write_tokens, "bucket-cache-write"),
                            ("Cache read", totals.cache_read_tokens, "bucket-cache-read"),
@@ -68,7 +70,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         "top_traces": selectors.top_traces(membership=request.membership, filters=filters,
                                            resolved=resolved),
         "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
-        "choices": selectors.cost_filter_choices(team=team),
+        "choices": selectors.cost_filter_choices(team=team, membership=request.membership),
         "can_correct": request.membership.can_configure,
         "today": timezone.localdate(),
     }

@@ -14,7 +14,13 @@ from typing import Any
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from agentsite.api_keys import ApiKeyRefused, Caller, api_key_authenticate, bearer_token, scope_required
+from agentsite.api_keys import (
+    ApiKeyRefused,
+    Caller,
+    api_key_authenticate,
+    bearer_token,
+    scope_required,
+)
 from agentsite.models import ApiKey
 
 logger = logging.getLogger("agentsite.api")
@@ -36,6 +42,9 @@ class KeyAuth(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
         caller = api_key_authenticate(token)
+        # Every use of a key, in the log (its turns also carry the key on their traces).
+        logger.info("API key %s… of team %s used as %s: %s %s", caller.key.prefix, caller.team.pk,
+                    caller.user.get_username(), request.method, request.path)
         request.caller = caller
         request.user = caller.user
         request.team = caller.team

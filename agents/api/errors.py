@@ -97,4 +97,6 @@ def install_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if isinstance(exc.__cause__, ApiError):  # the body parser's own words
+            return api_error(request, exc.__cause__)
         return error_response(exc.status_code, str(exc))

@@ -6,6 +6,14 @@ from ninja import NinjaAPI
 
 from agents.api.auth import KeyAuth
 from agents.api.errors import install_handlers
+from agents.api.openai import router as openai_router
+from agents.api.parser import SafeJsonParser
+from agents.api.rest import agents as rest_agents
+from agents.api.rest import conversations as rest_conversations
+from agents.api.rest import costs as rest_costs
+from agents.api.rest import events as rest_events
+from agents.api.rest import prices as rest_prices
+from agents.api.rest import traces as rest_traces
 
 api = NinjaAPI(
     title="agentsite API",
@@ -18,5 +26,13 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_url="api/v1/docs",
     openapi_url="api/v1/openapi.json",
+    parser=SafeJsonParser(),
 )
 install_handlers(api)
+api.add_router("", openai_router)
+api.add_router("api/v1/agents", rest_agents.router)
+api.add_router("api/v1/conversations", rest_conversations.router)
+api.add_router("api/v1/traces", rest_traces.router)
+api.add_router("api/v1/traces", rest_events.router)
+api.add_router("api/v1/costs", rest_costs.router)
+api.add_router("api/v1/prices", rest_prices.router)

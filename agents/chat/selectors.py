@@ -42,9 +42,10 @@ def conversation_list(*, membership: Membership, query: str = "", scope: str = "
     """The conversations of the membership's team to list: the person's own (``scope="mine"``)
     or every one of the team they may see (``"team"``: shared ones, and all for admins),
     archived or not, newest first (the person's pinned ones first). ``query`` matches the title
-    or the text of any message."""
+    or the text of any message. A stateless API request's conversation (``ephemeral``) is
+    never listed: it is the record of one request, reached from its trace."""
     rows = (conversations_visible(membership)
-            .filter(archived=archived, deleted_at__isnull=True).select_related("agent", "created_by"))
+            .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent", "created_by"))
     if scope != "team":
         rows = rows.filter(created_by_id=membership.user_id)
     query = " ".join((query or "").split())[:200]

@@ -35,7 +35,20 @@ AGENTS = {
     "Corpus": {"tools": ["current_time"], "provider_options": {"token_delay_s": 0.005}},
     # its only time tool is the operator's MCP time server (stdio), whose calls ask a person
     "Clock": {"tools": [], "provider_options": {"token_delay_s": 0.01}},
+    # its calculator asks a person, who never answers within its 2 s (API: a denial)
+    "Asker": {"tools": ["calculator"], "provider_options": {"token_delay_s": 0.005},
+              "fields": {"approval_timeout_s": 2}},
 }
+# API keys of the stack (tests/e2e/test_openai_client.py): name -> how it is made.
+API_KEYS = [
+    {"name": "alice-chat", "user": "alice", "scopes": ["chat", "traces:read", "costs:read"]},
+    {"name": "alice-read", "user": "alice", "scopes": ["traces:read"]},
+    {"name": "alice-revoked", "user": "alice", "state": "revoked"},
+    {"name": "alice-expired", "user": "alice", "state": "expired"},
+    {"name": "alice-rpm", "user": "alice", "rpm": 5},
+    {"name": "alice-tpm", "user": "alice", "tpm": 100},
+    {"name": "charlie-chat", "user": "charlie"},
+]
 # The operator's stdio MCP servers of the stack (``mcp-server-time``), and the team's server
 # of it, whose tools "Clock" has.
 MCP_STDIO_SERVERS = {"time": {"command": "python",
@@ -46,15 +59,14 @@ MCP_SERVERS = [{"name": "time", "transport": "stdio", "operator_key": "time",
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
     from agentsite.stack import Stack
 
     running = Stack(worker_threads=8,
                     extra_env={"MCP_STDIO_SERVERS": json.dumps(MCP_STDIO_SERVERS)}).start()
     try:
         spec = {"agents": [{"name": name, **conf} for name, conf in AGENTS.items()],
-                "approval": ["calculator"], "mcp_servers": MCP_SERVERS}
+                "approval": ["calculator"], "mcp_servers": MCP_SERVERS,
+                "api_keys": API_KEYS, "team_b_agents": ["Rival"]}
         running.ids = running.seed(spec)
         yield running
     finally:
@@ -63,6 +75,8 @@ def stack() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def browser(stack) -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

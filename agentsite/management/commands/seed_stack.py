@@ -5,14 +5,19 @@ Part of the dev/test stack, so of the composition root: it may import the apps."
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from agents.models import Agent, McpServer, Provider, Tool
 from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
 from agents.tools.mcp.services import mcp_server_refresh
-from agentsite.personas import TEAM_A, personas_seed, team_get_or_create
+from agentsite.api_keys import api_key_create, api_key_revoke
+from agentsite.models import ApiKey, Membership
+from agentsite.personas import TEAM_A, TEAM_B, personas_seed, team_get_or_create
 from agentsite.stack import PASSWORD
 
 
@@ -28,7 +33,11 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     provider answers an agent unless its ``provider`` gives the fields of another one (``kind``,
     ``base_url``, ``options``, ``capabilities``: a real server for the live LLM tests); people:
     alice (owner), bob (member), vera (viewer) of "Team A", charlie (owner) of "Team B", all
-    with the password ``PASSWORD``."""
+    with the password ``PASSWORD``.
+
+    ``api_keys``: ``[{"name": ..., "user": "alice", "scopes": [...], "rpm": n, "tpm": n,
+    "state": "active" | "revoked" | "expired"}]``, made for the person's (first) team; their
+    secrets come back under ``keys``. Agents of "Team B": ``team_b_agents`` (names)."""
     people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
     team_a = team_get_or_create(name=TEAM_A)
     specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
@@ -67,7 +76,27 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"MCP server {server.name}: {refreshed.error}")
         for agent in Agent.objects.filter(team=team_a, name__in=entry.get("agents", [])):
             agent.tools.add(*server.tools.all())
-    return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people}
+    team_b = team_get_or_create(name=TEAM_B)
+    for name in spec.get("team_b_agents") or []:
+        provider = Provider.objects.create(team=team_b, name=f"Demo for {name}", kind="demo")
+        Agent.objects.create(team=team_b, name=name, provider=provider, model="demo")
+    keys = {}
+    users = {u.username: u for u in get_user_model().objects.filter(pk__in=people.values())}
+    for entry in spec.get("api_keys") or []:
+        user = users[entry["user"]]
+        team = Membership.objects.filter(user=user).order_by("id").first().team
+        key, secret = api_key_create(team=team, actor=user, name=entry["name"],
+                                     scopes=entry.get("scopes", ["chat"]),
+                                     kind=entry.get("kind", ApiKey.Kind.PERSONAL),
+                                     rpm_limit=entry.get("rpm"), tpm_limit=entry.get("tpm"))
+        if entry.get("state") == "revoked":
+            api_key_revoke(key=key, actor=user)
+        elif entry.get("state") == "expired":
+            ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() - timedelta(days=1))
+        keys[entry["name"]] = secret
+    slugs = dict(Agent.objects.filter(team__in=[team_a, team_b]).values_list("name", "slug"))
+    return {"team": str(team_a.uuid), "agents": agents, "password": PASSWORD, "people": people,
+            "keys": keys, "slugs": slugs}
 
 
 class Command(BaseCommand):

@@ -1,0 +1,362 @@
+"""OpenAI's Chat Completions protocol in front of a team's agents: ``POST /v1/chat/completions``
+and ``GET /v1/models``, for any OpenAI client pointed at ``<site>/v1`` with a team API key.
+
+``model`` is an agent's slug (``<slug>/<model>`` picks one of the agent's allowed models). Each
+request is a turn like any other: queued for a worker, traced, priced, held to the budgets and
+rate limits, with the agent's tools run server-side (an "ask" tool waits for a person in the chat
+or inspector, then times out as a denial). The answer is the turn's final answer.
+
+Continuity: by default a request is stateless, as with OpenAI: the messages it sends are the
+history (stored as a conversation of its own, left out of the chat's lists, kept for its trace).
+With ``X-Agentsite-Conversation: <id>`` the last user message is sent into that stored
+conversation instead, which keeps its own history (the request's earlier messages are then not
+used). Every answer names its trace and conversation in the ``X-Agentsite-Trace-Id`` and
+``X-Agentsite-Conversation-Id`` headers and in the ``agentsite`` field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.urls import reverse
+from ninja import Router
+
+from agents.access import conversation_get_or_404
+from agents.api.auth import scope_check
+from agents.api.errors import TYPES, ApiError
+from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn, Error, ModelList
+from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait
+from agents.models import Agent, Conversation, Message
+from agents.runtime.history import estimate_tokens
+from agents.turns.quotas import budgets_admit
+from agents.turns.services import chat_membership, turn_cancel, turn_send
+from agentsite.models import ApiKey
+from traces.models import Trace
+
+router = Router(tags=["OpenAI-compatible"])
+Scope = ApiKey.Scope
+CONVERSATION_HEADER = "X-Agentsite-Conversation"
+# Beyond the agent's hard time limit, time for the queue and the worker's start.
+WAIT_MARGIN_S = 60
+ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 429: Error, 502: Error,
+          503: Error, 504: Error}
+
+
+# -- the model list -------------------------------------------------------------------------------
+def agent_models(agent: Agent) -> list[str]:
+    """The models a request to ``agent`` may name after its slug: its own first."""
+    extra = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
+    return [agent.model, *[m for m in extra if m != agent.model]]
+
+
+@router.get("/v1/models", response={200: ModelList, **ERRORS}, summary="List the agents a key may call")
+def models_list(request: HttpRequest) -> dict[str, Any]:
+    caller = scope_check(request, Scope.CHAT)
+    agents = Agent.objects.filter(team=caller.team).order_by("name")
+    return {"object": "list", "data": [
+        {"id": a.slug, "created": int(a.created_at.timestamp()), "owned_by": caller.team.name,
+         "name": a.name, "description": a.description, "models": agent_models(a)}
+        for a in agents]}
+
+
+# -- starting the turn ----------------------------------------------------------------------------
+@dataclass
+class Started:
+    trace: Trace
+    conversation: Conversation
+    agent: Agent
+    model: str
+
+
+def _agent_for(team: Any, name: str) -> tuple[Agent, str]:
+    slug, _, model = (name or "").strip().partition("/")
+    agent = Agent.objects.select_related("provider").filter(team=team, slug=slug).first()
+    if agent is None:
+        raise ApiError(404, f"The model {name!r} does not exist: no agent of this team has the slug "
+                            f"{slug!r}. GET /v1/models lists the agents this key may call.",
+                       param="model", code="model_not_found")
+    if not model:
+        return agent, ""
+    choices = agent_models(agent)
+    chosen = next((m for m in choices if m.lower() == model.lower()), None)
+    if chosen is None:
+        raise ApiError(400, f"{model!r} is not one of the models the agent {agent.slug!r} may use "
+                            f"({', '.join(choices)}).", param="model", code="model_not_allowed")
+    return agent, "" if chosen == agent.model else chosen
+
+
+def _text_of(message: ChatMessageIn, index: int) -> str:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type != "text":
+            raise ApiError(400, f"Content parts of type {part.type!r} are not accepted; send text.",
+                           param=f"messages[{index}].content", code="unsupported_content")
+        texts.append(part.text or "")
+    return "\n".join(texts)
+
+
+def _conversation_of(body: ChatCompletionIn) -> tuple[list[tuple[str, str]], str]:
+    """The request's history as (role, text) and its last message, which must be the person's.
+    System and developer messages become the caller's instructions at the head of the first
+    user message (the agent's own system prompt stays the system prompt)."""
+    if body.n not in (None, 1):
+        raise ApiError(400, "Only one choice per request is supported (n = 1).", param="n")
+    if body.tools:
+        raise ApiError(400, "The agent's own tools run on the server; a request cannot add tools "
+                            "of its own. Configure tools on the agent instead.", param="tools",
+                       code="client_tools_unsupported")
+    instructions: list[str] = []
+    turns: list[tuple[str, str]] = []
+    for index, message in enumerate(body.messages):
+        if message.role == "tool" or message.tool_calls:
+            raise ApiError(400, "Tool calls and tool results cannot be sent: the agent runs its own "
+                                "tools on the server.", param=f"messages[{index}]",
+                           code="client_tools_unsupported")
+        text = _text_of(message, index)
+        if message.role in ("system", "developer"):
+            instructions.append(text)
+        else:
+            turns.append((message.role, text))
+    if not turns or turns[-1][0] != "user":
+        raise ApiError(400, "The last message must be the person's (role 'user').",
+                       param="messages", code="last_message_not_user")
+    if instructions:
+        head = "Instructions from the caller:\n" + "\n\n".join(instructions)
+        first = next(i for i, (role, _) in enumerate(turns) if role == "user")
+        role, text = turns[first]
+        turns[first] = (role, f"{head}\n\n{text}")
+    *history, (_, last) = turns
+    return history, last
+
+
+def _blocks(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
+    """Resolve the agent, the conversation and the history, check the limits, and queue the
+    turn (``turn_send``)."""
+    caller = scope_check(request, Scope.CHAT)
+    agent, override = _agent_for(caller.team, body.model)
+    history, last = _conversation_of(body)
+    bound = request.headers.get(CONVERSATION_HEADER, "").strip()
+    chat_membership(caller.user, caller.team)
+    if bound:
+        conversation = conversation_get_or_404(caller.membership, uuid=bound)
+        if conversation.agent_id != agent.pk:
+            raise ApiError(400, f"This conversation is with another agent; send model "
+                                f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
+        history = []
+    sizes = [{"role": "system", "content": agent.system_prompt},
+             *({"role": r, "content": t} for r, t in history), {"role": "user", "content": last}]
+    budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
+    with transaction.atomic():
+        if not bound:
+            conversation = Conversation.objects.create(
+                team=caller.team, agent=agent, created_by=caller.user, api_key=caller.key,
+                ephemeral=True, title=" ".join(last.split())[:80])
+            Message.objects.bulk_create([
+                Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
+                        author=caller.user if role == "user" else None)
+                for role, text in history])
+        if override != conversation.model_override and (override or not bound):
+            Conversation.objects.filter(pk=conversation.pk).update(model_override=override)
+            conversation.model_override = override
+        try:
+            trace = turn_send(conversation=conversation, user=caller.user, text=last,
+                              api_key=caller.key, prompt_tokens=estimate_tokens(sizes)).trace
+        except ValidationError as exc:
+            raise ApiError(400, " ".join(exc.messages), param="messages") from exc
+    return Started(trace, conversation, agent, body.model)
+
+
+def _cancel(trace: Trace, user: Any) -> None:
+    trace = Trace.objects.select_related("conversation").get(pk=trace.pk)
+    if trace.status in Trace.ACTIVE:
+        turn_cancel(trace=trace, user=user)
+
+
+# -- the answer ----------------------------------------------------------------------------------
+def _finish_reason(trace: Trace) -> str:
+    outcome = (Message.objects.filter(trace=trace, role=Message.Role.ASSISTANT).order_by("-id")
+               .values_list("outcome", flat=True).first())
+    return {"length": "length", "filtered": "content_filter"}.get(outcome or "", "stop")
+
+
+def _usage(trace: Trace) -> dict[str, Any]:
+    return {"prompt_tokens": trace.prompt_tokens, "completion_tokens": trace.output_tokens,
+            "total_tokens": trace.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": trace.cache_read_tokens,
+                                      "cache_creation_tokens": trace.cache_write_tokens},
+            "completion_tokens_details": {"reasoning_tokens": trace.reasoning_tokens}}
+
+
+def _agentsite(request: HttpRequest, trace: Trace) -> dict[str, Any]:
+    return {"trace_id": trace.uuid.hex,
+            "trace_url": request.build_absolute_uri(reverse("trace_detail", args=[trace.uuid])),
+            "conversation_id": trace.conversation.uuid.hex, "status": trace.status,
+            "cost_usd": f"{trace.cost_usd:f}", "iterations": trace.iterations}
+
+
+def _turn_error(trace: Trace) -> tuple[int, str, str]:
+    """(status, message, code) for a turn that did not complete."""
+    message = trace.error or f"The turn ended {trace.get_status_display().lower()}."
+    if trace.status == Trace.Status.TIMED_OUT:
+        return 504, message, "turn_timed_out"
+    if trace.status in (Trace.Status.CANCELLED, Trace.Status.INTERRUPTED):
+        return 409, message, "turn_cancelled"
+    if trace.error_kind == "budget":
+        return 429, message, "budget_exceeded"
+    return 502, message, trace.error_kind or "turn_failed"
+
+
+def _headers(response: HttpResponse, started: Started) -> HttpResponse:
+    response["X-Agentsite-Trace-Id"] = started.trace.uuid.hex
+    response["X-Agentsite-Conversation-Id"] = started.conversation.uuid.hex
+    return response
+
+
+def _error(status: int, message: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": TYPES.get(status, "api_error"), "param": None,
+                      "code": code}}
+
+
+def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{trace.uuid.hex}", "object": "chat.completion",
+            "created": int(trace.created_at.timestamp()), "model": started.model,
+            "choices": [{"index": 0, "finish_reason": _finish_reason(trace), "logprobs": None,
+                         "message": {"role": "assistant", "content": trace.answer, "refusal": None}}],
+            "usage": _usage(trace), "system_fingerprint": None,
+            "agentsite": _agentsite(request, trace)}
+
+
+@router.post("/v1/chat/completions", response={200: Any, **ERRORS},
+             summary="Send a conversation to an agent and get its answer (OpenAI's protocol)",
+             openapi_extra={"responses": {"200": {"description": (
+                 "The completion (application/json), or with `stream: true` its chunks as "
+                 "server-sent events (text/event-stream) ending with `data: [DONE]`.")}}})
+async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> HttpResponse:
+    started = await sync_to_async(chat_start)(request, body)
+    timeout = started.agent.hard_time_limit_s + WAIT_MARGIN_S
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        response = StreamingHttpResponse(
+            _stream(request, started, timeout_s=timeout, include_usage=include_usage),
+            content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return _headers(response, started)
+    try:
+        trace = await turn_wait(started.trace, timeout_s=timeout)
+    except TurnTimeout:
+        await sync_to_async(_cancel)(started.trace, request.user)
+        return _headers(JsonResponse(_error(504, "The turn did not end in time and was stopped.",
+                                            "turn_timed_out"), status=504), started)
+    except asyncio.CancelledError:
+        await sync_to_async(_cancel)(started.trace, request.user)
+        raise
+    if trace.status != Trace.Status.COMPLETED:
+        status, message, code = _turn_error(trace)
+        return _headers(JsonResponse(_error(status, message, code), status=status), started)
+    body_ = await sync_to_async(completion_body)(request, started, trace)
+    return _headers(JsonResponse(body_), started)
+
+
+# -- streaming -----------------------------------------------------------------------------------
+def _sse(data: dict[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+class _Text:
+    """What has been streamed, per model step: frames the page already has (same offset) are
+    skipped, and a step's text after another step's is set apart by a blank line."""
+
+    def __init__(self) -> None:
+        self.sent: dict[int, int] = {}
+        self.last_step: int | None = None
+        self.streamed = False
+        # The text of the step streamed last (the answer so far).
+        self.step_text = ""
+
+    def take(self, payload: dict[str, Any]) -> str:
+        step, offset, text = int(payload.get("step") or 0), int(payload.get("offset") or 0), payload.get("text") or ""
+        have = self.sent.get(step, 0)
+        if offset + len(text) <= have:
+            return ""
+        text = text[max(have - offset, 0):]
+        self.sent[step] = offset + len(text) if offset > have else have + len(text)
+        if step != self.last_step:
+            self.step_text = ""
+            if self.streamed:
+                self.step_text, text = text, "\n\n" + text
+            else:
+                self.step_text = text
+        else:
+            self.step_text += text
+        self.last_step = step
+        self.streamed = True
+        return text
+
+
+async def _stream(request: HttpRequest, started: Started, *, timeout_s: float,
+                  include_usage: bool) -> AsyncIterator[bytes]:
+    trace = started.trace
+    head = {"id": f"chatcmpl-{trace.uuid.hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": started.model, "system_fingerprint": None}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                          "logprobs": None}]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    text = _Text()
+    ended = None
+    try:
+        async for payload in trace_events(trace, timeout_s=timeout_s):
+            event = payload.get("event")
+            if event == "delta":
+                piece = text.take(payload)
+                if piece:
+                    yield chunk({"content": piece})
+            elif event == "end":
+                ended = payload["trace"]
+    except TurnTimeout:
+        await sync_to_async(_cancel)(trace, request.user)
+        yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
+        return
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away: the turn stops too, instead of running on unseen.
+        await asyncio.shield(sync_to_async(_cancel)(trace, request.user))
+        raise
+    assert ended is not None
+    if ended.status != Trace.Status.COMPLETED:
+        status, message, code = _turn_error(ended)
+        yield _sse(_error(status, message, code))
+        return
+    answer = ended.answer or ""
+    so_far = text.step_text
+    if not text.streamed:
+        if answer:
+            yield chunk({"content": answer})
+    elif answer.startswith(so_far) and len(answer) > len(so_far):
+        yield chunk({"content": answer[len(so_far):]})
+    finish = await sync_to_async(_finish_reason)(ended)
+    yield chunk({}, finish)
+    if include_usage:
+        extra = await sync_to_async(_agentsite)(request, ended)
+        yield _sse({**head, "choices": [], "usage": _usage(ended), "agentsite": extra})
+    yield _sse("[DONE]")
+

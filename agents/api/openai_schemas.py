@@ -1,0 +1,116 @@
+"""The shapes of OpenAI's Chat Completions protocol that agentsite speaks (request, response,
+stream chunk, model list), as schemas so that they appear in the API's OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+
+class ContentPart(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessageIn(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(Schema):
+    include_usage: bool = False
+
+
+class ChatCompletionIn(Schema):
+    """OpenAI's request. ``model`` is an agent's slug, or ``<slug>/<model>`` for one of the
+    models the agent may switch to. The agent's own system prompt, tools and settings apply;
+    sampling fields a client sends (temperature, top_p, …) are accepted and left to the agent's
+    configuration."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(description="An agent's slug, or <slug>/<model> for one of its allowed models.")
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    tools: list[dict[str, Any]] | None = None
+    n: int | None = None
+    user: str | None = None
+
+
+class Usage(Schema):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int]
+    completion_tokens_details: dict[str, int]
+
+
+class AssistantMessage(Schema):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+
+
+class Choice(Schema):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class TraceRef(Schema):
+    """agentsite's own fields beside OpenAI's: where the turn's trace is, and what it cost."""
+
+    trace_id: str
+    trace_url: str
+    conversation_id: str
+    status: str
+    cost_usd: str
+    iterations: int
+
+
+class ChatCompletion(Schema):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+    agentsite: TraceRef
+
+
+class ModelCard(Schema):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    name: str
+    description: str
+    models: list[str] = Field(description="The models this agent may use: its own first.")
+
+
+class ModelList(Schema):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(Schema):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class Error(Schema):
+    error: ErrorBody

@@ -1,0 +1,222 @@
+"""``/api/v1/conversations``: the key's person's conversations and their messages, and sending
+a message (scope ``chat``).
+
+Who sees a conversation is the chat's rule (``agents.access``): its owner, the team's owners and
+admins, and everyone in the team once it is shared; any other is a 404. Sending is for its owner
+and the team's admins, never a viewer (403). A message starts a turn like one sent in the chat,
+tied to the key (its rate limits and budgets); ``wait`` holds the answer until the turn ends."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django.urls import reverse
+from ninja import Field, Query, Router, Schema, Status
+
+from agents.access import conversation_act_check, conversation_get_or_404, conversations_visible
+from agents.api.auth import scope_check
+from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref, errors
+from agents.api.rest.pagination import PageParams, paginate
+from agents.api.rest.traces import TraceOut, trace_out
+from agents.api.turn_stream import TurnTimeout, turn_wait
+from agents.models import Conversation, Message
+from agents.turns.quotas import budgets_admit
+from agents.turns.services import MAX_MESSAGE_CHARS, chat_membership, turn_send
+from agentsite.api_keys import Caller
+from agentsite.models import ApiKey, Membership
+from traces.models import Trace
+
+router = Router(tags=["conversations"])
+Scope = ApiKey.Scope
+MESSAGE_COLUMNS = ("id", "uuid", "role", "text", "outcome", "usage", "created_at", "conversation_id",
+                   "trace__uuid", "parent_turn__uuid", "author__username")
+
+
+class ConversationOut(Schema):
+    id: str
+    title: str
+    agent: AgentRef
+    owner: str | None = Field(description="The username of the person who started it.")
+    model: str = Field(description="The model its turns use (the agent's, unless switched for it).")
+    shared: bool
+    archived: bool
+    ephemeral: bool = Field(description="Made for one stateless request of /v1/chat/completions.")
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConversationPage(Schema):
+    data: list[ConversationOut]
+    next_cursor: str | None
+
+
+class ConversationIn(Schema):
+    agent: str = Field(description="The agent's id or slug.")
+    title: str = Field("", max_length=200)
+
+
+class ConversationQuery(PageParams):
+    include_ephemeral: bool = Field(False, description="Also list the conversations of stateless "
+                                                       "/v1/chat/completions requests.")
+
+
+class MessageOut(Schema):
+    id: str
+    role: str = Field(description="user, assistant, tool or system.")
+    text: str
+    outcome: str = Field(description="Empty for a whole answer; else length, refusal, filtered or interrupted.")
+    trace: str | None = Field(description="The turn that stored it (for a user message, the turn answering it).")
+    parent_turn: str | None = Field(description="For a user message: the turn it continues (its branch).")
+    author: str | None
+    usage: dict[str, Any] | None
+    created_at: datetime
+
+
+class MessagePage(Schema):
+    data: list[MessageOut]
+    next_cursor: str | None
+
+
+class MessageIn(Schema):
+    text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    wait: bool = Field(False, description="Answer once the turn has ended (200), instead of at once (202).")
+    timeout_s: float | None = Field(None, gt=0, description="With `wait`: the longest wait, at most the agent's "
+                                                            "hard time limit (also the default).")
+    client_id: str = Field("", max_length=64, description="Your id for this message: sending the same id again "
+                                                          "returns the first send's turn instead of a new one.")
+
+
+class SentOut(Schema):
+    conversation: str
+    message: MessageOut
+    trace: TraceOut
+    answer: str | None = Field(description="The answer, once the turn has completed.")
+    resent: bool = Field(description="The message had been sent before with this client_id.")
+    events_url: str = Field(description="Its live events, as server-sent events.")
+    trace_url: str
+
+
+def conversation_out(conversation: Conversation) -> dict[str, Any]:
+    owner = conversation.created_by
+    return {
+        "id": str(conversation.uuid), "title": conversation.title, "agent": agent_ref(conversation.agent),
+        "owner": owner.get_username() if owner else None,
+        "model": conversation.model_override or conversation.agent.model, "shared": conversation.shared,
+        "archived": conversation.archived, "ephemeral": conversation.ephemeral,
+        "created_at": conversation.created_at, "updated_at": conversation.updated_at,
+    }
+
+
+def message_out(message: Message) -> dict[str, Any]:
+    return {
+        "id": str(message.uuid), "role": message.role, "text": message.text, "outcome": message.outcome,
+        "trace": str(message.trace.uuid) if message.trace else None,
+        "parent_turn": str(message.parent_turn.uuid) if message.parent_turn else None,
+        "author": message.author.get_username() if message.author else None,
+        "usage": message.usage if isinstance(message.usage, dict) else None, "created_at": message.created_at,
+    }
+
+
+def _conversation(membership: Membership, conversation_id: str) -> Conversation:
+    return conversation_get_or_404(
+        membership, Conversation.objects.select_related("agent", "created_by"),
+        uuid=conversation_id, deleted_at__isnull=True)
+
+
+def conversation_start(*, caller: Caller, agent_id: str, title: str) -> Conversation:
+    """A conversation of the key's person with one of the team's agents, started through the
+    key (the chat's rule: a team member, not a viewer)."""
+    chat_membership(caller.user, caller.team)
+    agent = agent_get_or_404(caller.team, agent_id)
+    return Conversation.objects.create(team=caller.team, agent=agent, created_by=caller.user,
+                                       api_key=caller.key, title=(title or "").strip()[:200])
+
+
+@router.get("", response={200: ConversationPage, **errors(400)}, summary="List conversations")
+def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> dict[str, Any]:
+    """The conversations the key's person may see (their own, shared ones, and every one of the
+    team for its admins), newest first. Scope `chat`."""
+    scope_check(request, Scope.CHAT)
+    rows = (conversations_visible(request.membership).filter(deleted_at__isnull=True)
+            .select_related("agent", "created_by"))
+    if not query.include_ephemeral:
+        rows = rows.filter(ephemeral=False)
+    page, next_cursor = paginate(rows, query)
+    return {"data": [conversation_out(c) for c in page], "next_cursor": next_cursor}
+
+
+@router.post("", response={201: ConversationOut, **errors(400, 404)}, summary="Start a conversation")
+def conversation_create(request: HttpRequest, body: ConversationIn) -> Status:
+    """A new conversation with an agent of the team. Scope `chat`; not for a viewer."""
+    caller = scope_check(request, Scope.CHAT)
+    conversation = conversation_start(caller=caller, agent_id=body.agent, title=body.title)
+    return Status(201, conversation_out(conversation))
+
+
+@router.get("/{conversation_id}", response={200: ConversationOut, **errors(404)}, summary="Read a conversation")
+def conversation_detail(request: HttpRequest, conversation_id: str) -> dict[str, Any]:
+    """Scope `chat`."""
+    scope_check(request, Scope.CHAT)
+    return conversation_out(_conversation(request.membership, conversation_id))
+
+
+@router.get("/{conversation_id}/messages", response={200: MessagePage, **errors(400, 404)},
+            summary="List a conversation's messages")
+def message_list(request: HttpRequest, conversation_id: str, page: Query[PageParams]) -> dict[str, Any]:
+    """Every message of the conversation, oldest first, on all its branches (an edited message
+    or a regenerated answer is a branch: ``parent_turn`` and ``trace`` say where each one
+    belongs). Scope `chat`."""
+    scope_check(request, Scope.CHAT)
+    conversation = _conversation(request.membership, conversation_id)
+    rows = (Message.objects.filter(conversation=conversation)
+            .select_related("trace", "parent_turn", "author").only(*MESSAGE_COLUMNS))
+    found, next_cursor = paginate(rows, page, newest_first=False)
+    return {"data": [message_out(m) for m in found], "next_cursor": next_cursor}
+
+
+def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[Trace, bool, float]:
+    """Queue the turn; returns its trace, whether it was a resend, and how long to wait for it."""
+    caller = scope_check(request, Scope.CHAT)
+    conversation = _conversation(caller.membership, conversation_id)
+    # Who may send comes before the budgets: a viewer is told so, not that a budget is spent.
+    conversation_act_check(caller.user, conversation, "send messages in it")
+    budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
+    sent = turn_send(conversation=conversation, user=caller.user, text=body.text, client_id=body.client_id,
+                     api_key=caller.key)
+    hard = conversation.agent.hard_time_limit_s
+    return sent.trace, sent.resent, min(body.timeout_s, hard) if body.timeout_s else hard
+
+
+def _sent_out(request: HttpRequest, trace_pk: int, resent: bool) -> dict[str, Any]:
+    trace = (Trace.objects.select_related("agent", "conversation", "user", "user_message",
+                                          "user_message__trace", "user_message__parent_turn",
+                                          "user_message__author").get(pk=trace_pk))
+    return {
+        "conversation": str(trace.conversation.uuid), "message": message_out(trace.user_message),
+        "trace": trace_out(trace), "answer": trace.answer if trace.status == Trace.Status.COMPLETED else None,
+        "resent": resent,
+        "events_url": request.build_absolute_uri(reverse("api:rest_trace_events", args=[trace.uuid.hex])),
+        "trace_url": request.build_absolute_uri(reverse("api:rest_trace_detail", args=[trace.uuid.hex])),
+    }
+
+
+@router.post("/{conversation_id}/messages", response={200: SentOut, 202: SentOut, **errors(400, 404, 429)},
+             summary="Send a message")
+async def message_send(request: HttpRequest, conversation_id: str, body: MessageIn) -> Status:
+    """Send a message to the conversation's agent: its turn is queued for a worker. Without
+    ``wait`` the answer is 202 at once, with the turn's trace (follow it at ``events_url``).
+    With ``wait`` it is 200 once the turn has ended, with the answer; a turn still running
+    when the wait is over is a 202 as without it. Scope `chat`; the conversation's owner or a
+    team admin, never a viewer (403). Rate limits and blocking budgets answer 429."""
+    trace, resent, wait_s = await sync_to_async(_send)(request, conversation_id, body)
+    if body.wait:
+        try:
+            await turn_wait(trace, timeout_s=wait_s)
+        except TurnTimeout:
+            pass
+    out = await sync_to_async(_sent_out)(request, trace.pk, resent)
+    ended = out["trace"]["status"] not in Trace.ACTIVE
+    return Status(200 if body.wait and ended else 202, out)

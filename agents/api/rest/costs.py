@@ -1,0 +1,163 @@
+"""``/api/v1/costs``: what the team's model requests cost over a range of days, grouped by day,
+agent, model, person or API key (scope ``costs:read``).
+
+The figures come from the cost ledger the costs page reads (``traces.cost_selectors``, the
+daily roll-ups): the totals and every group's amounts are sums of the same rows, so they add up
+to each other and to the traces' costs. Costs are the team's: everyone in it reads every figure.
+The answer is one report, not a paginated list: its groups are bounded by the range (at most
+366 days) and by the team's agents, models, people and keys."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Literal
+
+from django.contrib.auth import get_user_model
+from django.db.models import Sum
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from agents.api.auth import scope_check
+from agents.api.errors import ApiError
+from agents.api.rest.common import errors, is_uuid
+from agents.models import Agent
+from agentsite.access import sees_all_of_team
+from agentsite.models import ApiKey, Membership, Team
+from traces.cost_selectors import (
+    BROWSER,
+    MAX_DAYS,
+    Amounts,
+    CostFilters,
+    Resolved,
+    breakdown,
+    cost_totals,
+    resolve_filters,
+    rollup_rows,
+)
+from traces.export import usd
+from traces.rollups import AMOUNT_FIELDS
+
+router = Router(tags=["costs"])
+Scope = ApiKey.Scope
+GroupBy = Literal["day", "agent", "model", "person", "key"]
+
+
+class CostAmountsOut(Schema):
+    cost_usd: str = Field(description="A decimal string, in US dollars.")
+    calls: int = Field(description="Model requests.")
+    unpriced_calls: int = Field(description="Model requests without a price (counted as $0).")
+    estimated_calls: int = Field(description="Model requests whose tokens are an estimate.")
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+
+
+class CostGroupOut(CostAmountsOut):
+    key: str | None = Field(description="day: the date; agent: its id; model: its name; person: the "
+                                        "username; key: the key's id (your own keys; every key for a "
+                                        "team admin), or \"browser\" for the chat. Empty for a "
+                                        "deleted agent, person or key, or someone else's key.")
+    label: str
+    provider: str | None = Field(None, description="model: the provider that served it.")
+
+
+class CostReportOut(Schema):
+    date_from: date
+    date_to: date
+    group_by: str
+    totals: CostAmountsOut
+    data: list[CostGroupOut]
+
+
+class CostQuery(Schema):
+    group_by: GroupBy = Field("day", description="day, agent, model, person or key.")
+    date_from: date | None = Field(None, description=f"First day (default: a week before date_to); at most "
+                                                     f"{MAX_DAYS} days in all.")
+    date_to: date | None = Field(None, description="Last day (default: today).")
+    agent: str | None = Field(None, description="Only this agent (its id or slug).")
+    user: str | None = Field(None, description="Only this person (a username).")
+    model: str | None = Field(None, description="Only this model.")
+    key: str | None = Field(None, description=f"Only what came through this API key (its id), or "
+                                              f"\"{BROWSER}\" for the chat.")
+
+
+def amounts_out(amounts: Amounts) -> dict[str, Any]:
+    return {**{name: getattr(amounts, name) for name in AMOUNT_FIELDS if name != "cost_units"},
+            "cost_usd": usd(amounts.cost), "total_tokens": amounts.total_tokens}
+
+
+def _filters(team: Team, query: CostQuery) -> CostFilters:
+    params = {"date_from": query.date_from.isoformat() if query.date_from else "",
+              "date_to": query.date_to.isoformat() if query.date_to else "",
+              "agent": query.agent or "", "user": query.user or "", "model": query.model or "",
+              "key": query.key or ""}
+    if params["agent"] and not is_uuid(params["agent"]):
+        found = Agent.objects.filter(team=team, slug=params["agent"]).values_list("uuid", flat=True).first()
+        params["agent"] = str(found) if found else params["agent"]
+    filters, problems = CostFilters.from_query(params)
+    if problems:
+        param, message = next(iter(problems.items()))
+        raise ApiError(400, message, param=param, code="invalid_value")
+    return filters
+
+
+BREAKDOWN = {"agent": "agent", "model": "model", "person": "user", "key": "key"}
+
+
+def _public_ids(team: Team, membership: Membership, group_by: str, ids: list[int]) -> dict[int, str]:
+    """The public ids of the roll-ups' agents, people or API keys. Someone else's key is named
+    only by whose it is (as on the keys page), so its id is left out unless the caller sees
+    every key of the team."""
+    ids = [i for i in ids if i]
+    if group_by == "agent":
+        return {pk: str(code) for pk, code in Agent.objects.filter(team=team, pk__in=ids).values_list("pk", "uuid")}
+    if group_by == "person":
+        return dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+    if group_by == "key":
+        keys = ApiKey.objects.filter(team=team, pk__in=ids)
+        if not sees_all_of_team(membership):
+            keys = keys.filter(user_id=membership.user_id)
+        return {0: BROWSER, **{pk: str(code) for pk, code in keys.values_list("pk", "uuid")}}
+    return {}
+
+
+def _by_day(filters: CostFilters, rows: Any) -> list[dict[str, Any]]:
+    grouped = rows.values("day").annotate(**{name: Sum(name) for name in AMOUNT_FIELDS}).order_by("day")
+    by_day = {row["day"]: Amounts.of(row) for row in grouped}
+    return [{"key": day.isoformat(), "label": day.isoformat(), **amounts_out(by_day.get(day, Amounts()))}
+            for day in filters.days]
+
+
+def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, resolved: Resolved,
+                rows: Any, group_by: str) -> list[dict[str, Any]]:
+    """The report's groups: every day of the range in order, or the costs page's break-down
+    (largest cost first) with each group's public id."""
+    if group_by == "day":
+        return _by_day(filters, rows)
+    groups = breakdown(team=team, filters=filters, resolved=resolved, by=BREAKDOWN[group_by],
+                       membership=membership)
+    if group_by == "model":
+        return [{"key": g.key[1], "label": g.label, "provider": g.key[0], **amounts_out(g.amounts)}
+                for g in groups]
+    ids = _public_ids(team, membership, group_by, [g.key for g in groups])
+    return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts)} for g in groups]
+
+
+@router.get("", response={200: CostReportOut, **errors(400)}, summary="Costs over a range of days")
+def cost_report(request: HttpRequest, query: Query[CostQuery]) -> dict[str, Any]:
+    """Totals over the range and one group per day, agent, model, person or API key
+    (``group_by``), largest cost first (days in order). Scope `costs:read`."""
+    scope_check(request, Scope.COSTS)
+    team = request.team
+    filters = _filters(team, query)
+    resolved = resolve_filters(team=team, filters=filters)
+    rows = rollup_rows(team=team, filters=filters, resolved=resolved)
+    groups = cost_groups(team=team, membership=request.membership, filters=filters, resolved=resolved,
+                         rows=rows, group_by=query.group_by)
+    return {"date_from": filters.date_from, "date_to": filters.date_to, "group_by": query.group_by,
+            "totals": amounts_out(cost_totals(rows)), "data": groups}
+
+

@@ -1,0 +1,127 @@
+"""``/api/v1/costs``: the cost ledger (daily roll-ups) over a range of days, grouped by day,
+agent, model, person or API key; totals and groups are sums of the same rows."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.agents.api.rest_keys import error_of, key_client
+from traces.models import CostRollup
+
+pytestmark = pytest.mark.django_db
+
+DOLLAR = 10_000_000_000  # cost units of one dollar
+
+
+@pytest.fixture
+def ledger(agent, make_agent, alice, bob, team_a, team_b):
+    """Team A's spend: three days, two agents, two models, alice and bob, the browser and two keys."""
+    other = make_agent(name="Writer")
+    alices = key_client(alice, team_a, ["costs:read"], name="alice's script")
+    bobs = key_client(bob, team_a, ["costs:read"], name="bob's script")
+    today = timezone.localdate()
+
+    def row(days_ago, agent_, user, key, model, dollars, **amounts):
+        return CostRollup.objects.create(
+            team=team_a, day=today - timedelta(days=days_ago), agent_id=agent_.pk if agent_ else 987654,
+            user_id=user.pk, api_key_id=key.key.pk if key else 0, provider="Demo", model=model,
+            calls=1, cost_units=dollars * DOLLAR, input_tokens=100, output_tokens=10, **amounts)
+
+    row(0, agent, alice, None, "demo", 1)
+    row(0, agent, alice, alices, "demo", 2)
+    row(1, other, bob, bobs, "demo-large", 4)
+    row(2, None, bob, None, "demo", 8)  # an agent deleted since
+    CostRollup.objects.create(team=team_b, day=today, provider="Demo", model="demo", calls=1, cost_units=99 * DOLLAR)
+    return {"today": today, "agent": agent, "other": other, "alice": alices, "bob": bobs}
+
+
+def report(client, **params) -> dict:
+    response = client.get("/api/v1/costs", params)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_by_day_every_day_of_the_range_adds_up_to_the_totals(ledger, alice, team_a):
+    today = ledger["today"]
+
+    body = report(ledger["alice"], date_from=(today - timedelta(days=3)).isoformat())
+
+    assert body["group_by"] == "day" and body["date_to"] == today.isoformat()
+    assert [(g["key"], g["cost_usd"]) for g in body["data"]] == [
+        ((today - timedelta(days=n)).isoformat(), cost) for n, cost in ((3, "0"), (2, "8"), (1, "4"), (0, "3"))]
+    assert body["totals"]["cost_usd"] == "15" and body["totals"]["calls"] == 4
+    assert body["totals"]["total_tokens"] == 4 * 110
+
+
+def test_by_agent_the_largest_first_with_public_ids(ledger):
+    body = report(ledger["alice"], group_by="agent")
+
+    assert [(g["key"], g["label"], g["cost_usd"]) for g in body["data"]] == [
+        (None, "(deleted agent)", "8"), (str(ledger["other"].uuid), "Writer", "4"),
+        (str(ledger["agent"].uuid), "Helper", "3")]
+
+
+def test_by_model_and_by_person(ledger):
+    by_model = report(ledger["alice"], group_by="model")
+    by_person = report(ledger["alice"], group_by="person")
+
+    assert [(g["key"], g["provider"], g["cost_usd"]) for g in by_model["data"]] == [
+        ("demo", "Demo", "11"), ("demo-large", "Demo", "4")]
+    assert [(g["key"], g["cost_usd"]) for g in by_person["data"]] == [("bob", "12"), ("alice", "3")]
+
+
+def test_by_key_names_only_the_keys_the_caller_may_see(ledger, bob, team_a):
+    as_admin = {g["key"]: g["cost_usd"] for g in report(ledger["alice"], group_by="key")["data"]}
+    as_bob = report(ledger["bob"], group_by="key")["data"]
+
+    assert as_admin == {"browser": "9", str(ledger["alice"].key.uuid): "2", str(ledger["bob"].key.uuid): "4"}
+    assert {g["key"]: g["cost_usd"] for g in as_bob} == {"browser": "9", None: "2", str(ledger["bob"].key.uuid): "4"}
+    hidden = next(g for g in as_bob if g["key"] is None)
+    assert "alice's script" not in hidden["label"]
+
+
+def test_filters_narrow_every_figure(ledger):
+    client = ledger["alice"]
+
+    assert report(client, agent=ledger["other"].slug)["totals"]["cost_usd"] == "4"
+    assert report(client, agent=str(ledger["agent"].uuid), group_by="person")["data"][0]["key"] == "alice"
+    assert report(client, user="bob")["totals"]["cost_usd"] == "12"
+    assert report(client, model="demo-large")["totals"]["cost_usd"] == "4"
+    assert report(client, key="browser")["totals"]["cost_usd"] == "9"
+    assert report(client, key=str(ledger["bob"].key.uuid))["totals"]["cost_usd"] == "4"
+
+
+def test_another_teams_spend_is_never_counted(ledger, charlie, team_b):
+    body = report(key_client(charlie, team_b, ["costs:read"]), group_by="agent")
+
+    assert body["totals"]["cost_usd"] == "99"
+    assert [g["label"] for g in body["data"]] == ["(deleted agent)"]
+
+
+@pytest.mark.parametrize(("params", "param"), [
+    ({"group_by": "planet"}, "group_by"), ({"date_from": "last week"}, "date_from"),
+    ({"date_from": "2026-02-01", "date_to": "2026-01-01"}, "date_from"),
+    ({"date_from": "2020-01-01", "date_to": "2026-01-01"}, "date_from"), ({"agent": "no-such-agent"}, "agent"),
+    ({"key": "someone"}, "key")])
+def test_a_bad_parameter_is_a_400_naming_it(ledger, params, param):
+    response = ledger["alice"].get("/api/v1/costs", params)
+
+    assert response.status_code == 400
+    assert error_of(response)["param"] == param
+
+
+def test_costs_need_the_costs_scope(ledger, alice, team_a):
+    response = key_client(alice, team_a, ["chat", "traces:read"]).get("/api/v1/costs")
+
+    assert response.status_code == 403
+    assert error_of(response)["code"] == "insufficient_scope"
+
+
+def test_the_default_range_is_the_last_week(ledger):
+    body = report(ledger["alice"])
+
+    assert date.fromisoformat(body["date_to"]) - date.fromisoformat(body["date_from"]) == timedelta(days=6)
+    assert len(body["data"]) == 7

@@ -1,0 +1,62 @@
+"""The API's OpenAPI schema is valid, and every operation it lists answers as it documents:
+each path and method is called once, with a key that has every scope and ids of real objects,
+and answers with a status the schema names for it (never a 500)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.test import Client
+from openapi_spec_validator import validate
+
+from tests.agents.api.rest_keys import key_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARAM = re.compile(r"\{(\w+)\}")
+
+
+def schema() -> dict:
+    response = Client().get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    return json.loads(response.content)
+
+
+def test_the_schema_is_valid_openapi():
+    spec = schema()
+
+    validate(spec)
+    assert spec["info"]["title"] == "agentsite API"
+    rest = [path for path in spec["paths"] if path.startswith("/api/v1/")]
+    assert {"/api/v1/agents", "/api/v1/conversations", "/api/v1/traces", "/api/v1/costs", "/api/v1/prices"} <= set(rest)
+
+
+def test_every_operation_answers_as_documented(agent, conversation, sample_trace, alice, team_a, turns_run, use_redis):
+    client = key_client(alice, team_a)
+    values = {"agent_id": agent.slug, "conversation_id": str(conversation.uuid), "trace_id": sample_trace.uuid.hex,
+              "seq": "1"}
+    bodies = {
+        "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
+        "/api/v1/conversations/{conversation_id}/messages": {"text": "What is 2 + 2?"},
+        "/v1/chat/completions": {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]},
+    }
+    called, problems = [], []
+    for path, operations in schema()["paths"].items():
+        url = PARAM.sub(lambda m: values[m.group(1)], path)
+        for method, operation in operations.items():
+            if method == "post":
+                response = client.post(url, bodies.get(path, {}), content_type="application/json")
+            else:
+                response = getattr(client, method)(url)
+            documented = {int(code) for code in operation["responses"]}
+            called.append((method, path, response.status_code))
+            if response.status_code not in documented or response.status_code >= 500:
+                problems.append((method, path, response.status_code, documented))
+            elif response.status_code < 300 and not response.streaming and response.content:
+                response.json()  # a JSON answer, whatever its schema
+
+    assert not problems
+    assert all(status < 300 for *_, status in called), called
+    assert len(called) >= 15
