@@ -76,9 +76,9 @@ def _tail(path: Path) -> str:
 def setup_data(latency: float, conversations: int):
     from django.contrib.auth import get_user_model
 
-    from agents.chat.services import conversation_create
     from agents.models import Agent, Provider, Tool
     from agents.runtime.builtin import CalculatorTool
+    from agents.turns.services import conversation_create
     from agentsite.models import Membership, Team
 
     team = Team.objects.create(name="Bench team")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -78,3 +79,17 @@ def step_record(step: Step) -> dict[str, Any]:
         "meta": step.meta,
         "payloads": {p.kind: _payload_value(p.content, p.content_type) for p in step.payloads.all()},
     }
+
+
+def trace_export_chunks(trace: Trace) -> Iterator[str]:
+    """The whole trace as one JSON document, in pieces (a step at a time, so a trace of any
+    size streams in bounded memory): its record, its steps with their payloads, its trajectory
+    states. The inspector's download and the API's export."""
+    head = json.dumps(trace_record(trace), ensure_ascii=False)
+    yield head[:-1] + ', "steps": ['
+    steps = trace.steps.order_by("seq").prefetch_related("payloads").iterator(chunk_size=500)
+    for index, step in enumerate(steps):
+        yield ("," if index else "") + json.dumps(step_record(step), ensure_ascii=False)
+    states = [{"iteration": s.iteration, "fields": s.fields, "changed": s.changed}
+              for s in trace.trajectory_states.order_by("iteration")]
+    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
@@ -16,7 +15,7 @@ from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 
 from . import live, selectors, services
-from .export import step_record, trace_record
+from .export import trace_export_chunks
 from .models import Step, StepPayload, Trace
 from .presentation import (
     TREE_MAX_STEPS,
@@ -242,21 +241,7 @@ def step_payload_download(request: HttpRequest, trace_uuid, seq: int, kind: str)
 def trace_export(request: HttpRequest, trace_uuid) -> StreamingHttpResponse:
     """The whole trace as JSON: skeleton, states and every payload, streamed step by step."""
     trace = _trace(request, trace_uuid)
-    response = StreamingHttpResponse(_export_chunks(trace), content_type="application/json")
+    response = StreamingHttpResponse(trace_export_chunks(trace), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="trace-{trace.uuid}.json"'
     return response
 
-
-def _export_chunks(trace: Trace) -> Iterator[str]:
-
-    head = json.dumps(trace_record(trace), ensure_ascii=False)
-    yield head[:-1] + ', "steps": ['
-    first = True
-    queryset = trace.steps.order_by("seq").prefetch_related("payloads")
-    for step in queryset.iterator(chunk_size=500):
-        yield ("" if first else ",") + json.dumps(step_record(step), ensure_ascii=False)
-        first = False
-    states = [
-        {"iteration": s.iteration, "fields": s.fields, "changed": s.changed} for s in trace.trajectory_states.order_by("iteration")
-    ]
-    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"

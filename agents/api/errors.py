@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
@@ -18,6 +18,25 @@ from agentsite.api_keys import ApiKeyRefused
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error",
          503: "service_unavailable"}
+
+
+class ErrorDetail(Schema):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorOut(Schema):
+    """Every error, in OpenAI's shape."""
+
+    error: ErrorDetail
+
+
+def errors(*codes: int) -> dict[int, type[ErrorOut]]:
+    """The error answers an operation documents: always 401 (no valid key) and 403 (a scope
+    the key lacks), and ``codes``."""
+    return {code: ErrorOut for code in sorted({401, 403, *codes})}
 
 
 class ApiError(Exception):

@@ -32,14 +32,15 @@ from ninja import Router
 
 from agents.access import conversation_get_or_404
 from agents.api.auth import scope_check
-from agents.api.errors import TYPES, ApiError
-from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn, Error, ModelList
+from agents.api.errors import TYPES, ApiError, errors
+from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn, ModelList
 from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.turns.quotas import budgets_admit
-from agents.turns.services import chat_membership, turn_cancel, turn_send
+from agents.turns.services import chat_membership, conversation_create, turn_cancel, turn_send
 from agentsite.models import ApiKey
+from traces.export import usd
 from traces.models import Trace
 
 router = Router(tags=["OpenAI-compatible"])
@@ -47,8 +48,7 @@ Scope = ApiKey.Scope
 CONVERSATION_HEADER = "X-Agentsite-Conversation"
 # Beyond the agent's hard time limit, time for the queue and the worker's start.
 WAIT_MARGIN_S = 60
-ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 429: Error, 502: Error,
-          503: Error, 504: Error}
+ERRORS = errors(400, 404, 409, 429, 502, 503, 504)
 
 
 # -- the model list -------------------------------------------------------------------------------
@@ -164,9 +164,9 @@ def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
     with transaction.atomic():
         if not bound:
-            conversation = Conversation.objects.create(
-                team=caller.team, agent=agent, created_by=caller.user, api_key=caller.key,
-                ephemeral=True, title=" ".join(last.split())[:80])
+            conversation = conversation_create(team=caller.team, agent=agent, user=caller.user,
+                                               title=" ".join(last.split())[:80],
+                                               api_key=caller.key, ephemeral=True)
             Message.objects.bulk_create([
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)
@@ -207,7 +207,7 @@ def _agentsite(request: HttpRequest, trace: Trace) -> dict[str, Any]:
     return {"trace_id": trace.uuid.hex,
             "trace_url": request.build_absolute_uri(reverse("trace_detail", args=[trace.uuid])),
             "conversation_id": trace.conversation.uuid.hex, "status": trace.status,
-            "cost_usd": f"{trace.cost_usd:f}", "iterations": trace.iterations}
+            "cost_usd": usd(trace.cost_usd), "iterations": trace.iterations}
 
 
 def _turn_error(trace: Trace) -> tuple[int, str, str]:

@@ -103,14 +103,3 @@ class ModelCard(Schema):
 class ModelList(Schema):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-class ErrorBody(Schema):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class Error(Schema):
-    error: ErrorBody

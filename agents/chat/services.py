@@ -9,24 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agents.access import conversation_act_check
 from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.turns.selectors import conversation_active_traces
-from agents.turns.services import chat_membership, conversation_stop, turn_cancel
+from agents.turns.services import conversation_create, conversation_stop, turn_cancel
 from agentsite.live import recheck_sockets_on_commit
-from agentsite.models import Membership, Team
-
-
-def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "") -> Conversation:
-    chat_membership(user, team)
-    if agent.team_id != team.pk:
-        raise PermissionDenied("That agent belongs to another team.")
-    return Conversation.objects.create(team=team, agent=agent, created_by=user,
-                                       title=(title or "").strip()[:200])
+from agentsite.models import Membership
 
 
 # -- managing conversations ----------------------------------------------------------------------

@@ -50,6 +50,18 @@ def chat_membership(user: Any, team: Team | int) -> Membership:
     return membership
 
 
+def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "",
+                        api_key: ApiKey | None = None, ephemeral: bool = False) -> Conversation:
+    """A new conversation of ``user`` with one of the team's agents (a member, not a viewer).
+    ``api_key``: started through the API with that key; ``ephemeral``: a stateless API request's
+    record, left out of the chat's lists."""
+    chat_membership(user, team)
+    if agent.team_id != team.pk:
+        raise PermissionDenied("That agent belongs to another team.")
+    return Conversation.objects.create(team=team, agent=agent, created_by=user, api_key=api_key,
+                                       ephemeral=ephemeral, title=(title or "").strip()[:200])
+
+
 def _clean_text(text: str, *, images: int = 0) -> str:
     text = (text or "").strip()
     if not text and images:

@@ -11,7 +11,8 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
 
-from agents.api.rest.common import agent_get_or_404, errors
+from agents.api.errors import errors
+from agents.api.rest.common import agent_get_or_404
 from agents.api.rest.pagination import PageParams, paginate
 from agents.models import Agent
 from agentsite.access import scoped

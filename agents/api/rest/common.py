@@ -1,5 +1,5 @@
-"""What the REST routers share: the error shape in the schema, public ids, references to an
-agent, and conditional reads (ETag / If-None-Match)."""
+"""What the REST routers share: the documented errors (``agents.api.errors``), public ids,
+references to an agent, and conditional reads (ETag / If-None-Match)."""
 
 from __future__ import annotations
 
@@ -13,25 +13,6 @@ from ninja import Schema
 from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import Team
-
-
-class ErrorDetail(Schema):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorOut(Schema):
-    """Every error, in OpenAI's shape."""
-
-    error: ErrorDetail
-
-
-def errors(*codes: int) -> dict[int, type[ErrorOut]]:
-    """The error answers an operation documents: always 401 (no valid key) and 403 (a scope
-    the key lacks), and ``codes``."""
-    return {code: ErrorOut for code in sorted({401, 403, *codes})}
 
 
 class AgentRef(Schema):

@@ -18,13 +18,15 @@ from ninja import Field, Query, Router, Schema, Status
 
 from agents.access import conversation_act_check, conversation_get_or_404, conversations_visible
 from agents.api.auth import scope_check
-from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref, errors
+from agents.api.errors import errors
+from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
 from agents.api.rest.traces import TraceOut, trace_out
 from agents.api.turn_stream import TurnTimeout, turn_wait
 from agents.models import Conversation, Message
 from agents.turns.quotas import budgets_admit
-from agents.turns.services import MAX_MESSAGE_CHARS, chat_membership, turn_send
+from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
+from agents.turns.services import conversation_create as turn_conversation_create
 from agentsite.api_keys import Caller
 from agentsite.models import ApiKey, Membership
 from traces.models import Trace
@@ -129,10 +131,9 @@ def _conversation(membership: Membership, conversation_id: str) -> Conversation:
 def conversation_start(*, caller: Caller, agent_id: str, title: str) -> Conversation:
     """A conversation of the key's person with one of the team's agents, started through the
     key (the chat's rule: a team member, not a viewer)."""
-    chat_membership(caller.user, caller.team)
     agent = agent_get_or_404(caller.team, agent_id)
-    return Conversation.objects.create(team=caller.team, agent=agent, created_by=caller.user,
-                                       api_key=caller.key, title=(title or "").strip()[:200])
+    return turn_conversation_create(team=caller.team, agent=agent, user=caller.user, title=title,
+                                    api_key=caller.key)
 
 
 @router.get("", response={200: ConversationPage, **errors(400)}, summary="List conversations")

@@ -18,8 +18,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
-from agents.api.errors import ApiError
-from agents.api.rest.common import errors, is_uuid
+from agents.api.errors import ApiError, errors
+from agents.api.rest.common import is_uuid
 from agents.models import Agent
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team

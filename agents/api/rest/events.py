@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Router
 
 from agents.api.auth import caller_of, scope_check
-from agents.api.rest.common import errors
+from agents.api.errors import errors
 from agents.api.rest.traces import trace_for, usage_out
 from agents.api.turn_stream import TurnTimeout, trace_events
 from agentsite.models import ApiKey

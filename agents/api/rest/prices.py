@@ -11,7 +11,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from agents.api.rest.common import errors
+from agents.api.errors import errors
 from agents.api.rest.pagination import PageParams, paginate_list
 from traces.export import usd
 from traces.models import ModelPrice

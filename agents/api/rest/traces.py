@@ -8,8 +8,6 @@ change the turn records: ``If-None-Match`` answers 304 while nothing changed."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from datetime import date, datetime
 from typing import Any
 
@@ -18,21 +16,13 @@ from django.urls import reverse
 from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
-from agents.api.errors import ApiError
-from agents.api.rest.common import (
-    AgentRef,
-    agent_ref,
-    errors,
-    etag_for,
-    is_uuid,
-    not_modified,
-    with_etag,
-)
+from agents.api.errors import ApiError, errors
+from agents.api.rest.common import AgentRef, agent_ref, etag_for, is_uuid, not_modified, with_etag
 from agents.api.rest.pagination import PageParams, paginate
 from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import ApiKey, Membership
-from traces.export import step_record, trace_record, usd
+from traces.export import step_record, trace_export_chunks, usd
 from traces.models import Step, StepPayload, Trace
 from traces.selectors import (
     FEEDBACK_FILTERS,
@@ -270,7 +260,7 @@ def trace_export_api(request: HttpRequest, trace_id: str) -> HttpResponse:
     `traces:read`."""
     scope_check(request, Scope.TRACES)
     trace = trace_for(request.membership, trace_id)
-    response = StreamingHttpResponse(_export_chunks(trace), content_type="application/json")
+    response = StreamingHttpResponse(trace_export_chunks(trace), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="trace-{trace.uuid}.json"'
     if trace.is_active:
         # Its streamed text is saved without a new event number: no validator until it ends.
@@ -278,12 +268,3 @@ def trace_export_api(request: HttpRequest, trace_id: str) -> HttpResponse:
     etag = trace_etag(trace)
     return not_modified(request, etag) or with_etag(response, etag)
 
-
-def _export_chunks(trace: Trace) -> Iterator[str]:
-    head = json.dumps(trace_record(trace), ensure_ascii=False)
-    yield head[:-1] + ', "steps": ['
-    for index, step in enumerate(trace.steps.order_by("seq").prefetch_related("payloads").iterator(chunk_size=500)):
-        yield ("," if index else "") + json.dumps(step_record(step), ensure_ascii=False)
-    states = [{"iteration": s.iteration, "fields": s.fields, "changed": s.changed}
-              for s in trace.trajectory_states.order_by("iteration")]
-    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"
