@@ -13,6 +13,8 @@ import httpx
 import openai
 import pytest
 
+from tests.helpers import wait_for
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -69,11 +71,40 @@ def test_the_agents_tools_run_on_the_server(stack, ids):
     assert completion.choices[0].message.content
 
 
+def trace_of(stack, ids, trace_id: str) -> dict:
+    """The trace with its steps, read back through the REST API."""
+    response = httpx.get(f"{stack.url}/api/v1/traces/{trace_id}", timeout=30,
+                         headers={"Authorization": f"Bearer {ids['keys']['alice-chat']}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def test_an_ask_tool_nobody_approves_times_out_as_a_denial(stack, ids):
     completion = ask(client(stack, ids, "alice-chat"), "asker", "What is 2 + 3?")
-    assert completion.model_extra["agentsite"]["status"] == "completed"
-    assert completion.model_extra["agentsite"]["iterations"] >= 2
+    extra = completion.model_extra["agentsite"]
+    assert extra["status"] == "completed"
+
+    steps = trace_of(stack, ids, extra["trace_id"])["steps"]
+    approval = next(s for s in steps if s["kind"] == "approval")
+    tool = next(s for s in steps if s["kind"] == "tool_call")
+    assert approval["status"] != "waiting" and tool["name"] == "calculator"
+    assert tool["success"] is False and tool["error"] == "Not approved in time."
     assert "5" not in completion.choices[0].message.content.replace("2 + 3", "")
+
+
+def test_a_client_that_goes_away_mid_stream_stops_the_turn(stack, ids):
+    headers = {"Authorization": f"Bearer {ids['keys']['alice-chat']}"}
+    body = {"model": "slow", "stream": True,
+            "messages": [{"role": "user", "content": "Tell me a long story about the sea."}]}
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=60) as response:
+        trace_id = response.headers["x-agentsite-trace-id"]
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # the first words: then hang up
+    trace = wait_for(lambda: (t := trace_of(stack, ids, trace_id))["status"] != "running" and t,
+                     timeout=30, what="the turn to stop after the client left")
+    assert trace["status"] == "cancelled", trace
 
 
 def test_refusals_are_the_sdks_own_exceptions(stack, ids):
