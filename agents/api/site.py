@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ninja import NinjaAPI
+from ninja.operation import Operation
 
 from agents.api.auth import KeyAuth
 from agents.api.errors import install_handlers
@@ -15,7 +16,15 @@ from agents.api.rest import events as rest_events
 from agents.api.rest import prices as rest_prices
 from agents.api.rest import traces as rest_traces
 
-api = NinjaAPI(
+class AgentsiteApi(NinjaAPI):
+    """Operation ids are the views' names (``trace_detail``, ``chat_completions``): what a client
+    generated from the schema calls its methods."""
+
+    def get_openapi_operation_id(self, operation: Operation) -> str:
+        return operation.view_func.__name__.removesuffix("_api")
+
+
+api = AgentsiteApi(
     title="agentsite API",
     version="1",
     description=("Call a team's agents and read its traces and costs with a team API key "

@@ -60,3 +60,11 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
     assert not problems
     assert all(status < 300 for *_, status in called), called
     assert len(called) >= 15
+
+
+def test_operation_ids_are_short_unique_names_for_generated_clients(client):
+    schema = client.get("/api/v1/openapi.json").json()
+    ids = [op["operationId"] for ops in schema["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+    assert {"chat_completions", "models_list", "trace_detail", "cost_report"} <= set(ids)
+    assert all("." not in i and not i.startswith("agents_") for i in ids)
