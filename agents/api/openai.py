@@ -37,7 +37,7 @@ from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn, ModelList
 from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
-from agents.turns.quotas import budgets_admit
+from agents.turns.quotas import QuotaExceeded, budgets_admit
 from agents.turns.services import chat_membership, conversation_create, turn_cancel, turn_send
 from agentsite.models import ApiKey
 from traces.export import usd
@@ -177,6 +177,8 @@ def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
         try:
             trace = turn_send(conversation=conversation, user=caller.user, text=last,
                               api_key=caller.key, prompt_tokens=estimate_tokens(sizes)).trace
+        except QuotaExceeded:
+            raise  # a 429, not a bad message
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc
     return Started(trace, conversation, agent, body.model)

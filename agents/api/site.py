@@ -16,6 +16,7 @@ from agents.api.rest import events as rest_events
 from agents.api.rest import prices as rest_prices
 from agents.api.rest import traces as rest_traces
 
+
 class AgentsiteApi(NinjaAPI):
     """Operation ids are the views' names (``trace_detail``, ``chat_completions``): what a client
     generated from the schema calls its methods."""

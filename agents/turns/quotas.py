@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agentsite.models import ApiKey, Membership
@@ -22,12 +23,13 @@ from traces.models import Budget
 LIMITER_DOWN_RETRY_S = 5
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(ValidationError):
     """A turn refused before it started: a rate limit or a blocking budget. ``retry_after_s``
-    is when trying again can help (None: it cannot, without a change)."""
+    is when trying again can help (None: it cannot, without a change). A ``ValidationError``, so
+    the chat shows its message where it shows any refused message; the API answers 429."""
 
     def __init__(self, message: str, *, retry_after_s: int | None, code: str) -> None:
-        super().__init__(message)
+        super().__init__(message, code=code)
         self.message = message
         self.retry_after_s = retry_after_s
         self.code = code
