@@ -312,6 +312,13 @@ class _Text:
         self.streamed = True
         return text
 
+    def restart(self, step: int) -> None:
+        """The model request ``step`` starts over (a retry after a cut-off stream, a resumed
+        turn): what it streamed is void and cannot be taken back, so its new text follows after a
+        blank line instead of being spliced onto the old."""
+        if self.sent.pop(step, 0):
+            self.last_step = -1
+
 
 async def _stream(request: HttpRequest, started: Started, *, timeout_s: float,
                   include_usage: bool) -> AsyncIterator[bytes]:
@@ -333,6 +340,8 @@ async def _stream(request: HttpRequest, started: Started, *, timeout_s: float,
                 piece = text.take(payload)
                 if piece:
                     yield chunk({"content": piece})
+            elif event == "step" and payload.get("restarted_step") is not None:
+                text.restart(int(payload["restarted_step"]))
             elif event == "end":
                 ended = payload["trace"]
     except TurnTimeout:

@@ -236,3 +236,17 @@ def test_a_blocking_budget_of_the_key_already_spent_is_a_429_before_any_turn(age
     from agents.turns.quotas import budgets_admit
 
     budgets_admit(team_id=team_a.pk, user_id=alice.pk, api_key_id=other.pk)
+
+
+def test_streamed_frames_are_not_repeated_and_a_restarted_step_starts_after_a_blank_line():
+    from agents.api.openai import _Text
+
+    text = _Text()
+    frames = [{"step": 2, "offset": 0, "text": "Hel"}, {"step": 2, "offset": 0, "text": "Hel"},
+              {"step": 2, "offset": 3, "text": "lo"}, {"step": 2, "offset": 1, "text": "ello!"}]
+    assert [text.take(f) for f in frames] == ["Hel", "", "lo", "!"]
+    text.restart(2)
+    assert text.take({"step": 2, "offset": 0, "text": "Hi"}) == "\n\nHi"
+    assert text.step_text == "Hi"
+    assert text.take({"step": 5, "offset": 0, "text": "Done"}) == "\n\nDone"
+    assert text.step_text == "Done"
