@@ -1,7 +1,8 @@
 """The API keys page: everyone's own keys, and for admins and owners all of the team's.
 
-A new key's secret is shown once, on the page that answers the form (only its hash is kept), so
-that answer is never cached. Making and revoking keys goes through ``agentsite.api_keys``, which
+A new key's secret is shown once (only its hash is kept): the form redirects to the page, which
+takes the secret out of the session as it shows it, so a reload neither shows it again nor makes
+a second key; that page is never cached. Making and revoking keys goes through ``agentsite.api_keys``, which
 checks roles and scopes and writes the audit trail."""
 
 from __future__ import annotations
@@ -49,10 +50,26 @@ def _context(request: HttpRequest, form: ApiKeyForm | None = None, **extra: Any)
     return context
 
 
+NEW_KEY_SESSION = "api_key_new"
+
+
 @team_required()
 @require_GET
 def keys_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "teams/api_keys.html", _context(request))
+    new = request.session.pop(NEW_KEY_SESSION, None)
+    key = (ApiKey.objects.filter(team=request.team, uuid=new["uuid"], user=request.user).first()
+           if isinstance(new, dict) else None)
+    if key is None:
+        return render(request, "teams/api_keys.html", _context(request))
+    agent = (request.team.agents.order_by("name").values_list("slug", flat=True).first()
+             or AGENT_PLACEHOLDER)
+    response = render(request, "teams/api_keys.html", _context(
+        request, new_key=key, new_secret=new["secret"], api_base=request.build_absolute_uri("/v1"),
+        docs_url=request.build_absolute_uri("/api/v1/docs"), snippet_agent=agent,
+        agent_placeholder=agent == AGENT_PLACEHOLDER))
+    # The secret is in this answer only: no cache may keep it.
+    add_never_cache_headers(response)
+    return response
 
 
 @team_required()
@@ -70,15 +87,8 @@ def key_create(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
-            agent = (request.team.agents.order_by("name").values_list("slug", flat=True).first()
-                     or AGENT_PLACEHOLDER)
-            response = render(request, "teams/api_keys.html", _context(
-                request, new_key=key, new_secret=secret, api_base=request.build_absolute_uri("/v1"),
-                docs_url=request.build_absolute_uri("/api/v1/docs"), snippet_agent=agent,
-                agent_placeholder=agent == AGENT_PLACEHOLDER))
-            # The secret is in this page only: no cache may keep it.
-            add_never_cache_headers(response)
-            return response
+            request.session[NEW_KEY_SESSION] = {"uuid": str(key.uuid), "secret": secret}
+            return redirect("api_keys")
     return render(request, "teams/api_keys.html", _context(request, form), status=400)
 
 

@@ -56,6 +56,8 @@ KEY = "bench"
 QUESTION = "Hello! How are you today?"
 FIRST_BYTE_P50_MS = 50.0
 TIMEOUT_S = 180.0
+# The chat's headless client has no fallback for a lost websocket frame (the page re-syncs).
+END_FRAME_WAIT_S = 60.0
 
 
 @dataclass
@@ -145,18 +147,34 @@ async def api_run(url: str, key: str, model: str, *, warmup: int, single: int,
     try:
         # One connection per client, opened before anything is timed.
         await asyncio.gather(*(c.get("/favicon.ico") for c in clients))
+        models = await asyncio.gather(*(models_list(c, key) for c in clients))
         alone = []
         for index in range(warmup + single):
             sample = await completion(clients[0], key, model, f"{QUESTION} (alone {index})")
             if index >= warmup:
                 alone.append(sample)
-        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu = {name: cpu_seconds(pid) for name, pid in {**pids, "client": os.getpid()}.items()}
         burst = await asyncio.gather(*(completion(c, key, model, f"{QUESTION} (burst {i})")
                                        for i, c in enumerate(clients)))
-        cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
+        cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in {**pids, "client": os.getpid()}.items()}
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
-    return {"alone": alone, "burst": burst, "cpu": cpu}
+    return {"alone": alone, "burst": burst, "cpu": cpu, "models": models}
+
+
+async def models_list(client: Any, key: str) -> Sample:
+    """``GET /v1/models``: authentication and one query, for scale (the whole answer is the
+    first byte)."""
+    sample = Sample()
+    sample.started = started = time.perf_counter()
+    try:
+        answer = await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+        sample.first_byte = time.perf_counter() - started
+        if answer.status_code != 200:
+            sample.error = _reason(answer.status_code, answer.text)
+    except httpx.HTTPError as exc:
+        sample.error = f"{type(exc).__name__}: {exc}"
+    return sample
 
 
 # -- the chat's path -----------------------------------------------------------------------------
@@ -197,10 +215,12 @@ async def chat_message(client: Any, socket: Any, conversation: str, text: str) -
         if answer.status_code != 200:
             sample.error = _reason(answer.status_code, answer.text)
             return sample
-        sample.done, status = await asyncio.wait_for(ended, TIMEOUT_S)
+        sample.done, status = await asyncio.wait_for(ended, END_FRAME_WAIT_S)
         if status != "completed":
             sample.error = f"the turn ended {status}"
-    except (httpx.HTTPError, TimeoutError) as exc:
+    except TimeoutError:
+        sample.error = f"no frame saying the turn ended within {END_FRAME_WAIT_S:g} s"
+    except httpx.HTTPError as exc:
         sample.error = f"{type(exc).__name__}: {exc}"
     finally:
         listener.cancel()
@@ -252,7 +272,7 @@ def _row(label: str, samples: list[Sample]) -> str:
     for values in ([s.first_byte for s in samples], [s.first_content for s in samples],
                    [s.done for s in samples]):
         ms = _ms(values)
-        cells.append(f"{_percentile(ms, 0.5):8.1f} {_percentile(ms, 0.99):8.1f}")
+        cells.append(f"{_percentile(ms, 0.5):8.1f} {_percentile(ms, 0.99):8.1f}" if ms else f"{'-':>8} {'-':>8}")
     ok = sum(1 for s in samples if not s.error)
     return f"{label + f' [{ok} ok]':<34}" + "   ".join(cells)
 
@@ -292,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     burst, alone = api["burst"], api["alone"]
     errors = [s for s in burst + alone if s.error]
     wall = wall_s(burst)
+    cpu = api["cpu"]
     print(f"stack: 1 web process (daphne), 1 worker (thread pool, {args.requests} threads), file SQLite, "
-          f"embedded Redis; demo model at zero latency, no tools")
+          f"embedded Redis; demo model at zero latency, no tools; {os.cpu_count()} CPUs")
     print(f"{'':<34}{'first byte, ms':>17}   {'first text, ms':>17}   {'done, ms':>17}")
     print(f"{'':<34}" + "   ".join(f"{'p50':>8} {'p99':>8}" for _ in range(3)))
+    print(_row(f"GET /v1/models, {len(api['models'])} at once", api["models"]))
     print(_row(f"API, one at a time ({len(alone)})", alone))
     print(_row(f"API, {len(burst)} at once", burst))
     if chat is not None:
@@ -303,10 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         print("  (chat path: first byte = the send's answer; first text = the first text frame "
               "on the websocket; done = the frame saying the turn ended)")
     print("  (percentiles over the requests that got that far; [n ok]: requests without an error)")
+    print("  (GET /v1/models: authentication and one query, for scale; its answer is its first byte)")
     print(f"API burst: {len(burst) / wall:.1f} requests/s ({len(burst)} in {wall:.2f} s); "
-          f"CPU during it: web {api['cpu'].get('web', 0):.2f} s "
-          f"({api['cpu'].get('web', 0) / len(burst) * 1000:.1f} ms per request), "
-          f"worker {api['cpu'].get('worker', 0):.2f} s")
+          f"CPU during it: web {cpu['web']:.2f} s ({cpu['web'] / len(burst) * 1000:.1f} ms per request), "
+          f"worker {cpu['worker']:.2f} s, this client {cpu['client']:.2f} s "
+          f"(of {wall * (os.cpu_count() or 1):.1f} CPU-seconds the machine had)")
     if chat is not None:
         chat_wall = wall_s(chat)
         chat_errors = [s for s in chat if s.error]

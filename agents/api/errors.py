@@ -1,12 +1,14 @@
 """Every error of the API in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``,
 with the status OpenAI's clients map to their exception classes: 400 (with the field in
-``param``), 401, 403, 404, 409, 429 (with ``Retry-After``), 503."""
+``param``), 401, 403, 404, 409, 413 (a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), 429 (with
+``Retry-After``), 503. A path of the API that does not exist is a 404 in the same shape."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
@@ -16,7 +18,8 @@ from agents.turns.quotas import QuotaExceeded
 from agentsite.api_keys import ApiKeyRefused
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "not_found_error", 409: "conflict_error", 429: "rate_limit_error",
+         404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
+         429: "rate_limit_error",
          503: "service_unavailable"}
 
 
@@ -114,8 +117,20 @@ def install_handlers(api: NinjaAPI) -> None:
         message, param = _schema_problem(exc)
         return error_response(400, message, param=param, code="invalid_value")
 
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response(413, f"The request body is larger than the {limit / 1e6:.1f} MB "
+                                   "accepted. Send less history.", code="request_too_large")
+
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         if isinstance(exc.__cause__, ApiError):  # the body parser's own words
             return api_error(request, exc.__cause__)
         return error_response(exc.status_code, str(exc))
+
+
+def not_found_view(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under the API's prefixes: a 404 a client can read."""
+    return error_response(404, f"There is no API endpoint at {request.path}. The endpoints are "
+                               "listed at /api/v1/docs.", code="unknown_endpoint")

@@ -33,7 +33,7 @@ from ninja import Router
 from agents.access import conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
-from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn, ModelList
+from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMessageIn, ModelList
 from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
@@ -244,11 +244,13 @@ def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dic
             "agentsite": _agentsite(request, trace)}
 
 
-@router.post("/v1/chat/completions", response={200: Any, **ERRORS},
+@router.post("/v1/chat/completions", response={200: ChatCompletion, **ERRORS},
              summary="Send a conversation to an agent and get its answer (OpenAI's protocol)",
-             openapi_extra={"responses": {"200": {"description": (
-                 "The completion (application/json), or with `stream: true` its chunks as "
-                 "server-sent events (text/event-stream) ending with `data: [DONE]`.")}}})
+             openapi_extra={"responses": {200: {
+                 "description": ("The completion (application/json), or with `stream: true` its "
+                                 "chunks as server-sent events (text/event-stream) ending with "
+                                 "`data: [DONE]`."),
+                 "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> HttpResponse:
     started = await sync_to_async(chat_start)(request, body)
     timeout = started.agent.hard_time_limit_s + WAIT_MARGIN_S

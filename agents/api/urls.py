@@ -5,8 +5,12 @@ browsable at ``/api/v1/docs``."""
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
+from agents.api.errors import not_found_view
 from agents.api.site import api
 
-urlpatterns = [path("", api.urls)]
+urlpatterns = [
+    path("", api.urls),
+    re_path(r"^(?:api/)?v1/(?P<rest>.*)$", not_found_view, name="api_unknown"),
+]

@@ -62,7 +62,7 @@ KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
 }
 # Keywords that only qualify another object's URL (the step of a trace, the payload kind...).
 QUALIFIERS = {"seq": 1, "kind": "output", "call_id": "call-1", "number": 1, "uidb64": "MQ", "token": None,
-              "content_type_id": None, "app_label": None, "url": None}
+              "content_type_id": None, "app_label": None, "url": None, "rest": "nothing"}
 
 
 def _walk(patterns, prefix="", namespace=""):

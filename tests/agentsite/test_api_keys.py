@@ -26,7 +26,8 @@ def adam(team_a, make_member):
 def create(client, **fields):
     data = {"name": "nightly report", "kind": "personal", "scopes": ["chat", "traces:read"]}
     data.update(fields)
-    return client.post(reverse("api_key_create"), data)
+    # The form redirects to the page that shows the secret (a reload shows it no more).
+    return client.post(reverse("api_key_create"), data, follow=True)
 
 
 def key_of(user, team, name: str = "script", **fields) -> ApiKey:
@@ -39,7 +40,7 @@ def key_of(user, team, name: str = "script", **fields) -> ApiKey:
 def test_a_new_key_is_shown_once_and_only_its_hash_is_kept(client_for, alice, team_a, agent):
     c = client_for(alice)
     response = create(c)
-    assert response.status_code == 200
+    assert response.status_code == 200 and response.redirect_chain == [(reverse("api_keys"), 302)]
     secret = response.context["new_secret"]
     page = response.content.decode()
     assert secret.startswith("ask_") and page.count(secret) == 3  # the field and the two snippets

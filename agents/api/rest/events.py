@@ -94,7 +94,7 @@ def _trace(request: HttpRequest, trace_id: str) -> tuple[Trace, float]:
 
 @router.get("/{trace_id}/events", response={200: None, **errors(404)}, summary="Follow a turn live",
             url_name="rest_trace_events",
-            openapi_extra={"responses": {"200": {
+            openapi_extra={"responses": {200: {
                 "description": "Server-sent events (`event: delta|step|state|trace`, then `end` or "
                                "`timeout`; each `data:` is a JSON object).",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})

@@ -252,7 +252,7 @@ def step_payload_api(request: HttpRequest, trace_id: str, seq: int, response: Ht
 
 @router.get("/{trace_id}/export", response={200: dict[str, Any], 304: None, **errors(404)},
             summary="Export a trace",
-            openapi_extra={"responses": {"200": {"description": (
+            openapi_extra={"responses": {200: {"description": (
                 "The whole trace as the inspector's download gives it (format `agentsite.trace/1`): "
                 "its record, every step with its payloads, and its trajectory states.")}}})
 def trace_export_api(request: HttpRequest, trace_id: str) -> HttpResponse:

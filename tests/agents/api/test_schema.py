@@ -68,3 +68,27 @@ def test_operation_ids_are_short_unique_names_for_generated_clients(client):
     assert len(ids) == len(set(ids))
     assert {"chat_completions", "models_list", "trace_detail", "cost_report"} <= set(ids)
     assert all("." not in i and not i.startswith("agents_") for i in ids)
+
+
+def _unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"duplicated keys: {keys}"  # Swagger UI refuses them
+    return dict(pairs)
+
+
+def test_the_schema_has_no_duplicated_keys(client):
+    json.loads(client.get("/api/v1/openapi.json").content, object_pairs_hook=_unique_keys)
+
+
+def test_a_body_over_the_limit_is_a_413_in_openais_shape(agent, alice, team_a, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = key_client(alice, team_a).post("/v1/chat/completions", "{" + " " * 2000 + "}",
+                                              content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_an_unknown_api_path_is_a_json_404(client):
+    for path in ("/api/v1/nothing-here", "/v1/embeddings"):
+        response = client.get(path)
+        assert response.status_code == 404 and response.json()["error"]["code"] == "unknown_endpoint"
