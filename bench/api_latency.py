@@ -12,6 +12,8 @@ thread.
 
 After a few warm-up requests:
 
+* for scale: ``--requests`` ``GET /v1/models`` at once (the key checked and one query: what
+  any request of the API costs before it does anything of its own);
 * one at a time: ``--single`` streaming completions, each sent after the previous one ended;
 * at once: ``--requests`` streaming completions (``POST /v1/chat/completions`` with
   ``"stream": true``) sent together, each from its own ``httpx.AsyncClient`` (one HTTP/1.1
@@ -22,13 +24,17 @@ event, written once the key is checked, the body validated, the rate limits and 
 the conversation stored and the turn queued: the API's own work), the first event with text,
 and ``data: [DONE]``. An error is an answer other than 200, an ``error`` event, or a stream that
 ends without ``[DONE]``. Requests per second: the burst's requests over its wall time (first
-send to last ``[DONE]``).
+send to last ``[DONE]``). The CPU time the web process, the worker and this client used during
+the burst is reported beside the CPU time the machine had.
 
 The chat's path for reference (unless ``--no-chat``): the same burst as alice in the browser
 would send it, without a browser: each conversation's websocket open, then every message sent
 at once (the htmx ``POST /chat/<id>/send/``), timed from sending to the send's answer (the turn
 queued and shown as pending), to the first text frame on the websocket, and to the frame that
-says the turn ended.
+says the turn ended. (``bench.live_latency`` times a step's commit to its frame, not a message's
+send to its first text, so this path is timed here.) Unlike the API's stream, which reads the
+trace when the channel layer is quiet, this client only has the frames: a turn whose ending
+frame does not come within ``END_FRAME_WAIT_S`` counts as an error of the chat's path.
 
 Targets: time to the first byte p50 <= 50 ms for the burst, and no errors.
 """
@@ -56,7 +62,7 @@ KEY = "bench"
 QUESTION = "Hello! How are you today?"
 FIRST_BYTE_P50_MS = 50.0
 TIMEOUT_S = 180.0
-# The chat's headless client has no fallback for a lost websocket frame (the page re-syncs).
+# How long the chat's client waits for the frame saying a turn ended.
 END_FRAME_WAIT_S = 60.0
 
 

@@ -60,3 +60,16 @@ def test_the_keys_page_has_no_serious_accessibility_violations(login):
                                .map(v => v.id + ": " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | "));
         }""")
         assert found == [], (state, found)
+
+
+def test_the_api_reference_renders_every_operation_under_the_csp(login):
+    s = login("alice")
+    console: list[str] = []
+    s.page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    s.page.goto(s.stack.url + "/api/v1/docs")
+    s.page.locator(".opblock").first.wait_for()
+    operations = s.page.locator(".opblock-summary-path").all_inner_texts()
+    assert {"/v1/chat/completions", "/v1/models", "/api/v1/traces/{trace_id}"} <= set(operations)
+    assert len(operations) >= 16
+    assert not s.page.locator("text=Unable to render this definition").count()
+    assert not console and not s.watch.errors and not s.watch.foreign_requests(s.stack.url)
