@@ -20,6 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from agents.access import conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
 from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMessageIn, ModelList
-from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait
+from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait, with_keepalive
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.turns.quotas import QuotaExceeded, budgets_admit
@@ -336,16 +337,19 @@ async def _stream(request: HttpRequest, started: Started, *, timeout_s: float,
     text = _Text()
     ended = None
     try:
-        async for payload in trace_events(trace, timeout_s=timeout_s):
-            event = payload.get("event")
-            if event == "delta":
-                piece = text.take(payload)
-                if piece:
-                    yield chunk({"content": piece})
-            elif event == "step" and payload.get("restarted_step") is not None:
-                text.restart(int(payload["restarted_step"]))
-            elif event == "end":
-                ended = payload["trace"]
+        async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s))) as stream:
+            async for payload in stream:
+                event = payload.get("event") if payload is not None else "quiet"
+                if event == "quiet":
+                    yield b": waiting\n\n"  # a comment: OpenAI's clients skip it
+                elif event == "delta":
+                    piece = text.take(payload)
+                    if piece:
+                        yield chunk({"content": piece})
+                elif event == "step" and payload.get("restarted_step") is not None:
+                    text.restart(int(payload["restarted_step"]))
+                elif event == "end":
+                    ended = payload["trace"]
     except TurnTimeout:
         await sync_to_async(_cancel)(trace, request.user)
         yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from contextlib import aclosing
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -21,6 +22,10 @@ from traces.models import Trace
 
 ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 QUIET_S = 1.0
+# A stream quiet for this long (a turn waiting for an approval, a slow model) sends a comment
+# line, so that proxies and clients do not take the connection for dead.
+KEEPALIVE_S = 15.0
+T = TypeVar("T")
 
 
 class TurnTimeout(Exception):
@@ -72,7 +77,37 @@ async def trace_events(trace: Trace, *, timeout_s: float) -> AsyncIterator[dict[
 
 async def turn_wait(trace: Trace, *, timeout_s: float) -> Trace:
     """The trace once its turn has ended (``TurnTimeout`` after ``timeout_s``)."""
-    async for payload in trace_events(trace, timeout_s=timeout_s):
-        if payload.get("event") == "end":
-            return payload["trace"]
+    async with aclosing(trace_events(trace, timeout_s=timeout_s)) as events:
+        async for payload in events:
+            if payload.get("event") == "end":
+                return payload["trace"]
     raise TurnTimeout(f"The turn did not end within {timeout_s:g} s.")  # pragma: no cover
+
+
+async def with_keepalive(source: AsyncIterator[T], *, every_s: float | None = None
+                         ) -> AsyncIterator[T | None]:
+    """``source``'s items, and ``None`` whenever it has been quiet for ``every_s`` (by default
+    ``KEEPALIVE_S``; the caller writes a comment line). Closing this closes ``source``."""
+    every_s = every_s or KEEPALIVE_S
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            finished, pending = pending, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.wait({pending})
+            if not pending.cancelled():
+                pending.exception()  # retrieved: the stream is closing either way
+        await source.aclose()

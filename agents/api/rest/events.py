@@ -11,9 +11,9 @@ with its ``end`` at once. Comment lines keep a quiet connection open."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -23,14 +23,13 @@ from ninja import Router
 from agents.api.auth import caller_of, scope_check
 from agents.api.errors import errors
 from agents.api.rest.traces import trace_for, usage_out
-from agents.api.turn_stream import TurnTimeout, trace_events
+from agents.api.turn_stream import TurnTimeout, trace_events, with_keepalive
 from agentsite.models import ApiKey
 from traces.export import usd
 from traces.models import Trace
 
 router = Router(tags=["traces"])
 Scope = ApiKey.Scope
-KEEPALIVE_S = 15.0
 # Beyond the agent's hard time limit: time for the queue and a worker's start.
 WAIT_MARGIN_S = 60
 # A trace without an agent any more: the longest a turn may run.
@@ -51,36 +50,19 @@ def end_payload(trace: Trace) -> dict[str, Any]:
 
 async def event_stream(trace: Trace, *, timeout_s: float) -> AsyncIterator[bytes]:
     """The trace's live payloads as SSE frames, lightened, until its ``end``."""
-    events = trace_events(trace, timeout_s=timeout_s)
-    pending: asyncio.Future | None = None
     try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
-            if not done:
-                yield b": waiting\n\n"
-                continue
-            finished, pending = pending, None
-            try:
-                payload = finished.result()
-            except StopAsyncIteration:
-                return
-            except TurnTimeout as exc:
-                yield sse("timeout", {"event": "timeout", "trace": str(trace.uuid), "message": str(exc)})
-                return
-            if payload.get("event") == "end":
-                yield sse("end", end_payload(payload["trace"]))
-                return
-            light = {k: v for k, v in payload.items() if k not in HEAVY}
-            yield sse(str(light.get("event") or "message"), light)
-    finally:
-        if pending is not None:
-            pending.cancel()
-            await asyncio.wait({pending})
-            if not pending.cancelled():
-                pending.exception()  # retrieved: the stream is closing either way
-        await events.aclose()
+        async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s))) as stream:
+            async for payload in stream:
+                if payload is None:
+                    yield b": waiting\n\n"
+                elif payload.get("event") == "end":
+                    yield sse("end", end_payload(payload["trace"]))
+                    return
+                else:
+                    light = {k: v for k, v in payload.items() if k not in HEAVY}
+                    yield sse(str(light.get("event") or "message"), light)
+    except TurnTimeout as exc:
+        yield sse("timeout", {"event": "timeout", "trace": str(trace.uuid), "message": str(exc)})
 
 
 def _trace(request: HttpRequest, trace_id: str) -> tuple[Trace, float]:

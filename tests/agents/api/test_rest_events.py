@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from agents.api.rest import events
+from agents.api import turn_stream
 from tests.agents.api.rest_keys import async_key_client, key_client
 from traces import live
 from traces.models import Trace
@@ -48,7 +48,7 @@ async def test_a_finished_turn_answers_its_end_at_once(sample_trace, alice, team
 
 
 async def test_live_payloads_arrive_without_their_html_then_the_end(sample_trace, alice, team_a, monkeypatch):
-    monkeypatch.setattr(events, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(turn_stream, "KEEPALIVE_S", 0.05)
     await Trace.objects.filter(pk=sample_trace.pk).aupdate(status="running", answer="")
     client = await sync_to_async(async_key_client)(alice, team_a, ["chat"])
     response = await client.get(f"/api/v1/traces/{sample_trace.uuid.hex}/events")
