@@ -77,6 +77,8 @@ INSTALLED_APPS = [
 
 # Where the API lives (agents.api): JSON bodies, read by its own parser, not as forms.
 API_PATH_PREFIXES = ("/api/", "/v1/")
+# How many OpenAI-compatible requests one web process starts at once (the rest queue in order).
+API_START_CONCURRENCY = env.int("API_START_CONCURRENCY", default=4)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -122,10 +124,11 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A web process and worker threads write at once: WAL, a busy timeout and IMMEDIATE
-    # transactions keep SQLite from answering "database is locked".
+    # transactions keep SQLite from answering "database is locked". The PRAGMA is what SQLite
+    # applies (it runs after connecting and overrides ``timeout``): keep the two equal.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         }

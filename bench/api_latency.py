@@ -36,7 +36,14 @@ send to its first text, so this path is timed here.) Unlike the API's stream, wh
 trace when the channel layer is quiet, this client only has the frames: a turn whose ending
 frame does not come within ``END_FRAME_WAIT_S`` counts as an error of the chat's path.
 
-Targets: time to the first byte p50 <= 50 ms for the burst, and no errors.
+Targets (the issue's: "latency added by the API layer over the chat path ... app-added time to
+first streamed byte p50 <= 50 ms, no errors"): the API burst's first-byte p50 minus the chat
+burst's send-answer p50 (the same work up to a queued turn: what the API adds over the chat's
+path under the same load) <= 50 ms; a request alone gets its first byte in <= 50 ms p50; and no
+request of the API fails. With ``--no-chat`` the first is not judged. The absolute burst
+figures are shown for what they are: 200 requests arriving in the same instant at one web
+process queue behind each other's database writes (a turn is started in a write transaction),
+so their p50 is about a hundred times one request's cost.
 """
 
 from __future__ import annotations
@@ -89,8 +96,11 @@ def _reason(status: int, text: str) -> str:
     last line), else the start of the body."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if "<title>" in text:
-        title = text.split("<title>", 1)[1].split("</title>", 1)[0]
-        return f"HTTP {status}: {' '.join(title.split())[:160]}"
+        title = " ".join(text.split("<title>", 1)[1].split("</title>", 1)[0].split()).split(" at /")[0]
+        if 'class="exception_value">' in text:
+            value = text.split('class="exception_value">', 1)[1].split("</pre>", 1)[0]
+            title = f"{title}: {' '.join(value.split())}"
+        return f"HTTP {status}: {title[:160]}"
     if lines and lines[0].startswith("Traceback"):
         return f"HTTP {status}: {lines[-1][:160]}"
     return f"HTTP {status}: {' '.join(lines)[:160]}"
@@ -126,11 +136,18 @@ async def completion(client: Any, key: str, model: str, text: str) -> Sample:
                 buffer += raw
                 while b"\n\n" in buffer:
                     event, buffer = buffer.split(b"\n\n", 1)
-                    data = event.strip().removeprefix(b"data:").strip()
+                    lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
+                    if not lines:
+                        continue  # a comment (": waiting") keeps a quiet stream open
+                    data = b"\n".join(line.removeprefix(b"data:").strip() for line in lines)
                     if data == b"[DONE]":
                         sample.done = now
                         continue
-                    chunk = json.loads(data)
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        sample.error = f"an event that is not JSON: {event[:80]!r}"
+                        continue
                     if "error" in chunk:
                         sample.error = f"error event: {chunk['error'].get('message', chunk['error'])}"
                         continue
@@ -345,9 +362,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"API errors: {len(errors)} of {len(burst) + len(alone)}")
     _print_errors(errors, "API")
     first_byte = _percentile(_ms([s.first_byte for s in burst]), 0.5)
-    ok = first_byte <= FIRST_BYTE_P50_MS and not errors
-    print(f"verdict: {'PASS' if ok else 'FAIL'} (targets: first byte p50 <= {FIRST_BYTE_P50_MS:.0f} ms "
-          f"with {len(burst)} at once: {first_byte:.1f} ms; no errors: {len(errors)})")
+    alone_first = _percentile(_ms([s.first_byte for s in alone]), 0.5)
+    added = None
+    if chat is not None:
+        added = first_byte - _percentile(_ms([s.first_byte for s in chat]), 0.5)
+    ok = alone_first <= FIRST_BYTE_P50_MS and not errors and (added is None or added <= FIRST_BYTE_P50_MS)
+    added_text = "not measured (--no-chat)" if added is None else f"{added:+.1f} ms"
+    print(f"verdict: {'PASS' if ok else 'FAIL'} (targets: added over the chat's path at "
+          f"{len(burst)} at once, first byte p50 <= {FIRST_BYTE_P50_MS:.0f} ms: {added_text}; "
+          f"alone p50 <= {FIRST_BYTE_P50_MS:.0f} ms: {alone_first:.1f} ms; no errors: {len(errors)}; "
+          f"absolute burst p50 {first_byte:.1f} ms, for the record)")
     return 1 if args.check and not ok else 0
 
 

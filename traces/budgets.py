@@ -168,9 +168,11 @@ def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None =
     """The enabled budgets that apply to ``user_id`` in the team, through ``api_key_id`` when
     the turn came through a key (``budget_scope``), with the spend of their current period, in
     one query."""
-    rows = with_spend(Budget.objects.filter(team_id=team_id, enabled=True)
-                      .filter(budget_scope(user_id=user_id, api_key_id=api_key_id))
-                      .select_related("user", "api_key", "route_down_provider"), today=today)
+    budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
+               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id)))
+    if not budgets.exists():
+        return []  # most teams: no spend to add up
+    rows = with_spend(budgets.select_related("user", "api_key", "route_down_provider"), today=today)
     return [BudgetState(row, spent_of(row)) for row in rows.order_by("period", "-user_id")]
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -26,24 +28,39 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import Router
 
-from agents.access import conversation_get_or_404
+from agents.access import conversation_act_check, conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
 from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMessageIn, ModelList
-from agents.api.turn_stream import TurnTimeout, trace_events, turn_wait, with_keepalive
+from agents.api.turn_stream import (
+    TurnTimeout,
+    start_gate,
+    trace_events,
+    turn_wait,
+    with_keepalive,
+)
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
-from agents.turns.quotas import QuotaExceeded, budgets_admit
-from agents.turns.services import chat_membership, conversation_create, turn_cancel, turn_send
+from agents.turns.quotas import budgets_admit, turn_admit
+from agents.turns.services import (
+    chat_membership,
+    conversation_check_open,
+    conversation_create,
+    message_text_clean,
+    turn_cancel,
+    turn_send,
+)
+from agentsite.api_keys import Caller
 from agentsite.models import ApiKey
 from traces.export import usd
 from traces.models import Trace
 
+logger = logging.getLogger(__name__)
 router = Router(tags=["OpenAI-compatible"])
 Scope = ApiKey.Scope
 CONVERSATION_HEADER = "X-Agentsite-Conversation"
@@ -70,6 +87,23 @@ def models_list(request: HttpRequest) -> dict[str, Any]:
 
 
 # -- starting the turn ----------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """A request checked and admitted (its rate-limit places taken), not yet written: its trace
+    and conversation ids are chosen, so the answer's headers can go before the turn is stored."""
+
+    caller: Caller
+    agent: Agent
+    override: str
+    history: list[tuple[str, str]]
+    text: str
+    conversation: Conversation | None  # a bound one; None: a new ephemeral one
+    conversation_uuid: uuid.UUID
+    trace_uuid: uuid.UUID
+    quota_keys: list[str]
+    model: str
+
+
 @dataclass
 class Started:
     trace: Trace
@@ -146,43 +180,70 @@ def _blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
-def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
-    """Resolve the agent, the conversation and the history, check the limits, and queue the
-    turn (``turn_send``)."""
+def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
+    """Everything that can refuse the request, before anything is written: the key's scope, the
+    agent and model, the messages, the bound conversation (seen and open to this person), the
+    budgets, and the rate limits (whose places this takes, under the turn's id to be)."""
     caller = scope_check(request, Scope.CHAT)
     agent, override = _agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
-    bound = request.headers.get(CONVERSATION_HEADER, "").strip()
     chat_membership(caller.user, caller.team)
+    bound = request.headers.get(CONVERSATION_HEADER, "").strip()
+    conversation = None
     if bound:
         conversation = conversation_get_or_404(caller.membership, uuid=bound)
         if conversation.agent_id != agent.pk:
             raise ApiError(400, f"This conversation is with another agent; send model "
                                 f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
+        conversation_act_check(caller.user, conversation, "send messages in it")
         history = []
+    try:
+        last = message_text_clean(last)
+        if conversation is not None:
+            conversation_check_open(conversation)
+    except ValidationError as exc:
+        raise ApiError(400, " ".join(exc.messages), param="messages") from exc
+    budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
     sizes = [{"role": "system", "content": agent.system_prompt},
              *({"role": r, "content": t} for r, t in history), {"role": "user", "content": last}]
-    budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
+    trace_uuid = uuid.uuid4()
+    quota_keys = turn_admit(membership=caller.membership, api_key=caller.key,
+                            request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
+    return Prepared(caller, agent, override, history, last, conversation,
+                    conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
+                    quota_keys, body.model)
+
+
+def chat_commit(prepared: Prepared) -> Started:
+    """Store the request's conversation (a new ephemeral one holds the history it sent) and its
+    message, and queue the turn (``turn_send``), in one transaction."""
+    caller, conversation = prepared.caller, prepared.conversation
     with transaction.atomic():
-        if not bound:
-            conversation = conversation_create(team=caller.team, agent=agent, user=caller.user,
-                                               title=" ".join(last.split())[:80],
-                                               api_key=caller.key, ephemeral=True)
+        if conversation is None:
+            conversation = conversation_create(
+                team=caller.team, agent=prepared.agent, user=caller.user,
+                title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
+                conversation_uuid=prepared.conversation_uuid)
             Message.objects.bulk_create([
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)
-                for role, text in history])
-        if override != conversation.model_override and (override or not bound):
-            Conversation.objects.filter(pk=conversation.pk).update(model_override=override)
-            conversation.model_override = override
+                for role, text in prepared.history])
+        if prepared.override != conversation.model_override and (
+                prepared.override or conversation.ephemeral):
+            Conversation.objects.filter(pk=conversation.pk).update(model_override=prepared.override)
+            conversation.model_override = prepared.override
         try:
-            trace = turn_send(conversation=conversation, user=caller.user, text=last,
-                              api_key=caller.key, prompt_tokens=estimate_tokens(sizes)).trace
-        except QuotaExceeded:
-            raise  # a 429, not a bad message
+            trace = turn_send(conversation=conversation, user=caller.user, text=prepared.text,
+                              api_key=caller.key, trace_uuid=prepared.trace_uuid,
+                              quota_keys=prepared.quota_keys).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc
-    return Started(trace, conversation, agent, body.model)
+    return Started(trace, conversation, prepared.agent, prepared.model)
+
+
+def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
+    """``chat_prepare`` then ``chat_commit``."""
+    return chat_commit(chat_prepare(request, body))
 
 
 def _cancel(trace: Trace, user: Any) -> None:
@@ -225,9 +286,9 @@ def _turn_error(trace: Trace) -> tuple[int, str, str]:
     return 502, message, trace.error_kind or "turn_failed"
 
 
-def _headers(response: HttpResponse, started: Started) -> HttpResponse:
-    response["X-Agentsite-Trace-Id"] = started.trace.uuid.hex
-    response["X-Agentsite-Conversation-Id"] = started.conversation.uuid.hex
+def _headers(response: HttpResponse, prepared: Prepared) -> HttpResponse:
+    response["X-Agentsite-Trace-Id"] = prepared.trace_uuid.hex
+    response["X-Agentsite-Conversation-Id"] = prepared.conversation_uuid.hex
     return response
 
 
@@ -253,30 +314,34 @@ def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dic
                                  "`data: [DONE]`."),
                  "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> HttpResponse:
-    started = await sync_to_async(chat_start)(request, body)
-    timeout = started.agent.hard_time_limit_s + WAIT_MARGIN_S
+    prepared = await sync_to_async(chat_prepare)(request, body)
+    timeout = prepared.agent.hard_time_limit_s + WAIT_MARGIN_S
     if body.stream:
+        # The answer starts now; the turn is stored and queued by the stream itself, so the
+        # first byte never waits for the database's write lock behind a burst of requests.
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = StreamingHttpResponse(
-            _stream(request, started, timeout_s=timeout, include_usage=include_usage),
+            _stream(request, prepared, timeout_s=timeout, include_usage=include_usage),
             content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
-        return _headers(response, started)
+        return _headers(response, prepared)
+    async with start_gate():
+        started = await sync_to_async(chat_commit)(prepared)
     try:
         trace = await turn_wait(started.trace, timeout_s=timeout)
     except TurnTimeout:
         await sync_to_async(_cancel)(started.trace, request.user)
         return _headers(JsonResponse(_error(504, "The turn did not end in time and was stopped.",
-                                            "turn_timed_out"), status=504), started)
+                                            "turn_timed_out"), status=504), prepared)
     except asyncio.CancelledError:
         await sync_to_async(_cancel)(started.trace, request.user)
         raise
     if trace.status != Trace.Status.COMPLETED:
         status, message, code = _turn_error(trace)
-        return _headers(JsonResponse(_error(status, message, code), status=status), started)
+        return _headers(JsonResponse(_error(status, message, code), status=status), prepared)
     body_ = await sync_to_async(completion_body)(request, started, trace)
-    return _headers(JsonResponse(body_), started)
+    return _headers(JsonResponse(body_), prepared)
 
 
 # -- streaming -----------------------------------------------------------------------------------
@@ -323,17 +388,27 @@ class _Text:
             self.last_step = -1
 
 
-async def _stream(request: HttpRequest, started: Started, *, timeout_s: float,
+async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                   include_usage: bool) -> AsyncIterator[bytes]:
-    trace = started.trace
-    head = {"id": f"chatcmpl-{trace.uuid.hex}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": started.model, "system_fingerprint": None}
+    head = {"id": f"chatcmpl-{prepared.trace_uuid.hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": prepared.model, "system_fingerprint": None}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
                                           "logprobs": None}]})
 
     yield chunk({"role": "assistant", "content": ""})
+    try:
+        async with start_gate():
+            trace = (await sync_to_async(chat_commit)(prepared)).trace
+    except ApiError as exc:
+        yield _sse(_error(exc.status, exc.message, exc.code or "invalid_request"))
+        return
+    except DatabaseError:
+        logger.exception("a streamed request's turn could not be stored")
+        yield _sse(_error(503, "The turn could not be stored; nothing was started. Try again.",
+                          "storage_unavailable"))
+        return
     text = _Text()
     ended = None
     try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from traces.live import trace_group
 from traces.models import Trace
@@ -26,6 +28,22 @@ QUIET_S = 1.0
 # line, so that proxies and clients do not take the connection for dead.
 KEEPALIVE_S = 15.0
 T = TypeVar("T")
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary())
+
+
+def start_gate() -> asyncio.Semaphore:
+    """How many requests of this web process start a turn at once (``API_START_CONCURRENCY``):
+    starting one is a short write transaction, and a burst of them beyond what the database
+    takes at once only makes every one wait on its lock (SQLite: "database is locked"). The rest
+    wait here, on the event loop, in arrival order."""
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(settings.API_START_CONCURRENCY)
+    return gate
 
 
 class TurnTimeout(Exception):

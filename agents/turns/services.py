@@ -51,18 +51,22 @@ def chat_membership(user: Any, team: Team | int) -> Membership:
 
 
 def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "",
-                        api_key: ApiKey | None = None, ephemeral: bool = False) -> Conversation:
+                        api_key: ApiKey | None = None, ephemeral: bool = False,
+                        conversation_uuid: uuid.UUID | None = None) -> Conversation:
     """A new conversation of ``user`` with one of the team's agents (a member, not a viewer).
     ``api_key``: started through the API with that key; ``ephemeral``: a stateless API request's
     record, left out of the chat's lists."""
     chat_membership(user, team)
     if agent.team_id != team.pk:
         raise PermissionDenied("That agent belongs to another team.")
+    fields = {"uuid": conversation_uuid} if conversation_uuid is not None else {}
     return Conversation.objects.create(team=team, agent=agent, created_by=user, api_key=api_key,
-                                       ephemeral=ephemeral, title=(title or "").strip()[:200])
+                                       ephemeral=ephemeral, title=(title or "").strip()[:200],
+                                       **fields)
 
 
-def _clean_text(text: str, *, images: int = 0) -> str:
+def message_text_clean(text: str, *, images: int = 0) -> str:
+    """The message as it is stored, or a ValidationError saying what is wrong with it."""
     text = (text or "").strip()
     if not text and images:
         return "(image attached)" if images == 1 else f"({images} images attached)"
@@ -101,7 +105,8 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
 
 def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
               client_id: str = "", attachments: Sequence[str] = (), api_key: ApiKey | None = None,
-              prompt_tokens: int | None = None) -> SentTurn:
+              prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
+              quota_keys: list[str] | None = None) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -119,24 +124,26 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
 
     The person's and the key's (``api_key``) rate limits are taken here (``QuotaExceeded``);
     ``prompt_tokens`` is the request's size for the tokens-per-minute limits (by default, the
-    message's estimate)."""
+    message's estimate). A caller that took them already (``turn_admit``, with ``trace_uuid``
+    as the request's id) passes the windows it holds as ``quota_keys``."""
     conversation_act_check(user, conversation, "send messages in it")
-    _check_open(conversation)
+    conversation_check_open(conversation)
     client_id = (client_id or "").strip()[:64]
     agent = Agent.objects.select_related("provider").get(pk=conversation.agent_id)
     images = attachments_for_message(conversation=conversation, user=user, ids=attachments) if attachments else []
-    text = _clean_text(text, images=len(images))
+    text = message_text_clean(text, images=len(images))
     if images:
         _check_vision(conversation, agent, len(images))
     if client_id:
         sent = _sent_before(conversation, client_id)
         if sent is not None:
             return SentTurn(sent, resent=True)
-    trace_uuid = uuid.uuid4()
-    if prompt_tokens is None:
-        prompt_tokens = estimate_tokens([{"role": "user", "content": text}])
-    quota_keys = turn_admit(membership=membership_for(user, conversation.team_id), api_key=api_key,
-                            request_id=trace_uuid.hex, tokens=prompt_tokens)
+    trace_uuid = trace_uuid or uuid.uuid4()
+    if quota_keys is None:
+        if prompt_tokens is None:
+            prompt_tokens = estimate_tokens([{"role": "user", "content": text}])
+        quota_keys = turn_admit(membership=membership_for(user, conversation.team_id),
+                                api_key=api_key, request_id=trace_uuid.hex, tokens=prompt_tokens)
     with transaction.atomic():
         conversation_lock(conversation.pk)
         if client_id:
@@ -162,7 +169,8 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             conversation.title = _title_from(text)
             Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
         message.conversation = conversation
-        transaction.on_commit(lambda: announce_sync(announcements().message, message))
+        if not conversation.ephemeral:  # a stateless API request's conversation has no viewers
+            transaction.on_commit(lambda: announce_sync(announcements().message, message))
     return SentTurn(trace)
 
 
@@ -182,7 +190,8 @@ def _check_vision(conversation: Conversation, agent: Agent, count: int) -> None:
                               "settings.")
 
 
-def _check_open(conversation: Conversation) -> None:
+def conversation_check_open(conversation: Conversation) -> None:
+    """A ValidationError when the conversation takes no messages (deleted, archived)."""
     if conversation.deleted_at is not None:
         raise ValidationError("This conversation was deleted.")
     if conversation.archived:
@@ -239,7 +248,7 @@ def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> T
     """Answer the user message of ``trace`` again, as a new branch beside that answer (which
     stays reachable)."""
     conversation_act_check(user, conversation, "regenerate its answers")
-    _check_open(conversation)
+    conversation_check_open(conversation)
     if trace.conversation_id != conversation.pk or trace.user_message_id is None:
         raise ValidationError("That answer cannot be regenerated.")
     if trace.is_active:
@@ -255,8 +264,8 @@ def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: 
     """Send an edited version of an earlier user message: a new branch from the point where
     ``message`` was sent. The original and everything after it stay reachable."""
     conversation_act_check(user, conversation, "edit its messages")
-    text = _clean_text(text)
-    _check_open(conversation)
+    text = message_text_clean(text)
+    conversation_check_open(conversation)
     if message.conversation_id != conversation.pk or message.role != Message.Role.USER:
         raise ValidationError("Only the messages sent to the agent in this conversation can be "
                               "edited, not its answers.")
