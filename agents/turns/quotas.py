@@ -39,10 +39,12 @@ def quota_windows(*, membership: Membership | None, api_key: ApiKey | None) -> l
     """The windows a turn falls under: its key's, then its person's."""
     windows = []
     if api_key is not None:
-        windows.append(Window(f"key:{api_key.pk}", f"This API key's ({api_key.prefix}…)",
+        # Public ids, not row ids: a row id can come back (a restored database, a test's
+        # rolled-back rows) while Redis still holds the old window.
+        windows.append(Window(f"key:{api_key.uuid.hex}", f"This API key's ({api_key.prefix}…)",
                               api_key.rpm_limit, api_key.tpm_limit))
     if membership is not None:
-        windows.append(Window(f"member:{membership.team_id}:{membership.user_id}", "Your",
+        windows.append(Window(f"member:{membership.uuid.hex}", "Your",
                               membership.rpm_limit, membership.tpm_limit))
     return windows
 

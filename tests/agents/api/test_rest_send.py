@@ -7,7 +7,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-import redis
 from django.utils import timezone
 
 from tests.agents.api.rest_keys import error_of, key_client
@@ -46,10 +45,7 @@ def test_a_turn_still_running_when_the_wait_is_over_is_a_202(conversation, alice
 
 @pytest.mark.django_db
 def test_over_the_keys_rate_limit_it_is_a_429_with_retry_after(conversation, alice, team_a, sent_turns, use_redis):
-    client = key_client(alice, team_a, ["chat"], rpm_limit=1)
-    # The window outlives the test database: start from an empty one.
-    server = redis.Redis.from_url(use_redis)
-    server.delete(*[f"agentsite:rl:key:{client.key.pk}:{part}" for part in ("req", "tok", "tokv")])
+    client = key_client(alice, team_a, ["chat"], rpm_limit=1)  # a new key: a window of its own
 
     first = send(client, conversation, text="one")
     second = send(client, conversation, text="two")

@@ -33,4 +33,5 @@ def test_a_persons_tokens_per_minute_count_what_they_send(conversation, alice, t
     turn_send(conversation=conversation, user=alice, text="x" * 100)  # ceil(100/4) + 4 = 29
     with pytest.raises(QuotaExceeded, match="40 tokens per minute"):
         turn_send(conversation=conversation, user=alice, text="y" * 100)
-    assert Trace.objects.get().quota_keys == [f"member:{team_a.pk}:{alice.pk}"]
+    membership = Membership.objects.get(user=alice, team=team_a)
+    assert Trace.objects.get().quota_keys == [f"member:{membership.uuid.hex}"]
