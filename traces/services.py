@@ -37,7 +37,7 @@ STEP_FIELDS = frozenset({
     "kind", "name", "iteration", "status", "success", "duration_ms", "error", "provider",
     "model", "call_id", "cost_usd", "price_id", "price_match", "meta", *TOKEN_FIELDS,
 })
-LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message")
+LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message", "api_key")
 
 
 class TraceNotOwned(Exception):  # noqa: N818 - a state, not a programming error

@@ -33,7 +33,7 @@ def _trace(request: HttpRequest, trace_uuid) -> Trace:
     """A trace the person may see (every one of the team for admins; else those of their own
     and of shared conversations); 404 otherwise."""
     return selectors.trace_get_or_404(
-        request.membership, Trace.objects.select_related("agent", "conversation", "user", "user_message"),
+        request.membership, Trace.objects.select_related("agent", "conversation", "user", "user_message", "api_key"),
         uuid=trace_uuid)
 
 

@@ -250,3 +250,12 @@ def test_streamed_frames_are_not_repeated_and_a_restarted_step_starts_after_a_bl
     assert text.step_text == "Hi"
     assert text.take({"step": 5, "offset": 0, "text": "Done"}) == "\n\nDone"
     assert text.step_text == "Done"
+
+
+def test_the_inspector_says_which_key_a_turn_came_through(agent, alice, team_a, use_redis, worker,
+                                                          client_for):
+    secret = key_for(alice, team_a)
+    response = post(api(secret), {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]})
+    trace = Trace.objects.get(uuid=response["X-Agentsite-Trace-Id"])
+    page = client_for(alice).get(f"/traces/{trace.uuid}/").content.decode()
+    assert f"through the API key “test” ({trace.api_key.prefix}…)" in page
