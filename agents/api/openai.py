@@ -332,14 +332,19 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         trace = await turn_wait(started.trace, timeout_s=timeout)
     except TurnTimeout:
         await sync_to_async(_cancel)(started.trace, request.user)
-        return _headers(JsonResponse(_error(504, "The turn did not end in time and was stopped.",
-                                            "turn_timed_out"), status=504), prepared)
+        response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",
+                                       "turn_timed_out"), status=504)
+        response["X-Should-Retry"] = "false"
+        return _headers(response, prepared)
     except asyncio.CancelledError:
         await sync_to_async(_cancel)(started.trace, request.user)
         raise
     if trace.status != Trace.Status.COMPLETED:
         status, message, code = _turn_error(trace)
-        return _headers(JsonResponse(_error(status, message, code), status=status), prepared)
+        response = JsonResponse(_error(status, message, code), status=status)
+        # The turn ran (its tools may have acted): OpenAI's clients must not send it again.
+        response["X-Should-Retry"] = "false"
+        return _headers(response, prepared)
     body_ = await sync_to_async(completion_body)(request, started, trace)
     return _headers(JsonResponse(body_), prepared)
 

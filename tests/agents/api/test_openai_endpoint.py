@@ -259,3 +259,16 @@ def test_the_inspector_says_which_key_a_turn_came_through(agent, alice, team_a, 
     trace = Trace.objects.get(uuid=response["X-Agentsite-Trace-Id"])
     page = client_for(alice).get(f"/traces/{trace.uuid}/").content.decode()
     assert f"through the API key “test” ({trace.api_key.prefix}…)" in page
+
+
+def test_a_turn_that_failed_is_a_502_the_sdk_must_not_retry(agent, alice, team_a, use_redis, worker):
+    provider = agent.provider
+    provider.kind, provider.base_url = "openai", "http://127.0.0.1:9/v1"  # nothing answers there
+    provider.save()
+    response = post(api(key_for(alice, team_a)), {"model": agent.slug,
+                                                  "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 502, response.content
+    assert response["X-Should-Retry"] == "false"  # the turn ran: sending it again is not free
+    trace = Trace.objects.get()
+    assert trace.status == "failed" and error_of(response)["message"] == trace.error
+    assert response["X-Agentsite-Trace-Id"] == trace.uuid.hex
