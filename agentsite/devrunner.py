@@ -375,7 +375,9 @@ class DevRunner:
         url = f"http://{opts.host}:{opts.port}/"
         if not self._wait_healthy(url + "healthz"):
             return 1 if not self.stopping.is_set() else 130
-        self.printer.banner([f"agentsite is running at {url}", *banner_extra, "Press Ctrl-C to stop."])
+        self.printer.banner([f"agentsite is running at {url}", *banner_extra,
+                             f"API: {url}v1 (OpenAI-compatible), {url}api/v1/docs (keys: account menu "
+                             "→ API keys)", "Press Ctrl-C to stop."])
 
         while not self.stopping.wait(0.5):
             dead = next((c for c in self.children if not c.alive()), None)
