@@ -22,7 +22,7 @@ from agents.api.errors import errors
 from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
 from agents.api.rest.traces import TraceOut, trace_out
-from agents.api.turn_stream import TurnTimeout, turn_wait
+from agents.api.turn_stream import TurnTimeout, start_gate, turn_wait
 from agents.models import Conversation, Message
 from agents.turns.quotas import budgets_admit
 from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
@@ -212,7 +212,8 @@ async def message_send(request: HttpRequest, conversation_id: str, body: Message
     With ``wait`` it is 200 once the turn has ended, with the answer; a turn still running
     when the wait is over is a 202 as without it. Scope `chat`; the conversation's owner or a
     team admin, never a viewer (403). Rate limits and blocking budgets answer 429."""
-    trace, resent, wait_s = await sync_to_async(_send)(request, conversation_id, body)
+    async with start_gate():  # as the OpenAI endpoint: a burst queues in order, not on the lock
+        trace, resent, wait_s = await sync_to_async(_send)(request, conversation_id, body)
     if body.wait:
         try:
             await turn_wait(trace, timeout_s=wait_s)
