@@ -88,11 +88,15 @@ def test_a_chat_on_a_real_model_shows_the_tool_card_the_streamed_answer_and_coun
     answer.locator(".tool-card.state-ok").first.wait_for(timeout=60_000)
 
     lengths = s.page.evaluate("() => window.__stream")
+    final = answer.locator(".md").inner_text().strip()
+    assert final
     if agent == "Local unstreamed":  # no deltas: the answer arrives whole
         assert len(set(lengths)) <= 1, lengths
     else:
-        assert len(lengths) >= 2 and lengths == sorted(lengths), lengths  # it grew piece by piece
-    assert answer.locator(".md").inner_text().strip()
+        # It was streamed: part of it was on the page before the whole. (How many renders that
+        # takes depends on the model's speed: a small model on a fast machine writes a short
+        # answer within one or two of the page's 120 ms renders.)
+        assert lengths and lengths == sorted(lengths) and lengths[0] < len(final), (lengths, final)
     assert "malformed" not in s.page.locator("#messages").inner_text()  # a call is not an error
     done = answer.locator(".tool-card.state-ok").first
     done.locator("summary").click()
