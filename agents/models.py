@@ -448,6 +448,12 @@ class Agent(models.Model):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "slug"}
         super().save(*args, **kwargs)
 
+    def model_choices(self) -> list[str]:
+        """The models a conversation with the agent may use (``/model``, the chat's picker, the
+        API's ``<slug>/<model>``): its own first, then its allowed ones."""
+        extra = [str(m).strip() for m in self.allowed_models or [] if str(m).strip()]
+        return [self.model, *[m for m in extra if m != self.model]]
+
     @property
     def hard_time_limit_s(self) -> int:
         """The soft limit ends the turn cleanly; the hard one is the backstop after it."""

@@ -63,7 +63,8 @@ from typing import Any
 import httpx
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
+from agentsite.stack import Stack
+
 AGENT = "Bench"
 KEY = "bench"
 QUESTION = "Hello! How are you today?"
@@ -318,9 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-chat", action="store_true", help="skip the chat's path for reference")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-
-    from agentsite.stack import Stack
 
     with Stack(worker_threads=args.requests) as stack:
         ids = stack.seed({"agents": [{"name": AGENT, "tools": [], "provider_options": {}}],

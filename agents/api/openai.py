@@ -70,19 +70,13 @@ ERRORS = errors(400, 404, 409, 429, 502, 503, 504)
 
 
 # -- the model list -------------------------------------------------------------------------------
-def agent_models(agent: Agent) -> list[str]:
-    """The models a request to ``agent`` may name after its slug: its own first."""
-    extra = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
-    return [agent.model, *[m for m in extra if m != agent.model]]
-
-
 @router.get("/v1/models", response={200: ModelList, **ERRORS}, summary="List the agents a key may call")
 def models_list(request: HttpRequest) -> dict[str, Any]:
     caller = scope_check(request, Scope.CHAT)
     agents = Agent.objects.filter(team=caller.team).order_by("name")
     return {"object": "list", "data": [
         {"id": a.slug, "created": int(a.created_at.timestamp()), "owned_by": caller.team.name,
-         "name": a.name, "description": a.description, "models": agent_models(a)}
+         "name": a.name, "description": a.description, "models": a.model_choices()}
         for a in agents]}
 
 
@@ -121,7 +115,7 @@ def _agent_for(team: Any, name: str) -> tuple[Agent, str]:
                        param="model", code="model_not_found")
     if not model:
         return agent, ""
-    choices = agent_models(agent)
+    choices = agent.model_choices()
     chosen = next((m for m in choices if m.lower() == model.lower()), None)
     if chosen is None:
         raise ApiError(400, f"{model!r} is not one of the models the agent {agent.slug!r} may use "

@@ -122,9 +122,8 @@ def chat_command(*, conversation: Conversation, user: Any, text: str) -> Command
 
 
 def allowed_models(agent: Agent) -> list[str]:
-    """The models a conversation with ``agent`` may use: its own first, then its allowed ones."""
-    models_ = [str(m).strip() for m in agent.allowed_models or [] if str(m).strip()]
-    return [agent.model, *[m for m in models_ if m != agent.model]]
+    """The models a conversation with ``agent`` may use (``Agent.model_choices``)."""
+    return agent.model_choices()
 
 
 def _models_text(conversation: Conversation, agent: Agent) -> str:

@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.exceptions import PermissionDenied
 from django.test import AsyncClient, Client
+from django.utils import timezone
 
+from agents.api.openai import _Text
 from agents.chat.selectors import conversation_list
 from agents.models import Conversation, Message
+from agents.turns.quotas import budgets_admit
 from agents.turns.tasks import turn_run
-from agentsite.api_keys import api_key_create
+from agentsite.api_keys import api_key_create, api_key_revoke
+from agentsite.celery import app
 from agentsite.models import ApiKey
-from traces.models import Trace
+from traces.models import Budget, CostRollup, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ALL = [s.value for s in ApiKey.Scope]
@@ -26,8 +33,6 @@ ALL = [s.value for s in ApiKey.Scope]
 @pytest.fixture
 def worker(monkeypatch):
     """Turn tasks run in a thread of this process as soon as they are sent (no broker)."""
-    from agentsite.celery import app
-
     threads: list[threading.Thread] = []
 
     def send_task(name, args=None, kwargs=None, **options):
@@ -70,12 +75,6 @@ def test_without_a_key_or_with_a_wrong_one_the_answer_is_401_in_openais_shape(ag
 
 
 def test_a_revoked_or_expired_key_says_so(agent, alice, team_a):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from agentsite.api_keys import api_key_revoke
-
     key, secret = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
     api_key_revoke(key=key, actor=alice)
     assert "revoked" in error_of(api(secret).get("/v1/models"))["message"]
@@ -100,7 +99,7 @@ def test_another_teams_agent_does_not_exist_for_a_key(agent, charlie, team_b):
 
 
 def test_a_viewers_key_cannot_chat(agent, vera, team_a):
-    with pytest.raises(Exception, match="cannot have the 'chat' scope"):
+    with pytest.raises(PermissionDenied, match="cannot have the 'chat' scope"):
         key_for(vera, team_a, scopes=["chat"])
 
 
@@ -211,12 +210,6 @@ async def test_streaming_sends_the_answer_in_chunks_then_usage_and_done(
 
 
 def test_a_blocking_budget_of_the_key_already_spent_is_a_429_before_any_turn(agent, alice, team_a):
-    from decimal import Decimal
-
-    from django.utils import timezone
-
-    from traces.models import Budget, CostRollup
-
     key, secret = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
     other, other_secret = api_key_create(team=team_a, actor=alice, name="other", scopes=["chat"])
     Budget.objects.create(team=team_a, api_key=key, period="day", limit_usd=Decimal("0.01"), mode="block")
@@ -233,14 +226,10 @@ def test_a_blocking_budget_of_the_key_already_spent_is_a_429_before_any_turn(age
     assert 0 < int(response["Retry-After"]) <= 86_400
     assert not Trace.objects.exists()
     # The budget is the key's: the same person through another key is not held to it.
-    from agents.turns.quotas import budgets_admit
-
     budgets_admit(team_id=team_a.pk, user_id=alice.pk, api_key_id=other.pk)
 
 
 def test_streamed_frames_are_not_repeated_and_a_restarted_step_starts_after_a_blank_line():
-    from agents.api.openai import _Text
-
     text = _Text()
     frames = [{"step": 2, "offset": 0, "text": "Hel"}, {"step": 2, "offset": 0, "text": "Hel"},
               {"step": 2, "offset": 3, "text": "lo"}, {"step": 2, "offset": 1, "text": "ello!"}]
