@@ -15,7 +15,7 @@ from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 
 from . import live, selectors, services
-from .export import trace_export_chunks
+from .export.records import trace_export_chunks
 from .models import Step, StepPayload, Trace
 from .presentation import (
     TREE_MAX_STEPS,

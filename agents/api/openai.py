@@ -57,7 +57,7 @@ from agents.turns.services import (
 )
 from agentsite.api_keys import Caller
 from agentsite.models import ApiKey
-from traces.export import usd
+from traces.export.records import usd
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)

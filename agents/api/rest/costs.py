@@ -34,7 +34,7 @@ from traces.cost_selectors import (
     resolve_filters,
     rollup_rows,
 )
-from traces.export import usd
+from traces.export.records import usd
 from traces.rollups import AMOUNT_FIELDS
 
 router = Router(tags=["costs"])

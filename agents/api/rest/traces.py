@@ -22,7 +22,7 @@ from agents.api.rest.pagination import PageParams, paginate
 from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import ApiKey, Membership
-from traces.export import step_record, trace_export_chunks, usd
+from traces.export.records import step_record, trace_export_chunks, usd
 from traces.models import Step, StepPayload, Trace
 from traces.selectors import (
     FEEDBACK_FILTERS,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from .models import Step, Trace
+from ..models import Step, Trace
 
 
 def _iso(value: Any) -> str | None:
