@@ -323,6 +323,7 @@ class TraceRecorder:
         recorded = price_fields(priced)
         meta: dict[str, Any] = {
             "first_token_ms": _ms(event.first_token_ms),
+            "first_chunk_ms": _ms(event.first_chunk_ms),
             "stop_reason": event.stop_reason,
             "tool_calls": [str(c.get("name", "")) for c in event.tool_calls],
             **recorded.pop("meta"),

@@ -51,6 +51,9 @@ class LlmRequestFinished(Event):
     usage_estimated: bool = False
     latency_ms: float = 0.0
     first_token_ms: float | None = None
+    # When the stream's first chunk of any kind came (an answer of only tool calls has no text
+    # token); None when the request did not stream.
+    first_chunk_ms: float | None = None
     error: str | None = None
     stop_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)

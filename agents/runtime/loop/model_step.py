@@ -76,6 +76,12 @@ def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
                  output_tokens=count(output))
 
 
+def response_id(raw: object) -> str:
+    """The provider's id of an answer (OpenAI's ``chatcmpl-…``, Anthropic's ``msg_…``), when
+    its payload has one: the trace keeps it, so an answer can be found in the provider's logs."""
+    return str(raw.get("id") or "")[:200] if isinstance(raw, dict) else ""
+
+
 def _has_content(response: ChatResponse) -> bool:
     return bool(content_text(response.message).strip())
 
@@ -93,6 +99,8 @@ class _Stream:
     thinking: list[str] = field(default_factory=list)
     response: ChatResponse | None = None
     first_token_at: float | None = None
+    # The first event of any kind (text, thinking, or the whole answer of tool calls).
+    first_chunk_at: float | None = None
     # The estimate of answers that broke off and were started over: billed, never reported.
     voided: Usage = field(default_factory=Usage)
 
@@ -216,7 +224,7 @@ class ModelStep:
         await self.observer.emit(LlmRequestStarted(
             iteration=iteration, provider=provider_name, model=request.model,
             messages_count=len(request.messages), tools_available=list(offered),
-            request=self.conversation.request_trace(request),
+            request={**self.conversation.request_trace(request), "stream": self.cfg.stream},
             estimated_input_tokens=self.estimate_input_tokens(request)))
         stream = _Stream()
         started = time.perf_counter()
@@ -256,13 +264,14 @@ class ModelStep:
                        latency_ms, True)
         self.llm_calls.append(call)
         first_ms = ((stream.first_token_at - started) * 1000) if stream.first_token_at else None
+        chunk_ms = ((stream.first_chunk_at - started) * 1000) if stream.first_chunk_at else None
         await self.observer.emit(LlmRequestFinished(
             iteration=iteration, provider=provider_name, model=call.model, success=True,
             usage=usage, usage_estimated=response.usage_estimated, latency_ms=latency_ms,
-            first_token_ms=first_ms, stop_reason=response.stop_reason,
+            first_token_ms=first_ms, first_chunk_ms=chunk_ms, stop_reason=response.stop_reason,
             tool_calls=[{"id": c.id, "name": c.name, "arguments": c.input} for c in parsed.calls],
             response={"message": response.message.to_dict(), "stop_reason": response.stop_reason,
-                      "model": response.model}))
+                      "model": response.model, "id": response_id(response.raw)}))
         if parsed.parse_issue:
             await self.observer.emit(ToolCallParseIssue(
                 iteration=iteration, issue=parsed.parse_issue,
@@ -279,6 +288,8 @@ class ModelStep:
         visible = VisibleTextFilter()
         async with contextlib.aclosing(provider.stream(request)) as events:
             async for event in events:
+                if stream.first_chunk_at is None:
+                    stream.first_chunk_at = time.perf_counter()
                 if isinstance(event, StreamText):
                     if stream.first_token_at is None:
                         stream.first_token_at = time.perf_counter()

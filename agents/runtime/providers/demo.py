@@ -34,6 +34,7 @@ import asyncio
 import json
 import math
 import re
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -269,7 +270,8 @@ class DemoProvider(Provider):
         message.usage = usage
         stop = "tool_use" if decision.calls and native else "end_turn"
         response = ChatResponse(message=message, usage=usage, model=request.model or "demo",
-                                provider=self.name, stop_reason=stop)
+                                provider=self.name, stop_reason=stop,
+                                raw={"id": f"demo-{uuid.uuid4().hex[:24]}"})
         return response, _WORD_PIECES.findall(text) if text else []
 
 
