@@ -279,6 +279,10 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # one line per sign-in otherwise
         "httpcore": {"level": "WARNING"},
+        # The OTLP exporter warns on every retry of every batch; traces.export reports a
+        # receiver that stays down once a minute instead.
+        "opentelemetry.exporter.otlp.proto.http": {"level": "ERROR"},
+        "opentelemetry.exporter.otlp.common": {"level": "ERROR"},
     },
 }
 
@@ -305,6 +309,30 @@ for _network in OUTBOUND_ALLOWED_NETWORKS:  # a mistake stops the start, naming 
     except ValueError as _exc:
         raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not an IP address or "
                                    "network (write e.g. 127.0.0.1/32, 10.0.0.0/8 or ::1/128).") from _exc
+
+# OpenTelemetry export of turns (traces.export): the site's default exporter, for every team
+# that has not set its own on the exporter page. The standard variables: the traces endpoint
+# (or the base endpoint, "/v1/traces" added), its headers ("k=v,k2=v2", values URL-encoded),
+# the service name. AGENTSITE_OTEL_CONTENT: off (the default), redacted or full. The operator's
+# endpoint is trusted like the allowlist; a team's is checked by the outbound policy.
+OTEL_SDK_DISABLED = env.bool("OTEL_SDK_DISABLED", default=False)
+_otel_base = env("OTEL_EXPORTER_OTLP_ENDPOINT", default="").strip().rstrip("/")
+OTEL_EXPORT_ENDPOINT = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="").strip() or (
+    f"{_otel_base}/v1/traces" if _otel_base else "")
+OTEL_EXPORT_HEADERS = (env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", default="")
+                       or env("OTEL_EXPORTER_OTLP_HEADERS", default=""))
+OTEL_EXPORT_CONTENT = env("AGENTSITE_OTEL_CONTENT", default="off").strip().lower()
+if OTEL_EXPORT_CONTENT not in ("off", "redacted", "full"):
+    raise ImproperlyConfigured("AGENTSITE_OTEL_CONTENT: write off, redacted or full.")
+OTEL_SERVICE_NAME = env("OTEL_SERVICE_NAME", default="agentsite")
+# Spans waiting to be sent, per exporter, before new ones are dropped (and counted); the wait
+# between batches; the time one send may take, retries with backoff included.
+OTEL_EXPORT_QUEUE_SIZE = env.int("AGENTSITE_OTEL_QUEUE_SIZE", default=4096)
+OTEL_EXPORT_DELAY_MS = env.int("AGENTSITE_OTEL_DELAY_MS", default=500)
+OTEL_EXPORT_TIMEOUT_S = env.float("AGENTSITE_OTEL_TIMEOUT_S", default=10.0)
+# The site's address as people reach it, for links in exported spans (agentsite.trace.url);
+# ``make run`` sets it. Empty: links are paths.
+SITE_URL = env("SITE_URL", default="").strip().rstrip("/")
 
 # Hook commands the site operator defines (agents.tools.hooks): a team admin picks one by name
 # for a hook of kind "command" and never types a command. Env HOOK_COMMANDS, JSON, e.g.

@@ -26,6 +26,7 @@ BENCHES = {
     "mcp": "bench.mcp_overhead",
     "hostile": "bench.hostile_input",
     "api": "bench.api_latency",
+    "otel": "bench.otel_export",
 }
 
 

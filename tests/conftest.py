@@ -49,6 +49,19 @@ def _no_cool_downs() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_kept_exporters() -> Iterator[None]:
+    """Which teams export their turns is kept per process for a few seconds; a test that sets
+    an exporter up (or none) must not leave it to the next, whose team may have the same id."""
+    from traces.export import config, pipeline
+
+    config.forget()
+    pipeline.forget_configured()
+    yield
+    config.forget()
+    pipeline.forget_configured()
+
+
+@pytest.fixture(autouse=True)
 def _test_settings(settings) -> None:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Hashing strength is not under test; a fast hasher keeps the suite quick.

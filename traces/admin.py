@@ -32,6 +32,7 @@ from agentsite.models import Membership, Team
 
 from .budgets import BudgetState, spent_of, with_spend
 from .catalogue.views import catalogue_import_view
+from .export import admin as export_admin  # noqa: F401 - the exporter page registers itself
 from .models import Budget, ModelPrice
 from .pricing import _next_version, price_export, price_import
 

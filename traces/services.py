@@ -11,6 +11,7 @@ what happened since; its writes raise ``TraceNotOwned`` and it stops.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from agents.runtime.pricing import TOKEN_FIELDS
 from agentsite.models import Membership
 
 from . import rollups
+from .export import pipeline as export_pipeline
 from .models import Feedback, Step, StepPayload, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
@@ -198,6 +200,7 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
         event_seq = event_bump(trace_id, attempt)
         stored: set[str] = set()
         before = rollups.step_share(step) if step is not None else None
+        was_open = step is None or step.status in (Step.Status.RUNNING, Step.Status.WAITING)
         if step is None:
             step = Step(trace_id=trace_id, seq=seq, started_at=started_at or timezone.now(),
                         offset_ms=max(int(offset_ms), 0))
@@ -219,6 +222,9 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
             else:
                 new.append(StepPayload(step=step, kind=kind, **fields))
         StepPayload.objects.bulk_create(new)
+        if was_open and step.status in (Step.Status.OK, Step.Status.ERROR):
+            # Its span leaves once the step is committed (traces.export), off this thread.
+            transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, seq))
     return step
 
 
@@ -281,6 +287,7 @@ def steps_interrupt(*, trace_id: int) -> list[int]:
         rollups.share_moved(trace_id=trace_id, before=before, after=rollups.step_share(step),
                             bump=False)
         changed.append(step.pk)
+        transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, step.seq))
     return changed
 
 

@@ -12,9 +12,9 @@ from django import forms
 
 from agents.models import Agent, ToolPolicy
 from agents.models import Tool as ToolRow
+from agentsite.headers import header_lines_clean, headers_field
 from agentsite.models import Team
 
-from .header_fields import header_lines_clean, headers_field
 from .http import METHODS, TemplateError, UrlTemplate, template_problem
 from .registry import BUILTINS
 from .services import tool_header_names

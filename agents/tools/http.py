@@ -38,10 +38,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # Requests that only read: such a tool may run again when a turn resumes, whatever its row says.
 READ_METHODS = frozenset({"GET", "HEAD"})
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection",
-                               "upgrade", "te", "trailer", "keep-alive", "proxy-authorization",
-                               "proxy-connection"})
 REDACTED = "[REDACTED]"
 FETCH_TIMEOUT_S = 15.0
 FETCH_MAX_BYTES = 200_000
@@ -134,28 +130,6 @@ def template_problem(template: str) -> str | None:
 
 
 # -- headers --------------------------------------------------------------------------------------
-def parse_header_lines(text: str) -> list[tuple[str, str]]:
-    """``Name: value`` lines (blank lines ignored) as pairs; ``ValueError`` says what is wrong.
-    The message never repeats a value."""
-    pairs: list[tuple[str, str]] = []
-    for number, line in enumerate((text or "").splitlines(), start=1):
-        if not line.strip():
-            continue
-        name, sep, value = line.partition(":")
-        name, value = name.strip(), value.strip()
-        if not sep or not name:
-            raise ValueError(f"Line {number} is not of the form “Name: value”.")
-        if not _HEADER_NAME.match(name):
-            raise ValueError(f"Line {number}: “{name[:60]}” is not a valid header name.")
-        if name.lower() in FORBIDDEN_HEADERS:
-            raise ValueError(f"Line {number}: the {name} header is set by agentsite and cannot be "
-                             "given here.")
-        if any(c in value for c in "\r\n\x00"):
-            raise ValueError(f"Line {number}: the value of {name} contains a line break.")
-        pairs.append((name, value))
-    return pairs
-
-
 def headers_encrypt(pairs: list[tuple[str, str]]) -> str:
     return encrypt(json.dumps([[n, v] for n, v in pairs])) if pairs else ""
 

@@ -8,6 +8,7 @@ still queued. Every transaction that decides this locks the conversation row fir
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,7 @@ from agents.turns.announce import announcements
 from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send
 from agentsite.celery import app
+from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
 from traces.models import Trace
 from traces.services import (
@@ -227,6 +229,7 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             **totals)
         if not closed:
             return None
+        transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
         messages = Message.objects.bulk_create([
             Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
                     text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
@@ -255,6 +258,7 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
             event_seq=F("event_seq") + 1)
         if ended:
             dispatch_next(trace.conversation_id, now)
+            transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
             if trace.quota_keys:
                 turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=0)
             trace_id = trace.pk

@@ -28,6 +28,7 @@ from agents.turns.lifecycle import (
     trace_hand_back,
 )
 from agentsite.celery import app
+from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
 from traces.models import Step, Trace
 from traces.services import duration_ms, step_totals, steps_interrupt, trace_for_live
@@ -185,6 +186,7 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
                     duration_ms=duration_ms(trace.started_at, now),
                     event_seq=F("event_seq") + 1, **step_totals(trace.pk))
         dispatch_next(trace.conversation_id, now)
+        transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
     fresh = trace_for_live(trace.pk)
     for step in Step.objects.filter(pk__in=changed_steps):
         step.trace = fresh

@@ -26,9 +26,9 @@ from agents.models import McpServer
 from agents.runtime.tools import ToolError
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin
+from agentsite.headers import header_lines_clean, headers_field
 from agentsite.outbound import base_url_problem
 
-from ..header_fields import header_lines_clean, headers_field
 from .endpoints import operator_key_problem, stdio_servers
 from .services import (
     mcp_server_disable,

@@ -50,6 +50,12 @@ class Command(BaseCommand):
             settings.MCP_STDIO_SERVERS = DEV_MCP_STDIO_SERVERS
             printer.line("setup", "MCP over stdio: the operator server \"time\" (mcp-server-time) "
                                   "can be added by team admins; set MCP_STDIO_SERVERS to choose.")
+        if not os.environ.get("SITE_URL"):
+            # Links in exported spans (agentsite.trace.url) point at this server.
+            wildcard = options["host"] in ("0.0.0.0", "::")  # noqa: S104 - read, not bound
+            host = "127.0.0.1" if wildcard else options["host"]
+            host = f"[{host}]" if ":" in host else host
+            os.environ["SITE_URL"] = settings.SITE_URL = f"http://{host}:{options['port']}"
         runner = DevRunner(
             DevOptions(
                 host=options["host"],

@@ -1,0 +1,1 @@
+"""Tests of the OpenTelemetry span export against a real Arize Phoenix server."""
