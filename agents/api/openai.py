@@ -12,6 +12,9 @@ With ``X-Agentsite-Conversation: <id>`` the last user message is sent into that 
 conversation instead, which keeps its own history (the request's earlier messages are then not
 used). Every answer names its trace and conversation in the ``X-Agentsite-Trace-Id`` and
 ``X-Agentsite-Conversation-Id`` headers and in the ``agentsite`` field.
+
+Trace context: a W3C ``traceparent`` header (and its ``tracestate``) makes the turn part of the
+caller's trace (``agents.api.trace_context``); an invalid one is ignored.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -37,6 +40,7 @@ from agents.access import conversation_act_check, conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
 from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMessageIn, ModelList
+from agents.api.trace_context import request_trace_context
 from agents.api.turn_stream import (
     TurnTimeout,
     start_gate,
@@ -96,6 +100,8 @@ class Prepared:
     trace_uuid: uuid.UUID
     quota_keys: list[str]
     model: str
+    # The caller's W3C trace context (``traceparent``, ``tracestate``), when valid.
+    trace_context: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -205,7 +211,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
                             request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
     return Prepared(caller, agent, override, history, last, conversation,
                     conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
-                    quota_keys, body.model)
+                    quota_keys, body.model, trace_context=request_trace_context(request))
 
 
 def chat_commit(prepared: Prepared) -> Started:
@@ -229,7 +235,7 @@ def chat_commit(prepared: Prepared) -> Started:
         try:
             trace = turn_send(conversation=conversation, user=caller.user, text=prepared.text,
                               api_key=caller.key, trace_uuid=prepared.trace_uuid,
-                              quota_keys=prepared.quota_keys).trace
+                              quota_keys=prepared.quota_keys, **prepared.trace_context).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc
     return Started(trace, conversation, prepared.agent, prepared.model)

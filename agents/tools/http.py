@@ -12,6 +12,13 @@ Headers. A tool's headers (name/value pairs, often credentials) are stored encry
 sent only to the template's origin (dropped on a redirect elsewhere), and their values are
 removed from anything the tool returns, so they never reach the model, a trace or a page.
 
+Trace context. While a turn that is traced runs the tool, the request carries the call's W3C
+``traceparent`` header (``agents.runtime.tracecontext``), so the team's API can join its spans
+to the turn's trace under the call's step. It replaces a ``traceparent`` header the admin gave
+the tool (names compare case-insensitively): a fixed value would name the same parent for every
+call. Like the tool's own headers, it goes only to the template's origin. ``http_fetch`` sends
+none: it reaches any public site, which has no use for the team's trace ids.
+
 Every request goes through the SSRF guard (``agents.tools.net``) with the tool's time limit and
 response size limit.
 """
@@ -28,6 +35,7 @@ import httpx
 
 from agents.runtime.scrub import scrub_secrets
 from agents.runtime.tools import Tool, ToolError, ToolResult
+from agents.runtime.tracecontext import current_traceparent
 from agentsite.crypto import decrypt, encrypt
 
 from .context import ToolContext
@@ -39,6 +47,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 REDACTED = "[REDACTED]"
+TRACEPARENT_HEADER = "traceparent"
 FETCH_TIMEOUT_S = 15.0
 FETCH_MAX_BYTES = 200_000
 
@@ -226,11 +235,21 @@ class HttpTool(Tool):
         secrets = list(self.headers.values())
         try:
             result = await self.context.fetcher.fetch(
-                self.method, url, headers=self.headers, params=params, json=json_body,
-                timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+                self.method, url, headers=with_trace_context(self.headers), params=params,
+                json=json_body, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
         except ToolError as exc:
             raise ToolError(redact(str(exc), secrets), retryable=exc.retryable) from None
         return _result(result, max_bytes=self.max_bytes, secrets=secrets)
+
+
+def with_trace_context(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the current tool call's ``traceparent``, which replaces one of the
+    same name; ``headers`` as they are outside a traced call."""
+    traceparent = current_traceparent()
+    if not traceparent:
+        return headers
+    kept = {n: v for n, v in headers.items() if n.lower() != TRACEPARENT_HEADER}
+    return {**kept, TRACEPARENT_HEADER: traceparent}
 
 
 def _encode_param(value: Any) -> str:

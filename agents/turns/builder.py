@@ -6,11 +6,17 @@ thread. Configuration that cannot work (an unknown provider kind, a key that can
 raises ``TurnSetupError`` with a message for the user; configuration that is merely partly
 usable (an unknown tool, a fallback naming a missing provider, a bad routing pattern) is left
 out and reported in ``TurnSetup.warnings``.
+
+Trace context: the config's ``traceparent_for`` gives each tool call the W3C ``traceparent``
+it sends on (``turn_traceparent_for``): in the caller's trace when the turn came with one
+(``Trace.meta["traceparent"]``), else in the turn's own, naming the span the call's step is
+exported as (``traces.export.ids``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +55,8 @@ from agents.turns.selectors import conversation_history_rows, turn_branch_before
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
 from traces.budgets import budget_scope
+from traces.export.config import export_on
+from traces.export.ids import parse_traceparent, tool_traceparent
 from traces.models import Budget, Trace, TrajectoryState
 from traces.pricing import price_table_for
 
@@ -129,6 +137,20 @@ def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | Non
     )
 
 
+def turn_traceparent_for(trace: Trace, *, sampled: bool = True) -> Callable[[int, str], str]:
+    """(iteration, call id) -> the ``traceparent`` of that tool call of ``trace``: the span
+    its step is exported as, in the trace of the caller's ``traceparent`` when the turn was
+    sent with one (``meta["traceparent"]``), else in the trace's own. ``sampled``: the flag
+    it carries, whether the turn's spans are exported."""
+    trace_uuid = trace.uuid
+    parent = parse_traceparent((trace.meta or {}).get("traceparent"))
+
+    def traceparent_for(iteration: int, call_id: str) -> str:
+        return tool_traceparent(trace_uuid, parent, iteration, call_id, sampled=sampled)
+
+    return traceparent_for
+
+
 def turn_history(*, trace: Trace, agent: Agent, branch: list[int] | None = None) -> list[RuntimeMessage]:
     """The history the turn continues: its branch of the conversation (``branch``: the turns
     before it, when the caller has them)."""
@@ -192,9 +214,10 @@ def previous_trajectory_state(*, trace: Trace, branch: list[int] | None = None) 
 
 
 def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
-                     db: DbRunner | None = None) -> TurnSetup:
+                     db: DbRunner | None = None, sampled: bool | None = None) -> TurnSetup:
     """``db`` runs the tools' database work from the turn's event loop (the worker passes its
-    turn's database thread)."""
+    turn's database thread). ``sampled``: the sampled flag of the trace context the tool calls
+    send on (``turn_traceparent_for``); by default, whether the team's turns are exported."""
     agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
              if trace.agent_id else None)
     if agent is None:
@@ -238,6 +261,9 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
                          streaming=provider.capabilities_for(choice.model).streaming)
     config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
+    if sampled is None:
+        sampled = export_on(trace.team_id)
+    config.traceparent_for = turn_traceparent_for(trace, sampled=sampled)
     branch = turn_branch_before(trace=trace)
     if agent.trajectory_states:
         config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)

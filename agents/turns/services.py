@@ -36,11 +36,13 @@ from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
 from agentsite.access import membership_for
 from agentsite.models import ApiKey, Membership, Team
+from traces.export.ids import parse_traceparent
 from traces.live import announce_sync
 from traces.models import Trace
 
 MAX_MESSAGE_CHARS = 32_000
 INTERRUPT_REASON = "interrupted by a new message"
+TRACESTATE_MAX_CHARS = 512
 
 
 def chat_membership(user: Any, team: Team | int) -> Membership:
@@ -79,6 +81,22 @@ def message_text_clean(text: str, *, images: int = 0) -> str:
     return text
 
 
+def trace_context_meta(traceparent: str = "", tracestate: str = "") -> dict[str, str]:
+    """The W3C trace context a turn was sent with, as its trace keeps it in ``meta``:
+    ``traceparent`` when it is valid (``traces.export.ids.parse_traceparent``), with
+    ``tracestate`` when one is given, of printable ASCII and at most ``TRACESTATE_MAX_CHARS``
+    long. An invalid ``traceparent`` is ignored, its ``tracestate`` with it, as the W3C
+    recommendation says: never an error."""
+    traceparent = (traceparent or "").strip()
+    if parse_traceparent(traceparent) is None:
+        return {}
+    meta = {"traceparent": traceparent}
+    tracestate = (tracestate or "").strip()
+    if tracestate and len(tracestate) <= TRACESTATE_MAX_CHARS and all(
+            " " <= c <= "~" for c in tracestate):
+        meta["tracestate"] = tracestate
+    return meta
+
 
 class _Latest:
     """``turn_start(parent=LATEST)``: continue the conversation's newest turn."""
@@ -106,7 +124,8 @@ def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trac
 def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
               client_id: str = "", attachments: Sequence[str] = (), api_key: ApiKey | None = None,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
-              quota_keys: list[str] | None = None) -> SentTurn:
+              quota_keys: list[str] | None = None, traceparent: str = "",
+              tracestate: str = "") -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -125,7 +144,11 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     The person's and the key's (``api_key``) rate limits are taken here (``QuotaExceeded``);
     ``prompt_tokens`` is the request's size for the tokens-per-minute limits (by default, the
     message's estimate). A caller that took them already (``turn_admit``, with ``trace_uuid``
-    as the request's id) passes the windows it holds as ``quota_keys``."""
+    as the request's id) passes the windows it holds as ``quota_keys``.
+
+    ``traceparent`` and ``tracestate``: the W3C trace context of the request that sent the
+    message (an API call's headers); kept in the new trace's ``meta`` when valid, so the turn's
+    spans join the caller's trace (``trace_context_meta``; an invalid one is ignored)."""
     conversation_act_check(user, conversation, "send messages in it")
     conversation_check_open(conversation)
     client_id = (client_id or "").strip()[:64]
@@ -161,8 +184,10 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             parent_turn_id=parent_id, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
+        context = trace_context_meta(traceparent, tracestate)
         trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message,
-                             uuid=trace_uuid, api_key=api_key, quota_keys=quota_keys)
+                             uuid=trace_uuid, api_key=api_key, quota_keys=quota_keys,
+                             **({"meta": context} if context else {}))
         message.trace = trace
         message.save(update_fields=["trace"])
         if not conversation.title:

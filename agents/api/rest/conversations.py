@@ -4,7 +4,9 @@ a message (scope ``chat``).
 Who sees a conversation is the chat's rule (``agents.access``): its owner, the team's owners and
 admins, and everyone in the team once it is shared; any other is a 404. Sending is for its owner
 and the team's admins, never a viewer (403). A message starts a turn like one sent in the chat,
-tied to the key (its rate limits and budgets); ``wait`` holds the answer until the turn ends."""
+tied to the key (its rate limits and budgets); ``wait`` holds the answer until the turn ends.
+A W3C ``traceparent`` header (with its ``tracestate``) makes the turn part of the caller's
+trace; an invalid one is ignored (``agents.api.trace_context``)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from agents.api.errors import errors
 from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
 from agents.api.rest.traces import TraceOut, trace_out
+from agents.api.trace_context import request_trace_context
 from agents.api.turn_stream import TurnTimeout, start_gate, turn_wait
 from agents.models import Conversation, Message
 from agents.turns.quotas import budgets_admit
@@ -186,7 +189,7 @@ def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[
     conversation_act_check(caller.user, conversation, "send messages in it")
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
     sent = turn_send(conversation=conversation, user=caller.user, text=body.text, client_id=body.client_id,
-                     api_key=caller.key)
+                     api_key=caller.key, **request_trace_context(request))
     hard = conversation.agent.hard_time_limit_s
     return sent.trace, sent.resent, min(body.timeout_s, hard) if body.timeout_s else hard
 

@@ -5,7 +5,9 @@ an approval. The rest run in parallel unless the config, an approval or a tool t
 what the others may do (``SERIAL_TOOLS``) says serial. Every output, failures included, is
 scrubbed of credentials and truncated before it reaches the history or an event. On
 cancellation every call still gets a result, so the history stays valid. Then the loop
-detector sees what ran.
+detector sees what ran. While a tool runs, the W3C ``traceparent`` that
+``TurnConfig.traceparent_for`` gives its call is the current one (``tracecontext``), for the
+tool to send on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..hooks import (
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
 from ..scrub import scrub_secrets
 from ..tools import ALLOW, ASK, DENY, Tool, ToolError, ToolResult
+from ..tracecontext import traceparent_scope
 from .approvals import Approver, ask_approval, declined_output
 from .conversation import Conversation
 from .detector import LoopDetector, call_signature
@@ -232,7 +235,7 @@ class ToolStep:
             if not decision.approved:
                 output = declined_output(call.name, decision.reason)
                 return _Outcome(output, False, output.split("\n", 1)[0])
-        result = await self.execute(tool, call)
+        result = await self.execute(iteration, tool, call)
         result.output = merge_hook_feedback(pre.messages, result.output, False)
         if self.hooks.post:
             event = POST_TOOL_USE if result.success else POST_TOOL_USE_FAILURE
@@ -295,10 +298,18 @@ class ToolStep:
                         f"{', '.join(missing)}.")
         return None
 
-    async def execute(self, tool: Tool, call: ToolUseBlock) -> _Outcome:
+    def traceparent(self, iteration: int, call: ToolUseBlock) -> str | None:
+        """The W3C ``traceparent`` the call carries to the services it calls, if any."""
+        make = self.cfg.traceparent_for
+        return make(iteration, call.id) if make is not None else None
+
+    async def execute(self, iteration: int, tool: Tool, call: ToolUseBlock) -> _Outcome:
         try:
-            result = await guarded(tool.execute(call.input), cancel=self.cancel,
-                                   limit_s=self.cfg.tool_timeout_s)
+            # Set in this task for the call only; the task ``guarded`` starts for the tool
+            # inherits it. Parallel calls each run in a task of their own (``run``).
+            with traceparent_scope(self.traceparent(iteration, call)):
+                result = await guarded(tool.execute(call.input), cancel=self.cancel,
+                                       limit_s=self.cfg.tool_timeout_s)
         except TurnCancelled:
             raise
         except StepTimedOut:

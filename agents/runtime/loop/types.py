@@ -7,6 +7,7 @@ Also the few internals the steps share: the synthetic outputs for calls that nev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -65,6 +66,9 @@ class TurnConfig:
     timezone: str = "UTC"
     loop_detection: bool = True
     dedup_exempt_tools: frozenset[str] = frozenset()
+    # (iteration, call id) -> the W3C ``traceparent`` a tool call carries to the services it
+    # calls (``agents.runtime.tracecontext``); None, or a None answer: no trace context.
+    traceparent_for: Callable[[int, str], str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

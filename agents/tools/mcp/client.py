@@ -20,6 +20,14 @@ them) and closes it when told to (``close_connections``, at the end of a turn), 
 is never resent, as the tool may have run). A caller's time limit or cancellation ends its own
 request only.
 
+Trace context. A call's ``meta`` (``params._meta``) may carry the W3C ``traceparent`` of the
+tool call (``tool``). The SDK runs OpenTelemetry's propagation on every request it sends: it
+opens a client span in the current OpenTelemetry context and writes that span's
+``traceparent`` into ``_meta``, over ours. So the call runs in an OpenTelemetry context whose
+parent is our ``traceparent``: without a tracer provider installed (the default) the SDK writes
+ours back unchanged; with one, its span is a child of the tool call's span, in the turn's trace,
+and the server's spans are children of it.
+
 Failure is always a ``ToolError`` whose message names the server and what happened: it could
 not be reached or started, it was refused by the network policy, it did not answer within
 ``timeout_s`` (the whole operation, connecting included, is bounded; a call that runs out of
@@ -39,8 +47,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -50,9 +58,12 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import REQUEST_TIMEOUT, Implementation
+from opentelemetry import context as otel_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import ValidationError
 
 from agents.runtime.tools import ToolError
+from agents.runtime.tracecontext import TRACEPARENT
 
 from .transport import GuardedBridge
 from .types import HTTP, STDIO, CallResult, Discovery, Endpoint, RemoteTool
@@ -65,6 +76,7 @@ CLOSE_WAIT_S = 10.0  # how long close_connections waits for an owner (a stdio pr
 MAX_UNANSWERED = 2  # calls in a row without an answer (time limit): the server may be wedged
 
 logger = logging.getLogger(__name__)
+W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 # -- connecting -----------------------------------------------------------------------------------
@@ -369,6 +381,9 @@ class _Owner:
                          "it answered.", retryable=True)
 
     async def _own(self) -> None:
+        # This task serves every call of the connection: the tool call that happened to open
+        # it is not the current one here (each call sends its own trace context in ``_meta``).
+        TRACEPARENT.set(None)
         error: BaseException | None = None
         try:
             async with AsyncExitStack() as stack:
@@ -520,13 +535,29 @@ async def close_connections() -> None:
             logger.debug("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
+@contextmanager
+def _trace_parent(meta: dict[str, Any] | None) -> Iterator[None]:
+    """The OpenTelemetry context of a request whose ``_meta`` names its ``traceparent`` (see
+    the module docstring); nothing changes without one."""
+    traceparent = (meta or {}).get("traceparent")
+    if not isinstance(traceparent, str) or not traceparent:
+        yield
+        return
+    token = otel_context.attach(W3C_TRACE_CONTEXT.extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 async def _call(endpoint: Endpoint, name: str, arguments: dict[str, Any], timeout_s: float,
                 max_bytes: int, meta: dict[str, Any] | None) -> CallResult:
     started = time.perf_counter()
 
     async def work(connection: _Connection) -> CallResult:
         try:
-            result = await connection.client.call_tool(name, arguments, meta=meta)
+            with _trace_parent(meta):
+                result = await connection.client.call_tool(name, arguments, meta=meta)
         except ValidationError as exc:
             raise ToolError(f"MCP server “{endpoint.name}” sent a result for “{name}” that is "
                             f"not valid MCP ({_short(exc)}).") from exc

@@ -5,6 +5,11 @@ under the tool's own name, on the turn's kept connection to the server (``client
 bounded by the server's ``timeout_s`` and cut at its ``max_result_bytes``. A result the server
 marks ``isError`` is a failed result the model reads; a server that cannot be reached or
 answers nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
+
+Trace context. While a turn that is traced runs the tool, the ``tools/call`` request carries
+the call's W3C ``traceparent`` (``agents.runtime.tracecontext``) in its ``params._meta``, as
+``{"traceparent": "00-…"}``: MCP's place for trace context, which the SDK's servers read to
+parent their spans (``client`` runs the SDK's own OpenTelemetry propagation under it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.runtime.tools import Tool, ToolResult
+from agents.runtime.tracecontext import current_traceparent
 
 from . import sdk_client
 from .types import Endpoint
@@ -31,8 +37,10 @@ class McpTool(Tool):
         self.idempotent = idempotent
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
-        result = await sdk_client().call_tool(self.endpoint, self.remote_name, arguments,
-                                 timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+        traceparent = current_traceparent()
+        result = await sdk_client().call_tool(
+            self.endpoint, self.remote_name, arguments, timeout_s=self.timeout_s,
+            max_bytes=self.max_bytes, meta={"traceparent": traceparent} if traceparent else None)
         meta = {"mcp": {"server": self.endpoint.name, "tool": self.remote_name,
                         "transport": self.endpoint.transport,
                         "protocol_version": result.protocol_version,
