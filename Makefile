@@ -5,13 +5,14 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-unit test-e2e test-llm test-llm-suites chaos chaos-ci lint format bench vendor clean
+.PHONY: help run test test-unit test-e2e test-llm test-llm-suites test-otel chaos chaos-ci lint format bench vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
 	@echo "make test   install the dev extra if needed and run the test suite (unit, then browser)"
 	@echo "make test-unit / make test-e2e   one of the two runs"
 	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~12 min)"
+	@echo "make test-otel  the OpenTelemetry export tests, against a real Arize Phoenix (installed once per machine, ~1 min)"
 	@echo "make chaos  kill workers, restart Redis, fail model requests; SQLite, then PostgreSQL (~15 min)"
 	@echo "make chaos-ci   the light slice of it that CI runs (SQLite, ~4 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
@@ -58,6 +59,14 @@ test-llm-suites:
 	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
 	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
 	exit $$status
+
+# The OpenTelemetry export tests (tests/otel), against a real Arize Phoenix: tests/otel/phoenix.py
+# installs it once per machine into its own virtualenv in $${AGENTSITE_CACHE_DIR:-~/.cache/agentsite}
+# and starts it on free ports with an empty store, or uses the server at AGENTSITE_PHOENIX_URL when
+# that is set. Where it cannot be installed the Phoenix tests skip, saying why
+# (AGENTSITE_PHOENIX_REQUIRED=1 makes that an error).
+test-otel: $(VENV)/.installed-dev
+	$(PY) -m tests.otel.phoenix run -- $(PY) -m pytest tests/otel -p no:cacheprovider $(PYTEST_ARGS)
 
 # The chaos suite (tests/chaos): real workers killed with SIGKILL (30) and stopped with SIGTERM,
 # the embedded Redis killed and restarted (5), 50 turns against a model failing 30 % of
