@@ -100,4 +100,7 @@ class Command(BaseCommand):
         else:
             login = f"Log in as {result.username} with the password shown at the first start"
             note = f"(forgot it? `manage.py changepassword {result.username}` or set DEMO_PASSWORD)"
-        return [line for line in (login, note) if line]
+        export = (f"Turns are exported as OpenTelemetry spans to {settings.OTEL_EXPORT_ENDPOINT} "
+                  f"(content: {settings.OTEL_EXPORT_CONTENT})"
+                  if settings.OTEL_EXPORT_ENDPOINT and not settings.OTEL_SDK_DISABLED else "")
+        return [line for line in (login, note, export) if line]

@@ -25,12 +25,15 @@ BATCH = 256
 
 
 def _moment(text: str, option: str, *, end: bool = False) -> datetime:
-    moment = parse_datetime(text)
-    if moment is None:
-        day = parse_date(text)
-        if day is None:
-            raise CommandError(f"{option}: “{text}” is not a date (YYYY-MM-DD) or a date and time.")
+    try:
+        day = parse_date(text) if len(text.strip()) == 10 else None
+        moment = None if day is not None else parse_datetime(text)
+    except ValueError:  # well formed, but no such day
+        day = moment = None
+    if day is not None:  # a whole day: from its start, or (--until) to its end
         moment = datetime.combine(day + timedelta(days=1) if end else day, time.min)
+    if moment is None:
+        raise CommandError(f"{option}: “{text}” is not a date (YYYY-MM-DD) or a date and time.")
     return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
 
 
