@@ -15,7 +15,7 @@ import time
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.turns.services import approval_decide, turn_start
+from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.helpers import wait_for
 from tests.otel.receiver import OTLPReceiver, ReceivedSpan
@@ -168,6 +168,29 @@ def test_each_step_leaves_as_it_ends_not_with_the_turn(
     approval_decide(trace=trace, call_id=step.call_id, approved=True, user=alice)
     worker.join(timeout=20)
     assert any(s.name.startswith("invoke_agent") for s in turn_spans(receiver, trace, count=5))
+
+
+def test_a_stopped_turn_ends_its_open_request_and_says_why(
+        exporter, receiver, make_agent, alice, sent_turns, use_redis, run_in_thread):
+    exporter()
+    agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.1})
+    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    trace = turn_start(conversation=conversation, user=alice, text="Tell me a story")
+    worker = run_in_thread(trace.pk)
+    wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists(),
+             what="the story streaming")
+    time.sleep(0.3)
+    turn_cancel(trace=trace, user=alice)
+    worker.join(timeout=10)
+    trace.refresh_from_db()
+    assert trace.status == "cancelled"
+    spans = turn_spans(receiver, trace, count=2)
+    root = next(s for s in spans if s.name == "invoke_agent Slow")
+    chat = next(s for s in spans if s.name == "chat demo")
+    assert root.attributes["agentsite.trace.status"] == "cancelled"
+    assert root.status_code == "UNSET"  # a person's stop is not a failure of the turn
+    assert chat.status_code == "ERROR" and chat.status_message == "cancelled"
+    assert chat.end_ns <= root.end_ns and chat.attributes["gen_ai.usage.output_tokens"] > 0
 
 
 # -- content -------------------------------------------------------------------------------------------
