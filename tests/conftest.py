@@ -57,6 +57,9 @@ def _no_kept_exporters() -> Iterator[None]:
     config.forget()
     pipeline.forget_configured()
     yield
+    if pipeline.PIPELINE.jobs.unfinished_tasks:  # a test's spans leave before the next test
+        pipeline.PIPELINE.flush(5.0)
+    pipeline.PIPELINE.discard()  # its receivers are gone
     config.forget()
     pipeline.forget_configured()
 
@@ -66,6 +69,8 @@ def _test_settings(settings) -> None:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Hashing strength is not under test; a fast hasher keeps the suite quick.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # A receiver a test stopped is given up on soon (retries included).
+    settings.OTEL_EXPORT_TIMEOUT_S = 2.0
 
 
 # -- people and teams -------------------------------------------------------------------------------

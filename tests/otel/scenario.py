@@ -23,6 +23,13 @@ CONTENT = ("gen_ai.system_instructions", "gen_ai.input.messages", "gen_ai.output
            "gen_ai.tool.definitions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
 
 
+def export_to_loopback(settings) -> None:
+    """The receivers of these tests listen on loopback, which a team's endpoint may reach only
+    when the operator allows it; spans go out in batches of 50 ms."""
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    settings.OTEL_EXPORT_DELAY_MS = 50
+
+
 def fail_first_request(monkeypatch) -> dict[str, int]:
     """The model edge answers the first request with a retryable 503 (a fake: the server's
     side of a model request), then as the demo model does."""

@@ -13,8 +13,13 @@ import uuid
 import pytest
 
 from tests.otel import phoenix_client
-from tests.otel.scenario import CONTENT, GEN_AI_CHAT, fail_first_request, run_approved_turn
-from traces.export import config as export_config
+from tests.otel.scenario import (
+    CONTENT,
+    GEN_AI_CHAT,
+    export_to_loopback,
+    fail_first_request,
+    run_approved_turn,
+)
 from traces.export import pipeline
 from traces.models import TraceExporter
 
@@ -25,15 +30,8 @@ TOOL_ATTRIBUTES = ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.cal
 
 
 @pytest.fixture(autouse=True)
-def _fresh_export_state(settings):
-    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # Phoenix is on loopback
-    settings.OTEL_EXPORT_DELAY_MS = 50
-    export_config.forget()
-    pipeline.forget_configured()
-    yield
-    pipeline.PIPELINE.flush(5.0)
-    export_config.forget()
-    pipeline.forget_configured()
+def _loopback(settings):
+    export_to_loopback(settings)  # Phoenix is on loopback
 
 
 @pytest.mark.parametrize("content", ["off", "redacted", "full"])

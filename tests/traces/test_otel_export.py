@@ -19,7 +19,13 @@ from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.helpers import wait_for
 from tests.otel.receiver import OTLPReceiver, ReceivedSpan
-from tests.otel.scenario import CONTENT, GEN_AI_CHAT, fail_first_request, run_approved_turn
+from tests.otel.scenario import (
+    CONTENT,
+    GEN_AI_CHAT,
+    export_to_loopback,
+    fail_first_request,
+    run_approved_turn,
+)
 from traces.export import config as export_config
 from traces.export import pipeline
 from traces.export.ids import format_traceparent, span_id_for
@@ -29,15 +35,8 @@ from traces.models import Step, Trace, TraceExporter
 pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
-def _fresh_export_state(settings):
-    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the receiver is on loopback
-    settings.OTEL_EXPORT_DELAY_MS = 50
-    export_config.forget()
-    pipeline.forget_configured()
-    yield
-    pipeline.PIPELINE.flush(5.0)
-    export_config.forget()
-    pipeline.forget_configured()
+def _loopback(settings):
+    export_to_loopback(settings)  # the receiver is on loopback
 
 
 @pytest.fixture

@@ -338,8 +338,29 @@ class Pipeline:
         return all(p.force_flush(int(remaining * 1000)) for p in list(self.processors.values()))
 
 
+    def discard(self) -> None:
+        """Let go of every exporter (tests): each is shut down on a thread of its own, so that
+        one whose receiver is gone does not hold the caller up."""
+        processors, self.processors = list(self.processors.values()), {}
+        for processor in processors:
+            threading.Thread(target=processor.shutdown, name="otel-shutdown", daemon=True).start()
+
+
 PIPELINE = Pipeline()
-atexit.register(lambda: PIPELINE.flush(2.0) if PIPELINE.thread is not None else None)
+EXIT_FLUSH_S = 2.0
+
+
+def _flush_at_exit() -> None:
+    """Send what is queued as the process ends, waiting at most ``EXIT_FLUSH_S``: a worker that
+    stops is not held up by a receiver that is down."""
+    if PIPELINE.thread is None:
+        return
+    flushing = threading.Thread(target=PIPELINE.flush, args=(EXIT_FLUSH_S,), daemon=True)
+    flushing.start()
+    flushing.join(EXIT_FLUSH_S)
+
+
+atexit.register(_flush_at_exit)
 
 _configured: list[float | bool] = [0.0, False]
 
