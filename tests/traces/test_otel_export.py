@@ -325,3 +325,14 @@ def test_a_slow_or_dead_receiver_never_slows_a_turn(
             assert turn_run(trace.pk) == "completed"
             took.append(time.perf_counter() - started)
         assert max(took) < 2.5, took
+
+
+@pytest.mark.parametrize(("content", "says"), [("off", "The tool call failed."), ("full", "zero")])
+def test_a_failed_tools_error_is_content_and_follows_the_policy(
+        exporter, receiver, agent, conversation, alice, sent_turns, use_redis, content, says):
+    exporter(content=content)
+    trace = turn_start(conversation=conversation, user=alice, text="What is 1 / 0?")
+    assert turn_run(trace.pk) == "completed"
+    tool = next(s for s in turn_spans(receiver, trace, count=4) if s.name == "execute_tool calculator")
+    assert tool.status_code == "ERROR" and tool.attributes["error.type"] == "tool_error"
+    assert says in tool.status_message

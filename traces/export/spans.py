@@ -242,7 +242,8 @@ def step_spans(turn: Turn, step: Step, *, payloads: dict[str, Any], retries: Ite
     if step.kind == Kind.HOOK:
         meta = step.meta or {}
         return [turn.span(f"hook {step.name}", key=_key(step), kind=SpanKind.INTERNAL,
-                          start=step.started_at, end=_end(step), error=step.error, attributes={
+                          start=step.started_at, end=_end(step),
+                          error=_content_error(turn, step.error, "The hook refused."), attributes={
                               "agentsite.step.seq": step.seq, "agentsite.hook.name": step.name,
                               "agentsite.hook.event": meta.get("event"),
                               "agentsite.hook.kind": meta.get("hook_kind"),
@@ -384,7 +385,16 @@ def _tool_span(turn: Turn, step: Step, payloads: dict[str, Any]) -> ReadableSpan
         if StepPayload.Kind.OUTPUT in payloads:
             attributes["gen_ai.tool.call.result"] = policy.text(payloads[StepPayload.Kind.OUTPUT])
     return turn.span(f"execute_tool {step.name}", key=_key(step), kind=SpanKind.INTERNAL,
-                     start=step.started_at, end=_end(step), attributes=attributes, error=step.error)
+                     start=step.started_at, end=_end(step), attributes=attributes,
+                     error=_content_error(turn, step.error, "The tool call failed."))
+
+
+def _content_error(turn: Turn, error: str, plain: str) -> str:
+    """A tool's or a hook's error may quote what it was given or what it read: with content
+    off, the span says only that it failed."""
+    if not error:
+        return ""
+    return turn.policy.text(error) if turn.policy.on else plain
 
 
 def _approval_span(turn: Turn, step: Step) -> ReadableSpan:
