@@ -42,6 +42,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from agentsite.outbound import guarded_session
 
 from ..models import Step, StepPayload, Trace, TraceExporter, TrajectoryState
+from ..request_history import conversation_of
 from .config import CACHE_S, ExportConfig, config_for, site_config
 from .spans import (
     SCOPE,
@@ -87,20 +88,6 @@ def _is_event_of(retry: Step, request: Step | None) -> bool:
     return request is not None and (request.status in OPEN or retry.started_at <= _end(request))
 
 
-def _conversation(requests_: list[dict[str, Any]], seq_names: list[str] | None) -> tuple[list, list]:
-    """The messages the last of ``requests_`` sent (each request's trace holds only what it
-    added after ``message_offset``), and the definitions of the tools it offered."""
-    wire: list[dict[str, Any]] = []
-    specs: list[dict[str, Any]] = []
-    for request in requests_:
-        offset = request.get("message_offset") or 0
-        wire = wire[:offset] + list(request.get("messages") or [])
-        if request.get("tool_specs"):
-            specs = list(request["tool_specs"])
-    names = set(seq_names or [])
-    return wire, [s for s in specs if isinstance(s, dict) and s.get("name") in names]
-
-
 def _request_payloads(trace: Trace, up_to_seq: int) -> list[dict[str, Any]]:
     rows = (StepPayload.objects.filter(step__trace=trace, step__kind=Step.Kind.LLM_REQUEST,
                                        step__seq__lte=up_to_seq, kind=StepPayload.Kind.REQUEST)
@@ -137,7 +124,7 @@ class Record:
             if turn.policy.on:
                 request = payloads.get(StepPayload.Kind.REQUEST) or {}
                 names = request.get("tools") if isinstance(request, dict) else None
-                history, specs = _conversation(_request_payloads(self.trace, step.seq), names)
+                history, specs = conversation_of(_request_payloads(self.trace, step.seq), names)
             return step_spans(turn, step, payloads=payloads, retries=retries, history=history,
                               tool_specs=specs)
         if step.kind == Step.Kind.RETRY:
@@ -286,7 +273,10 @@ class Pipeline:
             try:
                 first = self.jobs.get(timeout=IDLE_CLOSE_S)
             except queue.Empty:
-                close_old_connections()  # idle: the database connection may go
+                try:
+                    close_old_connections()  # idle: the database connection may go
+                except Exception:  # noqa: BLE001 - a database that is gone is met on the next job
+                    logger.debug("could not close the export thread's connection", exc_info=True)
                 continue
             # The steps that come with it: one read of each turn for all its ended steps.
             time.sleep(GATHER_S)
