@@ -7,7 +7,8 @@ live (step committed -> websocket frame), inspector (big traces), chat (send -> 
 painted in a real browser), costs (the costs page over 1,000,000 steps), mcp (an MCP tool call
 over HTTP and stdio vs a built-in tool, and discovery of a 200-tool server), hostile (a megabyte
 of hostile model output through the parser, sanitizer and scrubbers; hostile routing patterns),
-api (200 streaming completions at once through the OpenAI-compatible API, beside the chat's path).
+api (200 streaming completions at once through the OpenAI-compatible API, beside the chat's path),
+compare (the compare page for two 10,000-step traces that differ at step 7,000).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BENCHES = {
     "hostile": "bench.hostile_input",
     "api": "bench.api_latency",
     "otel": "bench.otel_export",
+    "compare": "bench.compare",
 }
 
 

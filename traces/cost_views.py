@@ -20,6 +20,7 @@ from agentsite.models import Membership
 
 from . import cost_selectors as selectors
 from .budgets import budget_states
+from .cache_selectors import cache_losses, with_cache_losses
 from .charts import shares, stacked_by_day
 from .models import Trace
 from .pricing import price_table_for
@@ -53,6 +54,8 @@ def costs(request: HttpRequest) -> HttpResponse:
     tables["conversation"] = None if filters.key else selectors.breakdown(
         team=team, filters=filters, resolved=resolved, by="conversation",
         membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
+    losses = cache_losses(team=team, filters=filters, resolved=resolved)
+    with_cache_losses(tables["agent"], losses)
     shown = tables[filters.split][:SERIES_SHOWN]
     series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
                                     keys=[g.key for g in shown])
@@ -73,6 +76,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         "choices": selectors.cost_filter_choices(team=team, membership=request.membership),
         "can_correct": request.membership.can_configure,
         "today": timezone.localdate(),
+        "cache_losses": losses,
     }
     partial = request.htmx and request.htmx.target == "cost-body"
     return render(request, "costs/costs.html#cost-body" if partial else "costs/costs.html", context)

@@ -117,7 +117,12 @@ class Trace(TokenBuckets):
     # traces that were never sent, or whose message was lost.
     enqueued_at = models.DateTimeField(null=True, blank=True)
     # Facts about the run that are not steps, e.g. {"warnings": ["Tool 'x' is not available ..."]}.
+    # A fork keeps what it changed in ``meta["fork"]`` (``agents.turns.fork``).
     meta = models.JSONField(default=dict, blank=True)
+    # A run started from step ``fork_seq`` of another trace, with its recorded tool results.
+    forked_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="forks")
+    fork_seq = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -577,12 +577,12 @@ class TraceRecorder:
         }, {"output": payload_text(event.details)} if event.details else None)
 
     async def record_resume(self, *, worker: str, iteration: int, paused_s: float | None,
-                            meta: dict[str, Any]) -> None:
+                            meta: dict[str, Any], name: str = "") -> None:
         """The step that says this attempt continues the turn from its record, where, and
-        after how long a pause."""
+        after how long a pause (``name``: another title, such as a fork's)."""
         after = f" after {paused_s:.1f} s" if paused_s is not None else ""
         await self._write(f"resume:{self.attempt}", {
-            "kind": Kind.RESUME, "name": f"resumed on {worker}{after}"[:200],
+            "kind": Kind.RESUME, "name": (name or f"resumed on {worker}{after}")[:200],
             "iteration": iteration, "status": StepStatus.OK, "success": True,
             "meta": meta,
         })

@@ -13,6 +13,7 @@ from agents.api.rest import agents as rest_agents
 from agents.api.rest import conversations as rest_conversations
 from agents.api.rest import costs as rest_costs
 from agents.api.rest import events as rest_events
+from agents.api.rest import fork as rest_fork
 from agents.api.rest import prices as rest_prices
 from agents.api.rest import traces as rest_traces
 
@@ -44,5 +45,6 @@ api.add_router("api/v1/agents", rest_agents.router)
 api.add_router("api/v1/conversations", rest_conversations.router)
 api.add_router("api/v1/traces", rest_traces.router)
 api.add_router("api/v1/traces", rest_events.router)
+api.add_router("api/v1/traces", rest_fork.router)
 api.add_router("api/v1/costs", rest_costs.router)
 api.add_router("api/v1/prices", rest_prices.router)

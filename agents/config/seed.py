@@ -24,8 +24,10 @@ __all__ = ["DEMO_AGENT", "DEMO_PROVIDER", "agent_snapshot", "demo_agent_seed", "
 
 DEMO_PROVIDER = "Demo model (offline)"
 DEMO_AGENT = "Demo assistant"
-# A small delay per word piece, so that streaming is visible in the browser.
-DEMO_PROVIDER_OPTIONS = {"token_delay_s": 0.015}
+# A small delay per word piece, so that streaming is visible in the browser. Its cache keeps
+# prompts from 256 tokens (providers' minimum is 1,024): the demo agent's prompts are shorter
+# than that, and its cache reads should show offline.
+DEMO_PROVIDER_OPTIONS = {"token_delay_s": 0.015, "cache_min_tokens": 256}
 DEMO_SYSTEM_PROMPT = (
     "You are a friendly assistant. Answer briefly and clearly. Use the calculator for "
     "arithmetic, current_time for dates and times, the memory tools to remember and recall "

@@ -73,6 +73,16 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any]) -> ToolResult: ...
 
+    async def prepare_call(self, arguments: dict[str, Any]) -> None:
+        """Called before a call's permission is decided (``policy_for``), for what that needs
+        to read first (a replay looks the call up in its record); by default nothing."""
+        return None
+
+    def policy_for(self, arguments: dict[str, Any]) -> str:
+        """The policy of one call with ``arguments`` (a replay lets a recorded call through
+        without asking anyone, ``agents.runtime.replay``); by default the tool's own."""
+        return self.policy
+
     @property
     def requires_approval(self) -> bool:
         return self.policy == ASK

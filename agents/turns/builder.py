@@ -48,6 +48,7 @@ from agents.turns.providers import (
     TurnSetupError,
     reliable_provider,
 )
+from agents.turns.replay import HOOKS_OFF_WARNING, fork_agent, fork_route, fork_spec, fork_tools
 from agents.turns.routing import (
     route_turn,
 )
@@ -223,12 +224,14 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     if agent is None:
         raise TurnSetupError("The agent of this conversation no longer exists. Start a new "
                              "conversation with another agent.")
+    agent = fork_agent(agent, trace)  # a fork's chosen version; unchanged for other turns
     conversation = Conversation.objects.get(pk=trace.conversation_id)
     message = trace.user_message
     if message is None:
         raise TurnSetupError("The message of this turn was deleted, so there is nothing to answer.")
     user_text = message.text
-    choice = route_turn(agent=agent, conversation=conversation, text=user_text)
+    choice = (fork_route(trace=trace, agent=agent)
+              or route_turn(agent=agent, conversation=conversation, text=user_text))
     prefetch_related_objects([choice.provider], "model_settings")
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
@@ -268,6 +271,16 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     if agent.trajectory_states:
         config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)
     message_hooks = _message_hook_fields(agent)
+    tool_hooks: ToolHooks | None = turn_tool_hooks(agent)
+    fork = fork_spec(trace)
+    if fork is not None:
+        tools, version_warnings = fork_tools(trace=trace, tools=tools, db=db or run_sync)
+        tool_warnings = [*tool_warnings, *version_warnings]
+        if fork.get("system_prompt") is not None:
+            config.system_prompt = str(fork["system_prompt"])
+        if tool_hooks or any(message_hooks.values()):
+            tool_warnings.append(HOOKS_OFF_WARNING)
+        tool_hooks, message_hooks = None, {"received_hooks": [], "sending_hooks": []}
     if message_hooks["sending_hooks"]:
         # A hook may rewrite or withhold the reply: nobody sees it before the hook has.
         config.stream = False
@@ -278,4 +291,4 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
         model=choice.model,
         warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
         agent_version=agent.version, user_images=_message_images(message),
-        tool_hooks=turn_tool_hooks(agent), **message_hooks)
+        tool_hooks=tool_hooks, **message_hooks)

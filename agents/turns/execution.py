@@ -61,7 +61,8 @@ from agents.turns.lifecycle import (
     trace_hand_back,
 )
 from agents.turns.providers import TurnSetupError
-from agents.turns.resume import ResumePlan, turn_resume_plan
+from agents.turns.replay import turn_plan
+from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from traces.models import Trace
 from traces.recorder import TraceRecorder
@@ -268,7 +269,7 @@ class TurnRun:
         try:
             # An earlier attempt recorded steps: continue from them (its cut-off requests end
             # as aborted attempts first, so the recorder starts from what is stored).
-            self.plan = await self.db(turn_resume_plan, trace=self.trace, attempt=self.attempt)
+            self.plan = await self.db(turn_plan, trace=self.trace, attempt=self.attempt)
             await self.recorder.start()
             setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit,
                                   db=self.db)
@@ -385,7 +386,8 @@ class TurnRun:
             step.trace = self.trace
             await recorder.announce(recorder.announcements.step, step)
         await recorder.record_resume(worker=self.trace.worker, iteration=plan.resume.iteration,
-                                     paused_s=plan.paused_s, meta=plan.step_meta())
+                                     paused_s=plan.paused_s, meta=plan.step_meta(),
+                                     name=plan.title)
         logger.info("trace %s: resumed on %s (attempt %s) from %s message(s)", self.trace.pk,
                     self.trace.worker, self.attempt, len(plan.resume.messages))
 

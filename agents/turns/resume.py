@@ -50,6 +50,10 @@ class ResumePlan:
     reason: str = ""
     from_worker: str = ""
     paused_s: float | None = None
+    # The resumption step's name when it is not "resumed on <worker>" (a fork's first run).
+    title: str = ""
+    # What the step's meta says besides (a fork: its parent and fork point).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def step_meta(self) -> dict[str, Any]:
         resume = self.resume
@@ -58,7 +62,7 @@ class ResumePlan:
                 "messages": len(resume.messages), "iteration": resume.iteration,
                 "recorded_calls": len(resume.recorded),
                 "interrupted_calls": sorted(resume.interrupted),
-                "aborted_requests": [s.seq for s in self.aborted]}
+                "aborted_requests": [s.seq for s in self.aborted], **self.extra}
 
 
 def turn_resume_plan(*, trace: Trace, attempt: int, now: datetime | None = None) -> ResumePlan | None:
@@ -82,58 +86,102 @@ def resume_from_steps(*, trace_id: int, upto_seq: int | None = None) -> Resume:
     the assistant messages of its answered model requests in order, each but the last with the
     results of its calls; the last one's recorded results and running calls are left for the
     runtime to settle."""
-    steps = Step.objects.filter(trace_id=trace_id).order_by("seq")
+    state = (TrajectoryState.objects.filter(trace_id=trace_id).order_by("-iteration")
+             .values_list("fields", flat=True).first())
+    return resume_from_record(record_read(trace_id=trace_id, upto_seq=upto_seq), state=state)
+
+
+# What continuing a record reads of a step: rows of ``values_list(named=True)`` with these.
+RECORD_FIELDS = ("pk", "seq", "kind", "status", "iteration", "call_id", "success", "name",
+                 *TOKEN_FIELDS)
+
+
+@dataclass
+class Record:
+    """A trace's steps as continuing it reads them (``record_read``): the rows in order, the
+    answers' messages and the calls' results by step id, and the meta of the calls the loop
+    detector blocked (the only meta that changes a result)."""
+
+    rows: list[Any] = field(default_factory=list)
+    messages: dict[int, str] = field(default_factory=dict)
+    outputs: dict[int, str] = field(default_factory=dict)
+    blocked: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def extend(self, other: Record) -> Record:
+        """This record, then ``other`` (a fork's record continues its parent's)."""
+        self.rows.extend(other.rows)
+        self.messages.update(other.messages)
+        self.outputs.update(other.outputs)
+        self.blocked.update(other.blocked)
+        return self
+
+
+def record_read(*, trace_id: int, upto_seq: int | None = None) -> Record:
+    """The steps of a trace (up to step ``upto_seq``) as ``resume_from_record`` reads them: the
+    needed columns and payloads in a few queries, no model instances (a record of thousands of
+    steps is read in a few dozen milliseconds)."""
+    steps = Step.objects.filter(trace_id=trace_id)
+    payloads = StepPayload.objects.filter(step__trace_id=trace_id)
     if upto_seq is not None:
         steps = steps.filter(seq__lte=upto_seq)
-    steps = list(steps)
-    payloads = _payloads([s.pk for s in steps])
-    answers: list[tuple[int, RuntimeMessage]] = []
-    tools: dict[str, Step] = {}
-    usage = Usage()
-    for step in steps:
+        payloads = payloads.filter(step__seq__lte=upto_seq)
+    record = Record(rows=list(steps.order_by("seq").values_list(*RECORD_FIELDS, named=True)))
+    for kind, into in ((StepPayload.Kind.MESSAGE, record.messages),
+                       (StepPayload.Kind.OUTPUT, record.outputs)):
+        into.update(payloads.filter(kind=kind).values_list("step_id", "content"))
+    record.blocked = dict(steps.filter(kind=Kind.TOOL_CALL, meta__loop_detection__level="block")
+                          .values_list("pk", "meta"))
+    return record
+
+
+def resume_from_record(record: Record, *, state: Any = None) -> Resume:
+    """``resume_from_steps`` for ``record`` (``record_read``; it may join more than one trace's:
+    a fork's record continues its parent's), with ``state`` as the last state."""
+    answers: list[RuntimeMessage] = []
+    iteration = 0
+    tools: dict[str, Any] = {}
+    tokens = [0] * len(TOKEN_FIELDS)
+    for step in record.rows:
         if step.kind == Kind.LLM_REQUEST:
-            usage = usage + Usage(*(getattr(step, name) for name in TOKEN_FIELDS))
-            message = _message(payloads.get((step.pk, StepPayload.Kind.MESSAGE)))
-            if step.status == StepStatus.OK and message is not None:
-                answers.append((step.iteration, message))
+            tokens = [total + (getattr(step, name) or 0)
+                      for total, name in zip(tokens, TOKEN_FIELDS, strict=True)]
+            if step.status == StepStatus.OK:
+                message = _message(record.messages.get(step.pk))
+                if message is not None:
+                    answers.append(message)
+                    iteration = step.iteration
         elif step.kind == Kind.TOOL_CALL and step.call_id:
             tools[step.call_id] = step
     messages: list[RuntimeMessage] = []
     recorded: dict[str, ToolResultBlock] = {}
     interrupted: set[str] = set()
-    for index, (_, answer) in enumerate(answers):
+    for index, answer in enumerate(answers):
         messages.append(answer)
+        uses = answer.tool_uses
         results = []
-        for use in answer.tool_uses:
+        for use in uses:
             step = tools.get(use.id)
             if step is None:
                 continue
             if step.status in (StepStatus.OK, StepStatus.ERROR):
-                results.append(_result(step, payloads.get((step.pk, StepPayload.Kind.OUTPUT))))
+                results.append(_result(step, record.outputs.get(step.pk), record.blocked.get(step.pk)))
             else:
                 interrupted.add(use.id)
-        if index < len(answers) - 1 and answer.tool_uses:
+        if index < len(answers) - 1 and uses:
             # An earlier answer's calls were all settled before the next request was sent.
-            answered = {r.tool_use_id for r in results}
-            for use in answer.tool_uses:
-                if use.id not in answered:
-                    results.append(ToolResultBlock(use.id, services.STEP_INTERRUPTED, True, use.name))
-            order = {use.id: n for n, use in enumerate(answer.tool_uses)}
-            messages.append(RuntimeMessage.tool_results(
-                sorted(results, key=lambda r: order.get(r.tool_use_id, 0))))
+            if len(results) < len(uses):
+                answered = {r.tool_use_id for r in results}
+                results.extend(ToolResultBlock(use.id, services.STEP_INTERRUPTED, True, use.name)
+                               for use in uses if use.id not in answered)
+            if len(results) > 1:
+                order = {use.id: n for n, use in enumerate(uses)}
+                results.sort(key=lambda r: order.get(r.tool_use_id, 0))
+            messages.append(RuntimeMessage.tool_results(results))
         elif index == len(answers) - 1:
             recorded = {r.tool_use_id: r for r in results}
-    state = (TrajectoryState.objects.filter(trace_id=trace_id).order_by("-iteration")
-             .values_list("fields", flat=True).first())
-    return Resume(messages=messages, iteration=answers[-1][0] if answers else 0,
-                  recorded=recorded, interrupted=frozenset(interrupted), usage=usage,
+    return Resume(messages=messages, iteration=iteration,
+                  recorded=recorded, interrupted=frozenset(interrupted), usage=Usage(*tokens),
                   state=dict(state) if isinstance(state, dict) else None)
-
-
-def _payloads(step_ids: list[int]) -> dict[tuple[int, str], str]:
-    kinds = [StepPayload.Kind.MESSAGE, StepPayload.Kind.OUTPUT]
-    rows = StepPayload.objects.filter(step_id__in=step_ids, kind__in=kinds)
-    return {(r.step_id, r.kind): r.content for r in rows.only("step_id", "kind", "content")}
 
 
 def _message(content: str | None) -> RuntimeMessage | None:
@@ -147,9 +195,9 @@ def _message(content: str | None) -> RuntimeMessage | None:
     return message if message.role is Role.ASSISTANT else None
 
 
-def _result(step: Step, output: str | None) -> ToolResultBlock:
+def _result(step: Any, output: str | None, meta: dict[str, Any] | None) -> ToolResultBlock:
     output = output or ""
-    detection = (step.meta or {}).get("loop_detection") or {}
+    detection = (meta or {}).get("loop_detection") or {}
     if detection.get("level") == "block":
         output = BLOCKED_PREFIX + str(detection.get("message", ""))
     return ToolResultBlock(step.call_id, output, not step.success, step.name)

@@ -205,7 +205,8 @@ def test_the_page_runs_a_bounded_number_of_queries(team_a, alice, client_for, ma
     ConversationCostRollup.objects.bulk_create(conv_rows)
     c = client_for(alice)
     for split in ("agent", "conversation"):
-        with django_assert_max_num_queries(24):
+        # 24, and 2 for the money lost to cache misses (the sampled turns, their requests)
+        with django_assert_max_num_queries(26):
             response = c.get(reverse("costs"), {"split": split})
         assert response.status_code == 200
     assert response.context["totals"].cost == Decimal(sum(1000 * n for n in range(240))) * Decimal("1e-10")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+from ..audit import trace_audit
 from ..models import Step, Trace
 
 
@@ -92,4 +93,6 @@ def trace_export_chunks(trace: Trace) -> Iterator[str]:
         yield ("," if index else "") + json.dumps(step_record(step), ensure_ascii=False)
     states = [{"iteration": s.iteration, "fields": s.fields, "changed": s.changed}
               for s in trace.trajectory_states.order_by("iteration")]
-    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False) + "}"
+    yield '], "trajectory_states": ' + json.dumps(states, ensure_ascii=False)
+    # What a stop cut (null unless the turn was cancelled, timed out or interrupted).
+    yield ', "audit": ' + json.dumps(trace_audit(trace), ensure_ascii=False) + "}"

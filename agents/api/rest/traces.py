@@ -17,11 +17,13 @@ from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
 from agents.api.errors import ApiError, errors
+from agents.api.rest import compare as rest_compare
 from agents.api.rest.common import AgentRef, agent_ref, etag_for, is_uuid, not_modified, with_etag
 from agents.api.rest.pagination import PageParams, paginate
 from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import ApiKey, Membership
+from traces.audit import trace_audit
 from traces.export.records import step_record, trace_export_chunks, usd
 from traces.models import Step, StepPayload, Trace
 from traces.selectors import (
@@ -109,6 +111,11 @@ class TraceDetailOut(TraceOut):
     inspector_url: str
     steps: list[StepOut]
     trajectory_states: list[StateOut]
+    audit: dict[str, Any] | None = Field(
+        description="For a cancelled, timed-out or interrupted turn, what the stop cut: the model "
+                    "request in flight, tools abandoned, finished after the stop or never started, "
+                    "approvals withdrawn, synthetic results, and whether anything ran after the stop "
+                    "(with the evidence). Null for other statuses.")
 
 
 class StepPayloadsOut(Schema):
@@ -200,6 +207,10 @@ def trace_list_api(request: HttpRequest, query: Query[TraceQuery]) -> dict[str, 
     return {"data": [trace_out(t) for t in page], "next_cursor": next_cursor}
 
 
+# Before "/{trace_id}", which would take "compare" for an id.
+rest_compare.register(router)
+
+
 @router.get("/{trace_id}", response={200: TraceDetailOut, 304: None, **errors(404)}, summary="Read a trace",
             url_name="rest_trace_detail")
 def trace_detail_api(request: HttpRequest, trace_id: str, response: HttpResponse) -> Any:
@@ -220,6 +231,7 @@ def trace_detail_api(request: HttpRequest, trace_id: str, response: HttpResponse
         "steps": [step_out(s) for s in steps],
         "trajectory_states": [{"iteration": s.iteration, "fields": s.fields if isinstance(s.fields, dict) else {},
                                "changed": list(s.changed or [])} for s in states],
+        "audit": trace_audit(trace),
     }
 
 

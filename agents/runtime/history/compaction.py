@@ -329,11 +329,17 @@ def should_compact(messages: Sequence[Message | Mapping[str, Any]], *,
                    max_estimated_tokens: int = DEFAULT_COMPACTION_MAX_TOKENS) -> bool:
     """True when more than ``preserve_recent`` messages follow the system prompt and any earlier
     summary, and together they reach ``max_estimated_tokens``."""
+    count, tokens = compactable_size(messages)
+    return count > max(preserve_recent, 0) and tokens >= max_estimated_tokens
+
+
+def compactable_size(messages: Sequence[Message | Mapping[str, Any]]) -> tuple[int, int]:
+    """How many messages follow the system prompt and any earlier summary (what compaction may
+    summarise), and their estimated tokens."""
     history = [as_message(m) for m in messages]
     _, start, _ = _split_prefix(history)
     compactable = history[start:]
-    return (len(compactable) > max(preserve_recent, 0)
-            and sum(estimate_message_tokens(m) for m in compactable) >= max_estimated_tokens)
+    return len(compactable), sum(estimate_message_tokens(m) for m in compactable)
 
 
 def _keep_from(messages: Sequence[Message], start: int, preserve_recent: int) -> int:

@@ -41,6 +41,9 @@ class Conversation:
         self.system_tokens = 0  # of its leading system messages, sent in the system prompt
         self.next_call = 0
         self.compactions: list[CompactionInfo] = []
+        # The compactable part's size at the last threshold check that found it below: (messages,
+        # tokens, ``tokens`` then); None once the history is rewritten.
+        self.checked: tuple[int, int, int] | None = None
         self.dispatcher = dispatcher
         self.max_messages = max_messages
         self.compaction = compaction
@@ -58,9 +61,19 @@ class Conversation:
     def restore(self, messages: list[Message]) -> None:
         """Messages a stored turn had added after the user's, as recorded: they join the
         history and the messages to store (they are not reported again), and the ids of new
-        calls go on after theirs."""
+        calls go on after theirs.
+
+        The history becomes the one the turn had: its threshold compactions are made again
+        where it made them, before each of its model requests (each recorded answer), not
+        reported again either. So the next request is the one the turn would have sent, and a
+        record of thousands of messages is never sent, or summarised, whole."""
         for message in messages:
-            self.append(message)
+            if message.role is Role.ASSISTANT:
+                self.compact_if_due(rebuild_wire=False)
+            self.history.append(message)
+            self.new_messages.append(message)
+            self.tokens += history_ops.estimate_tokens([message])
+        self.rebuild_wire()
         self.next_call = max(self.next_call, _highest_call_number(messages))
 
     def new_call_id(self) -> str:
@@ -122,25 +135,39 @@ class Conversation:
 
     # -- size ----------------------------------------------------------------------------------------
     async def maybe_compact(self) -> None:
-        settings = self.compaction
-        # The running estimate only grows by what this turn appended; the exact check runs
-        # only once it crosses the threshold.
-        if not settings.enabled or self.tokens < settings.max_estimated_tokens:
+        outcome = self.compact_if_due()
+        if outcome is None:
             return
-        if not history_ops.should_compact(self.history, preserve_recent=settings.preserve_recent,
-                                          max_estimated_tokens=settings.max_estimated_tokens):
-            return
-        outcome = history_ops.compact(self.history, preserve_recent=settings.preserve_recent,
-                                      max_estimated_tokens=settings.max_estimated_tokens)
-        if outcome.removed_message_count <= 0:
-            return
-        self.history = list(outcome.messages)
-        self.after_history_change()
         self.compactions.append(CompactionInfo("threshold", outcome.removed_message_count,
                                                outcome.summary))
         await self.observer.emit(Compacted(reason="threshold",
                                            removed_message_count=outcome.removed_message_count,
                                            summary=outcome.summary))
+
+    def compact_if_due(self, *, rebuild_wire: bool = True) -> history_ops.CompactionResult | None:
+        """Compacts the history when it has reached the threshold; the outcome, or None."""
+        settings = self.compaction
+        # The running estimate only grows by what this turn appended; the exact check runs
+        # only once it crosses the threshold.
+        if not settings.enabled or self.tokens < settings.max_estimated_tokens:
+            return None
+        if self.checked is not None:
+            # Below the threshold at the last check; appending grows the compactable part by
+            # what it adds to the whole, so the exact count is needed only once that crosses it.
+            count, tokens, at = self.checked
+            if tokens + self.tokens - at < settings.max_estimated_tokens:
+                return None
+        count, tokens = history_ops.compactable_size(self.history)
+        self.checked = (count, tokens, self.tokens)
+        if count <= max(settings.preserve_recent, 0) or tokens < settings.max_estimated_tokens:
+            return None
+        outcome = history_ops.compact(self.history, preserve_recent=settings.preserve_recent,
+                                      max_estimated_tokens=settings.max_estimated_tokens)
+        if outcome.removed_message_count <= 0:
+            return None
+        self.history = list(outcome.messages)
+        self.after_history_change(rebuild_wire=rebuild_wire)
+        return outcome
 
     def recover(self) -> bool:
         """After a context-overflow error: shorten old tool results, else compact, else drop
@@ -153,10 +180,12 @@ class Conversation:
                                                outcome.summary))
         return True
 
-    def after_history_change(self) -> None:
+    def after_history_change(self, *, rebuild_wire: bool = True) -> None:
         close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
+        self.checked = None
         self.tokens = history_ops.estimate_tokens(self.history)
-        self.rebuild_wire()
+        if rebuild_wire:
+            self.rebuild_wire()
 
 
 def _highest_call_number(messages: list[Message]) -> int:

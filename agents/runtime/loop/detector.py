@@ -21,6 +21,7 @@ class LoopDetector:
 
     def __init__(self, *, window: int = 20, max_repeats: int = 3) -> None:
         self.max_repeats = max_repeats
+        self.window = window  # what it judges by: the last ``window`` calls
         self._window: deque[tuple[str, str, int]] = deque(maxlen=window)
 
     def record(self, name: str, arguments: Any, output: str) -> tuple[str, str] | None:

@@ -166,18 +166,31 @@ class ToolStep:
         results), so that resuming does not reset its count."""
         if self.detector is None:
             return
-        for message, answer in zip(messages, messages[1:], strict=False):
+        # The detector judges by its last ``window`` calls: only the iterations that fill it
+        # are replayed, from the latest back (a record of thousands of calls is not walked).
+        iterations: list[list[tuple[ToolUseBlock, str]]] = []
+        count = 0
+        for index in range(len(messages) - 1, 0, -1):
+            if count >= self.detector.window:
+                break
+            message, answer = messages[index - 1], messages[index]
             if message.role is not Role.ASSISTANT or answer.role is not Role.TOOL:
                 continue
             outputs = {b.tool_use_id: b.output for b in answer.tool_results_blocks}
             seen: set[tuple[str, str]] = set()
+            calls = []
             for call in message.tool_uses:
                 signature = call_signature(call)
                 if call.id not in outputs or (signature in seen
                                               and call.name not in self.cfg.dedup_exempt_tools):
                     continue
                 seen.add(signature)
-                self.detector.record(call.name, call.input, outputs[call.id])
+                calls.append((call, outputs[call.id]))
+            iterations.append(calls)
+            count += len(calls)
+        for calls in reversed(iterations):
+            for call, output in calls:
+                self.detector.record(call.name, call.input, output)
 
     def run_in_parallel(self, calls: list[ToolUseBlock]) -> bool:
         if not self.cfg.parallel_tools or len(calls) < 2:
@@ -216,6 +229,7 @@ class ToolStep:
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
         pre = await self.run_tool_hooks(iteration, call, PRE_TOOL_USE, self.hooks.pre)
+        await tool.prepare_call(call.input)
         outcome, reason, source = self.authorize(tool, call, pre)
         await self.observer.emit(ToolPolicyDecided(
             iteration=iteration, call_id=call.id, name=call.name, policy=tool.policy,
@@ -257,12 +271,13 @@ class ToolStep:
             reason = "\n".join(pre.messages) or (
                 f"PreToolUse hook {'denied' if pre.denied else 'cancelled'} tool `{call.name}`")
             return DENY, reason, "hook"
-        if tool.policy == DENY:
+        policy = tool.policy_for(call.input)
+        if policy == DENY:
             return DENY, tool.policy_reason or f"tool '{call.name}' is not allowed to run", (
                 tool.policy_source or "tool")
         if pre.permission_override == DENY:
             return DENY, pre.permission_reason or f"tool '{call.name}' denied by hook", "hook"
-        if tool.policy == ASK:
+        if policy == ASK:
             return ASK, tool.policy_reason, tool.policy_source or "tool"
         if pre.permission_override == ASK:
             return ASK, pre.permission_reason or (

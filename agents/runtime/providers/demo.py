@@ -22,7 +22,11 @@ It reads the conversation and decides like a small tool-using model would:
   markdown (a heading, a list, a code block), long enough to watch stream and to stop;
 * otherwise it answers conversationally and says that it is the offline demo model.
 
-Usage is estimated as ceil(characters / 4) of the input and of the output. Streaming sends the
+Usage is estimated as ceil(characters / 4) of the input and of the output. Like a provider with
+prompt caching, it reports the part of the input that repeats the start of a request it answered
+before (same provider name and model, tools then system blocks then messages) as cache reads,
+taken out of the input tokens: ``demo_cache`` says how (a per-process memory, 1,024 tokens at
+least, no cache writes). The ``prompt_caching`` capability turns it off. Streaming sends the
 first token after ``first_token_latency_s`` and every further word piece after
 ``token_delay_s``; ``request_latency_s`` is added before anything. ``chat`` waits the same total
 once. With every delay at 0 nothing sleeps: it is the zero-latency model of the benchmarks.
@@ -53,6 +57,7 @@ from .base import (
     StreamEvent,
     StreamText,
 )
+from .demo_cache import MIN_TOKENS, PROMPT_CACHE, Unit, tokens_before
 
 INTRO = "I'm the offline demo model"
 ABILITIES = ("I can do arithmetic, tell the time, remember and recall things, and fetch web "
@@ -206,12 +211,16 @@ class _Decision:
 class DemoProvider(Provider):
     kind = "demo"
     # vision: it accepts images (and says it cannot look at them), so attaching one can be tried
-    default_capabilities = Capabilities(native_tool_calling=True, streaming=True, vision=True)
+    default_capabilities = Capabilities(native_tool_calling=True, streaming=True, vision=True,
+                                        prompt_caching=True)
 
     def __init__(self, *, token_delay_s: float = 0.0, first_token_latency_s: float = 0.0,
-                 request_latency_s: float = 0.0, name: str = "demo",
-                 capabilities: dict[str, Any] | None = None) -> None:
+                 request_latency_s: float = 0.0, cache_min_tokens: int = MIN_TOKENS,
+                 name: str = "demo", capabilities: dict[str, Any] | None = None) -> None:
         self.token_delay_s = max(float(token_delay_s), 0.0)
+        # The shortest prompt its cache keeps (providers' 1,024 by default; the seeded demo
+        # agent's is lower, so that its short prompts show cache reads).
+        self.cache_min_tokens = max(int(cache_min_tokens), 1)
         self.first_token_latency_s = max(float(first_token_latency_s), 0.0)
         self.request_latency_s = max(float(request_latency_s), 0.0)
         super().__init__(name=name, capabilities=capabilities)
@@ -247,7 +256,7 @@ class DemoProvider(Provider):
         system = request.system_text
         offered = ({t.name for t in request.tools or ()} if native
                    else _prompt_guided_tools(system))
-        input_chars, prior_calls = _scan(request)
+        input_chars, prior_calls, units = _scan(request)
         try:
             turn = _read_turn(request.messages, prior_calls)
             decision = _decide(turn, offered)
@@ -265,7 +274,12 @@ class DemoProvider(Provider):
                              input=c.arguments)
                 for i, c in enumerate(decision.calls))
         message = Message(_ASSISTANT, blocks)
-        usage = Usage(input_tokens=_tokens(input_chars),
+        input_tokens = _tokens(input_chars)
+        cached = 0
+        if self.capabilities_for(request.model).prompt_caching:
+            cached = tokens_before(PROMPT_CACHE.read((self.name, request.model or "demo"), units,
+                                                     min_tokens=self.cache_min_tokens))
+        usage = Usage(input_tokens=input_tokens - cached, cache_read_tokens=cached,
                       output_tokens=max(_tokens(_output_chars(message)), 1))
         message.usage = usage
         stop = "tool_use" if decision.calls and native else "end_turn"
@@ -627,18 +641,36 @@ def _block_chars(block: Block) -> int:
     return len(block.thinking)
 
 
-def _scan(request: ChatRequest) -> tuple[int, int]:
-    """Characters of the whole input (for usage) and the tool calls in the history (for ids)."""
-    chars = sum(len(b.text) for b in request.system)
+def _scan(request: ChatRequest) -> tuple[int, int, list[Unit]]:
+    """Characters of the whole input (for usage), the tool calls in the history (for ids) and
+    the request's units in the order providers cache them (for ``demo_cache``)."""
+    units: list[Unit] = []
+    for tool in request.tools or ():
+        parameters = str(tool.parameters)
+        units.append((hash(("tool", tool.name, tool.description, parameters)),
+                      len(tool.name) + len(tool.description) + len(parameters)))
+    for block in request.system:
+        units.append((hash(("system", block.text)), len(block.text)))
     calls = 0
     for message in request.messages:
+        role = message.role.value
         for block in message.blocks:
-            chars += _block_chars(block)
+            units.append((hash((role, _block_key(block))), _block_chars(block)))
             if isinstance(block, ToolUseBlock):
                 calls += 1
-    for tool in request.tools or ():
-        chars += len(tool.name) + len(tool.description) + len(str(tool.parameters))
-    return chars, calls
+    return sum(chars for _, chars in units), calls, units
+
+
+def _block_key(block: Block) -> tuple[str, ...]:
+    if isinstance(block, TextBlock):
+        return ("text", block.text)
+    if isinstance(block, ToolUseBlock):
+        return ("tool_use", block.id or "", block.name, str(block.input))
+    if isinstance(block, ToolResultBlock):
+        return ("tool_result", block.tool_use_id or "", block.output, str(block.is_error))
+    if isinstance(block, ImageBlock):
+        return ("image", block.media_type, block.attachment, str(hash(block.data)))
+    return ("thinking", block.thinking)
 
 
 def _output_chars(message: Message) -> int:

@@ -41,7 +41,10 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
         "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
         "/api/v1/conversations/{conversation_id}/messages": {"text": "What is 2 + 2?"},
         "/v1/chat/completions": {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]},
+        "/api/v1/traces/{trace_id}/fork": {"seq": sample_trace.steps.filter(kind="llm_request")
+                                           .order_by("seq").values_list("seq", flat=True).first()},
     }
+    queries = {"/api/v1/traces/compare": {"a": sample_trace.uuid.hex, "b": sample_trace.uuid.hex}}
     called, problems = [], []
     for path, operations in schema()["paths"].items():
         url = PARAM.sub(lambda m: values[m.group(1)], path)
@@ -49,7 +52,7 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
             if method == "post":
                 response = client.post(url, bodies.get(path, {}), content_type="application/json")
             else:
-                response = getattr(client, method)(url)
+                response = getattr(client, method)(url, queries.get(path))
             documented = {int(code) for code in operation["responses"]}
             called.append((method, path, response.status_code))
             if response.status_code not in documented or response.status_code >= 500:

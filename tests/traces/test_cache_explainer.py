@@ -1,0 +1,239 @@
+"""The cache explainer: the first region of a request that changed since the one before it
+(tool set or order, a system block, an earlier message, the model), what the miss cost, the demo
+model's cache reads, the step's "Prompt cache" section and the costs page's figure per agent."""
+
+from __future__ import annotations
+
+import html
+import math
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from agents.models import Conversation
+from agents.runtime.messages import Message
+from agents.runtime.providers.base import ChatRequest, SystemBlock
+from agents.runtime.providers.demo import DemoProvider
+from agents.runtime.providers.demo_cache import PROMPT_CACHE
+from agents.runtime.tools import ToolSpec
+from traces.cache import CACHE_MIN_TOKENS, explain, first_change
+from traces.cache_selectors import cache_losses, step_cache_explanation
+from traces.cost_selectors import Resolved
+from traces.models import ModelPrice, Step
+
+from .cost_helpers import EARLY, run
+
+LONG_PROMPT = "You are a careful assistant. Answer briefly and check your arithmetic. " * 80
+
+
+@pytest.fixture(autouse=True)
+def _fresh_demo_cache():
+    PROMPT_CACHE.clear()
+    yield
+    PROMPT_CACHE.clear()
+
+
+def request(*, model: str = "m", tools=("calculator", "current_time"), system=("Be brief.", "## Current Date & Time\n\n2026-01-01"),
+            messages=(("user", "hello"),), specs=None) -> dict:
+    return {
+        "model": model,
+        "tools": list(tools),
+        "tool_specs": specs if specs is not None else [{"name": t, "description": f"The {t} tool.", "parameters": {}}
+                                                        for t in tools],
+        "system": [{"text": text, "cacheable": i == 0} for i, text in enumerate(system)],
+        "messages": [{"role": role, "blocks": [{"type": "text", "text": text}]} for role, text in messages],
+    }
+
+
+# -- naming the first change ------------------------------------------------------------------------
+def test_a_changed_system_prompt_is_named_as_the_agents_system_prompt():
+    change, prefix = first_change(request(), request(system=("Be very brief.", "## Current Date & Time\n\n2026-01-01")))
+
+    assert change.region == "system" and change.index == 1
+    assert change.label == "the agent's system prompt (system block 1)"
+    assert change.before.startswith("Be brief") and change.after.startswith("Be very brief")
+    assert prefix > 0  # the tools before it could still be read
+
+
+def test_the_date_block_is_named_when_only_the_time_changed():
+    change, _ = first_change(request(), request(system=("Be brief.", "## Current Date & Time\n\n2026-01-02")))
+
+    assert change.index == 2 and change.label.startswith("the date and time block")
+
+
+def test_a_reordered_tool_list_is_named_as_the_order_of_the_tools():
+    change, prefix = first_change(request(), request(tools=("current_time", "calculator")))
+
+    assert (change.region, change.label) == ("tools", "the order of the tools")
+    assert change.detail == "Was calculator, current_time; now current_time, calculator."
+    assert prefix == 0
+
+
+def test_an_added_tool_and_a_changed_definition_are_named():
+    added, _ = first_change(request(), request(tools=("calculator", "current_time", "http_fetch")))
+    specs = [{"name": "calculator", "description": "Adds up.", "parameters": {}},
+             {"name": "current_time", "description": "The current_time tool.", "parameters": {}}]
+    edited, _ = first_change(request(), request(specs=specs))
+
+    assert (added.label, added.detail) == ("the tool set", "Added http_fetch.")
+    assert edited.label == "the definition of the tool calculator" and edited.index == 1
+
+
+def test_an_edited_earlier_message_is_named_with_its_role_and_index():
+    before = request(messages=(("user", "what is 2+2"), ("assistant", "4"), ("user", "and 3+3?")))
+    after = request(messages=(("user", "what is 2+2"), ("assistant", "5"), ("user", "and 3+3?"), ("assistant", "6")))
+
+    change, _ = first_change(before, after)
+
+    assert (change.region, change.index, change.role) == ("messages", 2, "assistant")
+    assert change.label == "an earlier message: message 2 (assistant)"
+    assert (change.before, change.after) == ("4", "5")
+
+
+def test_a_stable_prefix_is_a_hit_with_nothing_lost():
+    before = request(messages=(("user", "what is 2+2"),))
+    after = request(messages=(("user", "what is 2+2"), ("assistant", "4"), ("user", "thanks")))
+
+    cache = explain(before, after, previous_kind="turn", prompt_tokens=3000, previous_tokens=2900,
+                    read_tokens=2900, input_per_mtok=Decimal(3), cache_read_per_mtok=Decimal("0.3"))
+
+    assert cache.change is None and cache.verdict == "hit"
+    assert cache.lost_tokens == 0 and cache.lost_usd == 0
+    assert 0.5 < cache.prefix_share < 1
+
+
+def test_a_miss_is_priced_at_the_input_rate_less_the_cache_read_rate():
+    changed = explain(request(), request(model="other"), previous_kind="turn", prompt_tokens=3000,
+                      previous_tokens=2000, read_tokens=0, input_per_mtok=Decimal(3),
+                      cache_read_per_mtok=Decimal("0.3"))
+    unchanged_but_unread = explain(request(), request(), previous_kind="turn", prompt_tokens=3000,
+                                   previous_tokens=3000, read_tokens=1000, input_per_mtok=Decimal(3),
+                                   cache_read_per_mtok=None)
+    short = explain(request(), request(model="other"), previous_kind="turn", prompt_tokens=900,
+                    previous_tokens=800, read_tokens=0, input_per_mtok=Decimal(3),
+                    cache_read_per_mtok=Decimal("0.3"))
+
+    assert changed.change.label == "the model" and changed.verdict == "changed"
+    assert changed.lost_tokens == 2000 and changed.lost_usd == Decimal("0.0054")
+    # without a cache-read price, cached tokens cost the same: nothing is lost
+    assert unchanged_but_unread.verdict == "missed" and unchanged_but_unread.lost_usd == 0
+    assert short.lost_tokens == 0 and 900 < CACHE_MIN_TOKENS
+
+
+# -- the demo model's cache reads -------------------------------------------------------------------
+TOOLS = [ToolSpec("calculator", "Evaluates arithmetic.", {"type": "object", "properties": {}})]
+
+
+async def demo_chat(provider, messages, *, system=LONG_PROMPT, model="demo"):
+    return await provider.chat(ChatRequest(model=model, messages=messages, system=[SystemBlock(system, True)],
+                                           tools=TOOLS))
+
+
+async def test_the_demo_model_reads_a_repeated_prefix_from_its_cache():
+    provider = DemoProvider(name="cache-demo")
+    first = [Message.user("hello")]
+    second = [*first, Message.assistant("Hello!"), Message.user("thanks")]
+
+    one = await demo_chat(provider, first)
+    two = await demo_chat(provider, second)
+
+    assert one.usage.cache_read_tokens == 0
+    before = len(LONG_PROMPT) + len("calculator") + len("Evaluates arithmetic.") + len(str(TOOLS[0].parameters)) + len("hello")
+    assert two.usage.cache_read_tokens == before // 4 >= CACHE_MIN_TOKENS
+    whole = before + len("Hello!") + len("thanks")
+    assert two.usage.input_tokens + two.usage.cache_read_tokens == math.ceil(whole / 4)
+
+
+async def test_the_demo_model_reads_nothing_after_a_change_a_short_prompt_or_with_caching_off():
+    provider = DemoProvider(name="cache-demo")
+    await demo_chat(provider, [Message.user("hello")])
+
+    changed = await demo_chat(provider, [Message.user("hello")], system="Something else. " + LONG_PROMPT)
+    other_model = await demo_chat(provider, [Message.user("hello")], model="demo-2")
+    short = DemoProvider(name="short")
+    await demo_chat(short, [Message.user("hi")], system="Be brief.")
+    short_again = await demo_chat(short, [Message.user("hi")], system="Be brief.")
+    off = DemoProvider(name="cache-demo", capabilities={"prompt_caching": False})
+    uncached = await demo_chat(off, [Message.user("hello")])
+
+    assert changed.usage.cache_read_tokens == 0 < changed.usage.input_tokens
+    assert other_model.usage.cache_read_tokens == 0
+    assert short_again.usage.cache_read_tokens == 0
+    assert uncached.usage.cache_read_tokens == 0
+
+
+async def test_a_demo_provider_can_keep_shorter_prompts_as_the_seeded_demo_does():
+    """The seeded demo agent's provider keeps prompts from 256 tokens, so its short prompts
+    show cache reads offline; the default keeps providers' 1,024."""
+    system = "Answer in plain words. " * 60  # about 345 tokens
+    default, seeded = DemoProvider(name="default-min"), DemoProvider(name="seeded-min", cache_min_tokens=256)
+    for provider in (default, seeded):
+        await demo_chat(provider, [Message.user("hello")], system=system)
+    again_default = await demo_chat(default, [Message.user("hello")], system=system)
+    again_seeded = await demo_chat(seeded, [Message.user("hello")], system=system)
+    assert again_default.usage.cache_read_tokens == 0
+    assert 256 <= again_seeded.usage.cache_read_tokens < CACHE_MIN_TOKENS
+
+
+# -- on recorded turns --------------------------------------------------------------------------------
+@pytest.fixture
+def cached_agent(make_agent, team_a):
+    ModelPrice.objects.create(team=team_a, provider_kind="demo", model="demo-cached", input_per_mtok=Decimal(3),
+                              output_per_mtok=Decimal(15), cache_read_per_mtok=Decimal("0.3"), effective_from=EARLY)
+    agent = make_agent(name="Cached", system_prompt=LONG_PROMPT)
+    agent.model = "demo-cached"
+    agent.save(update_fields=["model"])
+    return agent
+
+
+def llm_steps(trace) -> list[Step]:
+    return list(trace.steps.filter(kind="llm_request").select_related("price", "trace").order_by("seq"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_reads_its_stable_prefix_and_a_changed_system_prompt_is_named(
+        cached_agent, alice, charlie, sent_turns, use_redis, client_for):
+    chat = Conversation.objects.create(team=cached_agent.team, agent=cached_agent, created_by=alice)
+    first = run(chat, alice, "call the current_time tool 2 times")
+    steps = llm_steps(first)
+    assert len(steps) == 3 and steps[1].cache_read_tokens > 0
+
+    opening = step_cache_explanation(steps[0])
+    within = step_cache_explanation(steps[1])
+    assert opening.verdict == "first" and opening.lost_usd == 0
+    assert within.previous == "turn" and within.verdict == "hit" and within.lost_usd == 0
+
+    cached_agent.system_prompt = "Answer in French. " + LONG_PROMPT
+    cached_agent.save(update_fields=["system_prompt"])
+    second = run(chat, alice, "what is 2+2")
+    after = llm_steps(second)[0]
+    cache = step_cache_explanation(after)
+
+    assert cache.previous == "conversation" and cache.verdict == "changed"
+    assert cache.change.label == "the agent's system prompt (system block 1)"
+    assert after.cache_read_tokens == 0 < cache.lost_tokens
+    assert cache.lost_usd == Decimal(cache.lost_tokens) * Decimal("2.7") / 1_000_000
+
+    url = reverse("step_cache", args=[second.uuid, after.seq])
+    page = html.unescape(client_for(alice).get(url).content.decode())
+    assert "The agent's system prompt (system block 1)" in page
+    assert "Answer in French." in page and "Lost to the miss" in page
+    assert client_for(charlie).get(url).status_code == 404
+    detail = client_for(alice).get(reverse("step_detail", args=[second.uuid, after.seq])).content.decode()
+    assert url in detail  # the step's panel loads its "Prompt cache" section
+
+    costs = client_for(alice).get(reverse("costs"))
+    losses = costs.context["cache_losses"]
+    every = [step_cache_explanation(s) for t in (first, second) for s in llm_steps(t)]
+    assert losses.by_agent[cached_agent.pk] == sum((c.lost_usd for c in every), Decimal(0)) > 0
+    agent_row = next(g for g in costs.context["tables"]["agent"] if g.key == cached_agent.pk)
+    assert agent_row.cache_lost == losses.by_agent[cached_agent.pk]
+    assert agent_row.amounts.cache_read_share > 0
+    content = costs.content.decode()
+    assert "Lost to cache misses" in content and "Cache hit" in content
+    assert client_for(charlie).get(reverse("costs")).context["cache_losses"].by_agent == {}
+    # a range with more turns than the sample says so, and counts the latest only
+    sampled = cache_losses(team=cached_agent.team, filters=costs.context["filters"],
+                           resolved=Resolved(), limit=1)
+    assert (sampled.partial, sampled.turns, sampled.requests) == (True, 1, len(llm_steps(second)))

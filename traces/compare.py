@@ -1,0 +1,637 @@
+"""Two runs side by side: their steps aligned, the first divergence found and said in plain
+words, and their totals compared. Pure Python (no database): the caller hands in each trace's
+step skeleton and a ``PayloadSource`` that reads payload contents only where they are needed.
+
+Alignment (near-linear): the common prefix and suffix of the two runs (by step kind and name)
+are matched directly; what lies between is aligned with ``difflib.SequenceMatcher`` on the
+steps' signatures when it is small enough, else position by position. A tool call's signature
+carries its name and the start of its arguments, so the same call is matched by name and
+arguments; model requests are matched in order.
+
+First divergence: the first aligned pair whose skeleton differs (kind, name, status, model, a
+step on one side only), or, before it, whose request, response, arguments or output differ.
+Contents are compared only up to that point: first by the database (raw equality), then, for the
+few that are not byte-equal, after removing what changes between identical runs (request and
+call ids, usage, date and time stamps)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+LLM = "llm_request"
+TOOL = "tool_call"
+# The middle of two traces (after the common prefix and suffix) is aligned by SequenceMatcher up
+# to this many cells (len(a) * len(b)); beyond it, position by position.
+MATCH_CELLS = 1_000_000
+# Characters of a tool call's arguments in its signature.
+SIGNATURE_CHARS = 200
+# Pairs whose contents are read at once while looking for the first divergence.
+CONTENT_BATCH = 200
+# Characters of an answer that go into its text diff.
+ANSWER_DIFF_CHARS = 20_000
+EXCERPT_CHARS = 60
+
+USAGE = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "reasoning_tokens")
+USAGE_LABELS = {"input_tokens": "Input tokens", "output_tokens": "Output tokens",
+                "cache_write_tokens": "Cache write tokens", "cache_read_tokens": "Cache read tokens",
+                "reasoning_tokens": "Reasoning tokens"}
+# Keys that differ between two identical runs of the same request: ids given by the provider or
+# the runtime, and the usage it reported (a cache hit changes it, not the content).
+VOLATILE_KEYS = frozenset({"id", "tool_use_id", "tool_call_id", "usage", "created", "system_fingerprint"})
+# A date and time stamp, as the runtime puts one in the system prompt and before user messages.
+STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2}| [A-Z]{2,5})?"
+                   r"(?: \([A-Z][a-z]+day\))?")
+KIND_WORDS = {LLM: "model request", TOOL: "tool call", "approval": "approval", "compaction": "compaction",
+              "retry": "retry", "error": "error", "resume": "resume", "hook": "hook"}
+
+
+@dataclass(slots=True)
+class StepFacts:
+    """One step's skeleton: what the comparison needs without its payloads."""
+
+    seq: int
+    kind: str
+    name: str = ""
+    status: str = "ok"
+    success: bool | None = None
+    model: str = ""
+    provider: str = ""
+    error: str = ""
+    # The kinds of payload the step has (request, response, message, arguments, output …).
+    payloads: set[str] = field(default_factory=set)
+    # The start of a tool call's arguments (its signature).
+    head: str = ""
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        if self.kind == LLM:
+            return (LLM, "", "")
+        if self.kind == TOOL:
+            return (TOOL, self.name, self.head[:SIGNATURE_CHARS])
+        return (self.kind, self.name, "")
+
+    @property
+    def label(self) -> str:
+        word = KIND_WORDS.get(self.kind, self.kind)
+        if self.kind == LLM:
+            return f"{word} {self.model}".strip()
+        return f"{word} {self.name}".strip()
+
+
+@dataclass(slots=True)
+class TraceFacts:
+    """A trace's totals and answer, beside its steps."""
+
+    steps: list[StepFacts]
+    iterations: int = 0
+    step_count: int = 0
+    duration_ms: int | None = None
+    cost_usd: Decimal = Decimal(0)
+    answer: str = ""
+    status: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Pair:
+    """One aligned position (1-based) with a step of each side, or of one side only."""
+
+    position: int
+    a: StepFacts | None
+    b: StepFacts | None
+    # same: verified equal · matched: same signature, contents not compared (after the first
+    # divergence) · differs · a_only · b_only
+    state: str = "matched"
+    note: str = ""
+
+    @property
+    def one_sided(self) -> bool:
+        return self.a is None or self.b is None
+
+
+@dataclass(slots=True)
+class Divergence:
+    position: int
+    a_seq: int | None
+    b_seq: int | None
+    what: str  # kind, name, status, model, request, response, arguments, output, a_only, b_only
+    detail: str
+    summary: str = ""
+
+
+@dataclass(slots=True)
+class TotalRow:
+    label: str
+    key: str
+    a: Any
+    b: Any
+    difference: Any
+    differs: bool
+
+
+@dataclass(slots=True)
+class Comparison:
+    pairs: list[Pair]
+    divergence: Divergence | None
+    totals: list[TotalRow]
+    tools: list[TotalRow]
+    answers_same: bool
+    answer_diff: list[tuple[str, str]]
+    by_position: bool = False
+
+
+class PayloadSource(Protocol):
+    """Reads payloads for the aligned pairs ``(position, a_seq, b_seq)``."""
+
+    def raw_different(self, pairs: Sequence[tuple[int, int, int]]) -> set[tuple[int, str]]:
+        """The ``(position, payload kind)`` whose contents are not byte-equal on both sides."""
+
+    def contents(self, items: Sequence[tuple[int, int, int, str]]) -> dict[tuple[int, str], tuple[str, str]]:
+        """For ``(position, a_seq, b_seq, kind)``: both contents."""
+
+
+# -- alignment ------------------------------------------------------------------------------------
+def align(a: Sequence[StepFacts], b: Sequence[StepFacts],
+          load_heads: Callable[[Sequence[StepFacts], Sequence[StepFacts]], None] | None = None,
+          ) -> tuple[list[Pair], bool]:
+    """The aligned pairs, and whether part of the middle had to be paired by position.
+
+    The common prefix and suffix are found by kind and name; only the steps between them are
+    aligned by their whole signature, with tool arguments (``load_heads`` fills their ``head``
+    first, so a long common run never needs its arguments read)."""
+    ka = [(s.kind, s.name) for s in a]
+    kb = [(s.kind, s.name) for s in b]
+    n, m = len(ka), len(kb)
+    start = 0
+    while start < n and start < m and ka[start] == kb[start]:
+        start += 1
+    end = 0
+    while end < n - start and end < m - start and ka[n - 1 - end] == kb[m - 1 - end]:
+        end += 1
+    index_pairs: list[tuple[int | None, int | None]] = [(i, i) for i in range(start)]
+    mid_a, mid_b = range(start, n - end), range(start, m - end)
+    by_position = False
+    if len(mid_a) and len(mid_b) and len(mid_a) * len(mid_b) <= MATCH_CELLS:
+        if load_heads is not None:
+            load_heads(a[start:n - end], b[start:m - end])
+        sa = [s.signature for s in a[start:n - end]]
+        sb = [s.signature for s in b[start:m - end]]
+        matcher = difflib.SequenceMatcher(None, sa, sb, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                index_pairs += [(start + i1 + k, start + j1 + k) for k in range(i2 - i1)]
+            else:
+                index_pairs += _zip(range(start + i1, start + i2), range(start + j1, start + j2))
+    else:
+        by_position = bool(len(mid_a) and len(mid_b))
+        index_pairs += _zip(mid_a, mid_b)
+    index_pairs += [(n - end + k, m - end + k) for k in range(end)]
+    pairs = [Pair(pos, a[i] if i is not None else None, b[j] if j is not None else None)
+             for pos, (i, j) in enumerate(index_pairs, start=1)]
+    return pairs, by_position
+
+
+def _zip(ra: range, rb: range) -> list[tuple[int | None, int | None]]:
+    """Position by position; the longer side's rest on its own."""
+    common = min(len(ra), len(rb))
+    out: list[tuple[int | None, int | None]] = [(ra[k], rb[k]) for k in range(common)]
+    out += [(i, None) for i in ra[common:]]
+    out += [(None, j) for j in rb[common:]]
+    return out
+
+
+# -- differences ----------------------------------------------------------------------------------
+def compared_kinds(a: StepFacts, b: StepFacts) -> tuple[str, ...]:
+    """The payloads that say what a step did: a model request's request and what it answered (the
+    stored message, free of the provider's response id, when both have one), a tool call's
+    arguments and output, and any other step's output."""
+    if a.kind == LLM:
+        answer = "message" if "message" in a.payloads and "message" in b.payloads else "response"
+        return ("request", answer)
+    if a.kind in (TOOL, "approval"):
+        return ("arguments", "output")
+    return ("output",)
+
+
+def skeleton_difference(pair: Pair) -> tuple[str, str] | None:
+    """What differs in the two steps' skeletons, as ``(what, plain words)``; None when nothing."""
+    a, b = pair.a, pair.b
+    if a is None and b is not None:
+        return "b_only", f"only run B has a {b.label} here (#{b.seq})"
+    if b is None and a is not None:
+        return "a_only", f"only run A has a {a.label} here (#{a.seq})"
+    assert a is not None and b is not None
+    if (a.kind == b.kind and a.name == b.name and a.model == b.model and a.provider == b.provider
+            and a.status == b.status and a.success == b.success and a.payloads == b.payloads):
+        return None
+    if a.kind != b.kind:
+        return "kind", f"run A has a {a.label}, run B a {b.label}"
+    if a.name != b.name and a.kind != LLM:
+        return "name", f"run A called {a.name or '—'}, run B called {b.name or '—'}"
+    if (a.model, a.provider) != (b.model, b.provider):
+        return "model", (f"model {_quote(a.model)} on {a.provider or '?'} vs {_quote(b.model)} "
+                         f"on {b.provider or '?'}")
+    if a.status != b.status or a.success != b.success:
+        return "status", f"{_outcome(a)} in run A, {_outcome(b)} in run B"
+    for kind in compared_kinds(a, b):
+        if (kind in a.payloads) != (kind in b.payloads):
+            have, lack = ("A", "B") if kind in a.payloads else ("B", "A")
+            return kind, f"run {have} recorded its {kind}, run {lack} did not"
+    return None
+
+
+def _outcome(step: StepFacts) -> str:
+    if step.status == "error" or step.success is False:
+        return f"failed ({_excerpt(step.error)})" if step.error else "failed"
+    return {"running": "still running", "waiting": "waiting"}.get(step.status, "succeeded")
+
+
+def normalised(kind: str, content: str) -> Any:
+    """A payload as compared: JSON parsed (key order does not matter); a model request's without
+    ids, usage and date/time stamps. Text as it is."""
+    if kind in ("request", "response", "message", "arguments"):
+        try:
+            data = json.loads(content)
+        except ValueError:
+            return content
+        return _strip_volatile(data) if kind != "arguments" else data
+    return content
+
+
+def _strip_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_volatile(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_strip_volatile(v) for v in value]
+    if isinstance(value, str):
+        return STAMP.sub("<time>", value)
+    return value
+
+
+def payload_difference(step_kind: str, kind: str, content_a: str, content_b: str) -> str | None:
+    """How two payloads of aligned steps differ, in plain words; None when they do not."""
+    if content_a == content_b:
+        return None
+    left, right = normalised(kind, content_a), normalised(kind, content_b)
+    if kind == "request":
+        left, right = comparable_requests(left, right)
+    if left == right:
+        return None
+    if kind == "arguments":
+        return "arguments differ: " + _dict_difference(left, right)
+    if kind == "output":
+        return f"{'results' if step_kind == TOOL else 'outputs'} differ: {_text_pair(str(left), str(right))}"
+    if kind == "request":
+        return "the request differs: " + _request_difference(left, right)
+    return "the answer differs: " + _answer_difference(left, right)
+
+
+def comparable_requests(left: Any, right: Any) -> tuple[Any, Any]:
+    """Two recorded requests cut to what both record. A request's record holds only the
+    messages it added after the previous request (from ``message_offset``) and the tools'
+    definitions only when it starts over; a request sent again as the first of a fork records
+    them all. So the messages are compared over the positions both hold (and any beyond the
+    shorter end), the definitions only when both have them."""
+    if not (isinstance(left, dict) and isinstance(right, dict)):
+        return left, right
+    offset_a, offset_b = left.get("message_offset") or 0, right.get("message_offset") or 0
+    if offset_a == offset_b and ("tool_specs" in left) == ("tool_specs" in right):
+        return left, right
+    start = max(offset_a, offset_b)
+    left, right = dict(left), dict(right)
+    for side, offset in ((left, offset_a), (right, offset_b)):
+        side["messages"] = list(side.get("messages") or [])[start - offset:]
+        side["message_offset"] = start
+    if ("tool_specs" in left) != ("tool_specs" in right):
+        left.pop("tool_specs", None)
+        right.pop("tool_specs", None)
+    return left, right
+
+
+def _dict_difference(left: Any, right: Any) -> str:
+    if not (isinstance(left, dict) and isinstance(right, dict)):
+        return _text_pair(_compact(left), _compact(right))
+    parts = []
+    for key in [*left, *(k for k in right if k not in left)]:
+        if key not in right:
+            parts.append(f"{key} only in A ({_quote(_compact(left[key]))})")
+        elif key not in left:
+            parts.append(f"{key} only in B ({_quote(_compact(right[key]))})")
+        elif left[key] != right[key]:
+            parts.append(f"{key} {_text_pair(_compact(left[key]), _compact(right[key]))}")
+        if len(parts) == 3:
+            break
+    return "; ".join(parts) or "their order differs"
+
+
+def _request_difference(left: Any, right: Any) -> str:
+    if not (isinstance(left, dict) and isinstance(right, dict)):
+        return _text_pair(_compact(left), _compact(right))
+    if left.get("model") != right.get("model"):
+        return f"model {_text_pair(str(left.get('model')), str(right.get('model')))}"
+    if left.get("system") != right.get("system"):
+        return f"the system prompt: {_text_pair(_blocks_text(left.get('system')), _blocks_text(right.get('system')))}"
+    if left.get("tools") != right.get("tools"):
+        return f"the tools offered: {_text_pair(_compact(left.get('tools')), _compact(right.get('tools')))}"
+    if left.get("tool_specs") != right.get("tool_specs"):
+        return "the tools' descriptions or parameters"
+    ma, mb = left.get("messages") or [], right.get("messages") or []
+    if ma != mb:
+        offset = left.get("message_offset") or 0
+        for k in range(max(len(ma), len(mb))):
+            ea = ma[k] if k < len(ma) else None
+            eb = mb[k] if k < len(mb) else None
+            if ea == eb:
+                continue
+            number = offset + k + 1
+            if ea is None or eb is None:
+                present = ea if ea is not None else eb
+                side = "A" if ea is not None else "B"
+                return f"message {number} ({_role(present)}) is only in run {side}: {_quote(_message_text(present))}"
+            role = _role(ea) if _role(ea) == _role(eb) else f"{_role(ea)} vs {_role(eb)}"
+            return f"message {number} ({role}): {_text_pair(_message_text(ea), _message_text(eb))}"
+    keys = [k for k in [*left, *right] if left.get(k) != right.get(k)]
+    if keys:
+        key = keys[0]
+        return f"{key} {_text_pair(_compact(left.get(key)), _compact(right.get(key)))}"
+    return "in its details"
+
+
+def _answer_difference(left: Any, right: Any) -> str:
+    la, lb = _message_of(left), _message_of(right)
+    ca, cb = _calls(la), _calls(lb)
+    if ca != cb:
+        return f"the model called {_calls_text(ca)} in run A, {_calls_text(cb)} in run B"
+    ta, tb = _message_text(la), _message_text(lb)
+    if ta != tb:
+        return _text_pair(ta, tb)
+    if isinstance(left, dict) and isinstance(right, dict) and left.get("stop_reason") != right.get("stop_reason"):
+        return f"stop reason {_text_pair(str(left.get('stop_reason')), str(right.get('stop_reason')))}"
+    return "in its details"
+
+
+def _message_of(value: Any) -> Any:
+    if isinstance(value, dict) and isinstance(value.get("message"), dict):
+        return value["message"]
+    return value
+
+
+def _calls(message: Any) -> list[tuple[str, Any]]:
+    blocks = message.get("blocks") if isinstance(message, dict) else None
+    return [(b.get("name", ""), b.get("input")) for b in blocks or []
+            if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _calls_text(calls: list[tuple[str, Any]]) -> str:
+    if not calls:
+        return "no tool"
+    parts = []
+    for name, args in calls[:3]:
+        if isinstance(args, dict):
+            inner = ", ".join(f"{k}={_quote(_compact(v))}" for k, v in list(args.items())[:3])
+        else:
+            inner = _compact(args)
+        parts.append(f"{name}({_excerpt(inner)})")
+    return ", ".join(parts) + (" …" if len(calls) > 3 else "")
+
+
+def _role(message: Any) -> str:
+    return str(message.get("role", "?")) if isinstance(message, dict) else "?"
+
+
+def _message_text(message: Any) -> str:
+    if isinstance(message, dict):
+        if isinstance(message.get("blocks"), list):
+            return _blocks_text(message["blocks"])
+        if isinstance(message.get("content"), str):
+            return message["content"]
+    return _compact(message)
+
+
+def _blocks_text(blocks: Any) -> str:
+    if not isinstance(blocks, list):
+        return _compact(blocks)
+    parts = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            parts.append(_compact(block))
+        elif "text" in block:
+            parts.append(str(block["text"]))
+        elif block.get("type") == "tool_use":
+            parts.append(_calls_text([(block.get("name", ""), block.get("input"))]))
+        elif block.get("type") == "tool_result":
+            parts.append(f"result of {block.get('name', '?')}: {block.get('output', '')}")
+        else:
+            parts.append(_compact(block))
+    return " ".join(parts)
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _text_pair(left: str, right: str) -> str:
+    """Two texts that differ, cut around their first difference: "'…6*7' vs '…6*8'"."""
+    at = 0
+    limit = min(len(left), len(right))
+    while at < limit and left[at] == right[at]:
+        at += 1
+    start = max(at - 20, 0)
+    return f"{_quote(left[start:], cut=start > 0)} vs {_quote(right[start:], cut=start > 0)}"
+
+
+def _quote(text: str, *, cut: bool = False) -> str:
+    return f"'{'…' if cut else ''}{_excerpt(text)}'"
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
+
+# -- the first divergence -------------------------------------------------------------------------
+def first_divergence(pairs: list[Pair], source: PayloadSource) -> Divergence | None:
+    """The first aligned pair that differs; marks every pair's state on the way."""
+    limit = len(pairs)
+    skeleton: tuple[str, str] | None = None
+    for pair in pairs:
+        skeleton = skeleton_difference(pair)
+        if skeleton is not None:
+            limit = pair.position - 1
+            break
+    found: Divergence | None = None
+    checked = [(p.position, p.a.seq, p.b.seq) for p in pairs[:limit] if p.a is not None and p.b is not None]
+    different = source.raw_different(checked) if checked else set()
+    candidates = []
+    for position, _, _ in checked:
+        pair = pairs[position - 1]
+        assert pair.a is not None and pair.b is not None
+        candidates += [(pair, kind) for kind in compared_kinds(pair.a, pair.b) if (position, kind) in different]
+    for start in range(0, len(candidates), CONTENT_BATCH):
+        batch = candidates[start:start + CONTENT_BATCH]
+        contents = source.contents([(p.position, p.a.seq, p.b.seq, kind) for p, kind in batch])  # type: ignore[union-attr]
+        for pair, kind in batch:
+            left, right = contents.get((pair.position, kind), ("", ""))
+            detail = payload_difference(pair.a.kind, kind, left, right)  # type: ignore[union-attr]
+            if detail is not None:
+                found = _divergence(pair, kind, detail)
+                break
+        if found is not None:
+            break
+    if found is None and skeleton is not None and limit < len(pairs):
+        found = _divergence(pairs[limit], *skeleton)
+    _mark(pairs, found)
+    return found
+
+
+def _divergence(pair: Pair, what: str, detail: str) -> Divergence:
+    a, b = pair.a, pair.b
+    step = a or b
+    assert step is not None
+    if a is not None and b is not None and a.seq == b.seq:
+        where = f"Step {a.seq}"
+    else:
+        where = f"Step {a.seq if a else '—'} of run A / {b.seq if b else '—'} of run B"
+    same_thing = a is not None and b is not None and a.kind == b.kind and (a.name == b.name or a.kind == LLM)
+    subject = f"{step.label} — " if same_thing else ""
+    return Divergence(position=pair.position, a_seq=a.seq if a else None, b_seq=b.seq if b else None,
+                      what=what, detail=detail, summary=f"{where}: {subject}{detail}")
+
+
+def _mark(pairs: list[Pair], divergence: Divergence | None) -> None:
+    mark_states(pairs, divergence.position if divergence else None)
+    if divergence is not None:
+        pairs[divergence.position - 1].note = divergence.detail
+
+
+def mark_states(pairs: Iterable[Pair], divergence: int | None) -> None:
+    """Each pair's state, given the position of the first divergence (None: there is none)."""
+    cut = divergence if divergence is not None else 1 << 62
+    for pair in pairs:
+        if pair.a is None:
+            pair.state = "b_only"
+        elif pair.b is None:
+            pair.state = "a_only"
+        elif pair.position < cut:
+            pair.state = "same"
+        elif pair.position == cut:
+            pair.state = "differs"
+        else:
+            pair.state = "matched" if skeleton_difference(pair) is None else "differs"
+
+
+# -- totals ---------------------------------------------------------------------------------------
+def totals(a: TraceFacts, b: TraceFacts) -> list[TotalRow]:
+    rows = [
+        _row("Iterations", "iterations", a.iterations, b.iterations),
+        _row("Steps", "steps", a.step_count or len(a.steps), b.step_count or len(b.steps)),
+        _row("Model requests", "model_requests", _count(a.steps, LLM), _count(b.steps, LLM)),
+        _row("Tool calls", "tool_calls", _count(a.steps, TOOL), _count(b.steps, TOOL)),
+    ]
+    for name in USAGE:
+        rows.append(_row(USAGE_LABELS[name], name, int(a.usage.get(name) or 0), int(b.usage.get(name) or 0)))
+    rows.append(_row("Cost (USD)", "cost_usd", a.cost_usd, b.cost_usd))
+    rows.append(_row("Duration (ms)", "duration_ms", a.duration_ms, b.duration_ms))
+    return rows
+
+
+def tools_used(a: TraceFacts, b: TraceFacts) -> list[TotalRow]:
+    ca = Counter(s.name for s in a.steps if s.kind == TOOL)
+    cb = Counter(s.name for s in b.steps if s.kind == TOOL)
+    return [_row(name, name, ca.get(name, 0), cb.get(name, 0)) for name in sorted(set(ca) | set(cb))]
+
+
+def _count(steps: Iterable[StepFacts], kind: str) -> int:
+    return sum(1 for s in steps if s.kind == kind)
+
+
+def _row(label: str, key: str, a: Any, b: Any) -> TotalRow:
+    difference = b - a if a is not None and b is not None else None
+    return TotalRow(label=label, key=key, a=a, b=b, difference=difference, differs=a != b)
+
+
+def answer_diff(a: str, b: str) -> list[tuple[str, str]]:
+    """The answers' word diff as ``(op, text)`` with op equal, delete or insert (text unescaped:
+    the page escapes it)."""
+    wa = re.split(r"(\s+)", a[:ANSWER_DIFF_CHARS])
+    wb = re.split(r"(\s+)", b[:ANSWER_DIFF_CHARS])
+    out: list[tuple[str, str]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out.append(("equal", "".join(wa[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(("delete", "".join(wa[i1:i2])))
+        if j2 > j1:
+            out.append(("insert", "".join(wb[j1:j2])))
+    return out
+
+
+def compare(a: TraceFacts, b: TraceFacts, source: PayloadSource,
+            load_heads: Callable[[Sequence[StepFacts], Sequence[StepFacts]], None] | None = None) -> Comparison:
+    pairs, by_position = align(a.steps, b.steps, load_heads)
+    divergence = first_divergence(pairs, source)
+    same_answer = a.answer == b.answer
+    return Comparison(pairs=pairs, divergence=divergence, totals=totals(a, b), tools=tools_used(a, b),
+                      answers_same=same_answer, answer_diff=[] if same_answer else answer_diff(a.answer, b.answer),
+                      by_position=by_position)
+
+
+# -- the page's rows ------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Fold:
+    """A run of equal pairs shown as one line (positions ``start``..``end``, inclusive)."""
+
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start + 1
+
+
+def fold(pairs: Sequence[Pair], *, context: int = 3) -> list[Pair | Fold]:
+    """The pairs with long runs of equal ones folded, keeping ``context`` pairs next to each
+    difference."""
+    out: list[Pair | Fold] = []
+    run: list[Pair] = []
+
+    def flush(at_end: bool) -> None:
+        head = context if out else 0
+        tail = 0 if at_end else context
+        if len(run) > head + tail + 1:
+            out.extend(run[:head])
+            out.append(Fold(run[head].position, run[len(run) - tail - 1].position))
+            out.extend(run[len(run) - tail:] if tail else [])
+        else:
+            out.extend(run)
+        run.clear()
+
+    for pair in pairs:
+        if pair.state in ("same", "matched"):
+            run.append(pair)
+            continue
+        flush(at_end=False)
+        out.append(pair)
+    flush(at_end=True)
+    return out
+
+
+def divergence_facts(divergence: Divergence | None) -> dict[str, Any] | None:
+    if divergence is None:
+        return None
+    return {"position": divergence.position, "a_seq": divergence.a_seq, "b_seq": divergence.b_seq,
+            "what": divergence.what, "detail": divergence.detail, "summary": divergence.summary}
+
