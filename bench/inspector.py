@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from bench._django import setup_django
+from bench._django import bench_world, setup_django
 
 SIZES = (1_000, 10_000)
 RUNS = 15
@@ -44,24 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_django()
 
-    from django.contrib.auth import get_user_model
-    from django.test import Client
     from django.test.utils import setup_test_environment
     from django.urls import reverse
 
-    from agents.models import Agent, Conversation, Provider
-    from agentsite.models import Membership, Team
     from traces.sample import make_sample_trace
 
     setup_test_environment()
-    team = Team.objects.create(name="Bench")
-    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    Membership.objects.create(team=team, user=user, role="owner")
-    provider = Provider.objects.create(team=team, name="Demo", kind="demo")
-    agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
-    conversation = Conversation.objects.create(team=team, agent=agent, created_by=user)
-    client = Client()
-    client.force_login(user)
+    world = bench_world()
+    user, conversation, client = world.user, world.conversation, world.client
 
     print(f"{'steps':>7}  {'what':<22} {'p50 ms':>8} {'p90 ms':>8} {'bytes':>10}")
     ok = True
