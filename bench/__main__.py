@@ -29,6 +29,7 @@ BENCHES = {
     "api": "bench.api_latency",
     "otel": "bench.otel_export",
     "compare": "bench.compare",
+    "fork": "bench.fork",
 }
 
 
