@@ -18,7 +18,7 @@ from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.agents.turns.conftest import SlowTool, slow_tool_agent  # noqa: F401 - a fixture
 from tests.helpers import wait_for
-from traces import recorder, services
+from traces import live, recorder, services
 from traces.audit import APPROVAL_WITHDRAWN_REASON, CUT_PREFIXES, trace_audit
 from traces.models import Step, Trace
 
@@ -258,6 +258,10 @@ def test_the_inspector_shows_the_audit_escaped_and_only_to_the_team(
     # a completed turn has no audit; another team's trace is a 404
     assert 'id="stop-audit"' not in client_for(alice).get(f"/traces/{sample_trace.uuid}/").content.decode()
     assert client_for(charlie).get(f"/traces/{trace.uuid}/").status_code == 404
+    # it is part of the header the inspector receives live when the turn ends
+    live_header = live.trace_payload(services.trace_for_live(trace.pk))["html"]
+    assert 'id="stop-audit"' in live_header and "Nothing ran after the stop." in live_header
+    assert 'id="stop-audit"' not in live.trace_payload(services.trace_for_live(sample_trace.pk))["html"]
 
 
 def test_the_api_and_the_export_carry_the_audit(make_agent, alice, charlie, team_a, team_b, sent_turns,
