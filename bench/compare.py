@@ -18,7 +18,12 @@ import statistics
 import sys
 import time
 
-from bench._django import bench_world, setup_django
+from django.test.utils import setup_test_environment
+from django.urls import reverse
+
+from bench.world import bench_world  # configures Django on a scratch database
+from traces.models import StepPayload
+from traces.sample import make_sample_trace
 
 SIZES = (1_000, 10_000)
 RUNS = 11
@@ -43,21 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
-    setup_django()
-
-    from django.test import Client
-    from django.test.utils import setup_test_environment
-    from django.urls import reverse
-
-    from agentsite.api_keys import api_key_create
-    from traces.models import StepPayload
-    from traces.sample import make_sample_trace
-
     setup_test_environment()
     world = bench_world()
-    team, user, conversation, client = world.team, world.user, world.conversation, world.client
-    _, secret = api_key_create(team=team, actor=user, name="bench", scopes=["traces:read"])
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    user, conversation, client = world.user, world.conversation, world.client
+    api = world.api_client("traces:read")
 
     print(f"{'steps':>7}  {'what':<26} {'p50 ms':>8} {'p90 ms':>8} {'bytes':>10}")
     ok = True

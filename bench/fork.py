@@ -15,27 +15,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from datetime import timedelta
 
-from bench._django import setup_django
+from django.utils import timezone
+
+from bench.world import bench_world  # configures Django on a scratch database: first
+
+# isort: split
+from agents.models import Agent, Message, Tool
+from agents.runtime.builtin import CurrentTimeTool
+from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.messages import TextBlock, ToolUseBlock
+from agents.turns.fork import fork_start
+from agents.turns.tasks import turn_run
+from agentsite.celery import app
+from traces.models import Step, StepPayload, Trace
 
 STEPS = 10_000
 FORK_AT = 5_000
-RUNS = int(__import__("os").environ.get("BENCH_FORK_RUNS", "5"))
+RUNS = int(os.environ.get("BENCH_FORK_RUNS", "5"))
 TARGET_MS = 300.0
 
 
 def _long_trace(*, conversation, user, agent):
-    from django.utils import timezone
-
-    from agents.models import Message
-    from agents.runtime.messages import Message as RuntimeMessage
-    from agents.runtime.messages import TextBlock, ToolUseBlock
-    from traces.models import Step, StepPayload, Trace
-
     now = timezone.now()
     text = "call the current_time tool 5000 times"
     message = Message.objects.create(conversation=conversation, role="user", text=text,
@@ -73,32 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
     args = parser.parse_args(argv)
-    setup_django()
-
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from agents.models import Agent, Conversation, Provider, Tool
-    from agents.runtime.builtin import CurrentTimeTool
-    from agents.turns.fork import fork_start
-    from agents.turns.tasks import turn_run
-    from agentsite.celery import app
-    from agentsite.models import Membership, Team
-    from traces.models import Step
 
     app.send_task = lambda *a, **k: None  # the fork is run here, not by a worker
-    team = Team.objects.create(name="Bench")
-    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    Membership.objects.create(team=team, user=user, role="owner")
-    provider = Provider.objects.create(team=team, name="Demo", kind="demo")
-    agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo",
-                                 history_max_messages=50)
+    world = bench_world()
+    team, user, conversation = world.team, world.user, world.conversation
+    agent = world.agent
+    Agent.objects.filter(pk=agent.pk).update(history_max_messages=50)
     agent.tools.add(Tool.objects.create(team=team, name="current_time", kind="builtin",
                                         description=CurrentTimeTool.description,
                                         parameters=CurrentTimeTool.parameters))
     # The fork takes up iteration 2,500 and then has to answer: its one new request.
     Agent.objects.filter(pk=agent.pk).update(max_tool_iterations=FORK_AT // 2)
-    conversation = Conversation.objects.create(team=team, agent=agent, created_by=user)
+    agent.refresh_from_db()
     started = time.perf_counter()
     parent = _long_trace(conversation=conversation, user=user, agent=agent)
     print(f"a stored turn of {STEPS:,} steps made in {time.perf_counter() - started:.1f} s")

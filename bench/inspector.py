@@ -16,7 +16,11 @@ import statistics
 import sys
 import time
 
-from bench._django import bench_world, setup_django
+from django.test.utils import setup_test_environment
+from django.urls import reverse
+
+from bench.world import bench_world  # configures Django on a scratch database
+from traces.sample import make_sample_trace
 
 SIZES = (1_000, 10_000)
 RUNS = 15
@@ -42,13 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
-    setup_django()
-
-    from django.test.utils import setup_test_environment
-    from django.urls import reverse
-
-    from traces.sample import make_sample_trace
-
     setup_test_environment()
     world = bench_world()
     user, conversation, client = world.user, world.conversation, world.client

@@ -25,13 +25,25 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from django.conf import settings
+
+from agentsite.devrunner import free_port
+from bench import _redis  # an embedded Redis, before Django reads REDIS_URL
+from bench.world import bench_world  # configures Django on a scratch database
+
+# isort: split
+from agents.chat.services import conversation_create
+from agents.models import Tool
+from agents.runtime.builtin import CalculatorTool
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run
+from traces.export import config as export_config
+from traces.export import pipeline
+from traces.models import TraceExporter
 
 SLOW_S = 5.0
 LIMIT_RATIO = 1.10
@@ -67,40 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--turns", type=int, default=20)
-    args = parser.parse_args(argv)
-    redis = EmbeddedRedis(port=free_port(), data_dir=Path(tempfile.mkdtemp(prefix="agentsite-bench-redis-")))
-    redis.start(Printer(open(os.devnull, "w"), color=False))  # noqa: SIM115
-    redis.wait_ready()
-    os.environ["REDIS_URL"] = redis.url
-    os.environ["OUTBOUND_ALLOWED_NETWORKS"] = "127.0.0.1/32"
-    os.environ["AGENTSITE_OTEL_DELAY_MS"] = "100"
-    try:
-        from bench._django import setup_django
-
-        setup_django()
-        return run(args)
-    finally:
-        redis.stop(timeout=5)
+    return run(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
-    from django.contrib.auth import get_user_model
-
-    from agents.chat.services import conversation_create
-    from agents.models import Agent, Provider, Tool
-    from agents.runtime.builtin import CalculatorTool
-    from agents.turns.services import turn_start
-    from agents.turns.tasks import turn_run
-    from agentsite.models import Membership, Team
-    from traces.export import config as export_config
-    from traces.export import pipeline
-    from traces.models import TraceExporter
-
-    team = Team.objects.create(name="Bench")
-    user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    Membership.objects.create(team=team, user=user, role="owner")
-    provider = Provider.objects.create(team=team, name="Demo", kind="demo")
-    agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the receivers are on loopback
+    settings.OTEL_EXPORT_DELAY_MS = 100
+    world = bench_world()
+    team, user, agent = world.team, world.user, world.agent
     agent.tools.set([Tool.objects.create(team=team, name="calculator", kind="builtin", policy="allow",
                                          description=CalculatorTool.description,
                                          parameters=CalculatorTool.parameters)])
@@ -158,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"target: slow/down median <= fast median x {LIMIT_RATIO} (or + {LIMIT_MS:g} ms): "
           f"{'met' if not missed else 'missed'}")
     sys.stdout.flush()
+    if _redis.REDIS is not None:
+        _redis.REDIS.stop(timeout=5)  # os._exit skips the exit hooks
     os._exit(1 if (missed and args.check) else 0)  # the slow receiver's threads still sleep
 
 

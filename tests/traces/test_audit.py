@@ -21,6 +21,7 @@ from tests.helpers import wait_for
 from traces import live, recorder, services
 from traces.audit import APPROVAL_WITHDRAWN_REASON, CUT_PREFIXES, trace_audit
 from traces.models import Step, Trace
+from traces.sample import make_sample_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -279,8 +280,6 @@ def test_the_api_and_the_export_carry_the_audit(make_agent, alice, charlie, team
 
 
 def test_the_audit_of_a_long_trace_reads_its_end_in_a_few_queries(conversation, alice, django_assert_max_num_queries):
-    from traces.sample import make_sample_trace
-
     trace = make_sample_trace(conversation=conversation, user=alice, steps=2000)
     Trace.objects.filter(pk=trace.pk).update(status="cancelled", cancel_reason="Cancelled by alice",
                                              cancel_requested_at=trace.finished_at)

@@ -9,11 +9,16 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 
+from agents.chat.services import conversation_create
 from agents.models import AgentVersion, Message, Provider, Tool
 from agents.runtime.replay import REFUSED_OUTPUT
+from agents.runtime.tools import FunctionTool
+from agents.tools import registry
 from agents.turns.fork import fork_start
+from agents.turns.lifecycle import trace_hand_back
 from agents.turns.services import approval_decide, turn_start
 from agents.turns.tasks import turn_run
+from tests.agents.api.rest_keys import key_client
 from tests.helpers import wait_for
 from traces.compare_selectors import trace_comparison
 from traces.models import Step, StepPayload, Trace
@@ -25,8 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def counted(monkeypatch, make_agent):
     """An agent ("Counting") with ``counter`` and ``tally``: built-ins registered for the test
     whose every real call adds one to ``counted.calls[name]`` and answers with the count."""
-    from agents.runtime.tools import FunctionTool
-    from agents.tools import registry
 
     class Counted:
         calls: dict[str, int] = {}
@@ -53,8 +56,6 @@ def counted(monkeypatch, make_agent):
 
 
 def _conversation(agent, user):
-    from agents.chat.services import conversation_create
-
     return conversation_create(team=agent.team, agent=agent, user=user)
 
 
@@ -306,7 +307,6 @@ def test_only_those_who_may_act_in_the_conversation_fork(counted, alice, bob, ve
 
 def test_a_forked_run_resumed_after_its_worker_died_keeps_the_parent_record(
         counted, alice, sent_turns, use_redis):
-    from agents.turns.lifecycle import trace_hand_back
 
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second_request = parent.steps.filter(kind="llm_request").order_by("seq")[1]
@@ -384,8 +384,6 @@ def test_another_team_cannot_see_or_fork_a_trace(counted, alice, charlie, vera, 
 
 
 def test_the_api_forks_a_trace_and_returns_the_new_id(counted, alice, charlie, team_b, sent_turns, use_redis):
-    from tests.agents.api.rest_keys import key_client
-
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second = parent.steps.filter(kind="llm_request").order_by("seq")[1]
     client = key_client(alice, counted.agent.team)

@@ -1,11 +1,14 @@
 """Fixtures of the MCP tests: real servers (``servers``), loopback allowed by the outbound
-policy, and the operator's stdio ``time`` server (``mcp-server-time``)."""
+policy, the operator's stdio ``time`` server (``mcp-server-time``) and an agent using it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+
+from agents.models import McpServer, Tool
+from agents.tools.mcp.services import mcp_server_refresh
 
 from .servers import garbage_http_server, mcp_http_server
 
@@ -39,3 +42,15 @@ def loopback(settings) -> None:
 @pytest.fixture
 def stdio_time(settings) -> None:
     settings.MCP_STDIO_SERVERS = TIME_SERVERS
+
+
+@pytest.fixture
+def timekeeper(make_agent, team_a, stdio_time):
+    """Team A's agent "Timekeeper" whose only tool is the operator's MCP time server's
+    ``clock_get_current_time`` (the reference ``mcp-server-time``, over stdio)."""
+    server = McpServer.objects.create(team=team_a, name="clock", transport="stdio",
+                                      operator_key="time", default_policy="allow")
+    assert mcp_server_refresh(server).ok
+    agent = make_agent(name="Timekeeper", tools=())
+    agent.tools.add(Tool.objects.get(team=team_a, name="clock_get_current_time"))
+    return agent

@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.models import McpServer, Tool
-from agents.tools.mcp.services import mcp_server_refresh
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.otel.receiver import OTLPReceiver
@@ -21,13 +19,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_an_mcp_call_is_an_execute_tool_span_with_the_mcp_facts(
-        settings, make_agent, alice, team_a, stdio_time, sent_turns, use_redis) -> None:
+        settings, timekeeper, alice, team_a, sent_turns, use_redis) -> None:
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
-    server = McpServer.objects.create(team=team_a, name="clock", transport="stdio",
-                                      operator_key="time", default_policy="allow")
-    assert mcp_server_refresh(server).ok
-    agent = make_agent(name="Timekeeper", tools=())
-    agent.tools.add(Tool.objects.get(team=team_a, name="clock_get_current_time"))
+    agent = timekeeper
     conversation = conversation_create(team=team_a, agent=agent, user=alice)
     with OTLPReceiver() as receiver:
         TraceExporter.objects.create(team=team_a, endpoint=receiver.endpoint)

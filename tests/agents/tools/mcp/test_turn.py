@@ -8,21 +8,14 @@ import psutil
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.models import McpServer, Tool
-from agents.tools.mcp.services import mcp_server_refresh
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def test_a_turn_asks_the_mcp_time_server(make_agent, alice, team_a, stdio_time, sent_turns,
-                                         use_redis) -> None:
-    server = McpServer.objects.create(team=team_a, name="clock", transport="stdio",
-                                      operator_key="time", default_policy="allow")
-    assert mcp_server_refresh(server).ok
-    agent = make_agent(name="Timekeeper", tools=())
-    agent.tools.add(Tool.objects.get(team=team_a, name="clock_get_current_time"))
+def test_a_turn_asks_the_mcp_time_server(timekeeper, alice, team_a, sent_turns, use_redis) -> None:
+    agent = timekeeper
     conversation = conversation_create(team=team_a, agent=agent, user=alice)
 
     trace = turn_start(conversation=conversation, user=alice,
