@@ -372,7 +372,7 @@ TURN_STALE_AFTER_S = env.float("TURN_STALE_AFTER_S", default=30.0)
 # Every worker also runs the reaper every TURN_REAPER_INTERVAL_S (beat runs it too, as a
 # backstop), so a dead worker's turns are picked up within dead-after + interval seconds.
 TURN_WORKER_BEAT_S = env.float("TURN_WORKER_BEAT_S", default=1.0)
-TURN_WORKER_DEAD_AFTER_S = env.float("TURN_WORKER_DEAD_AFTER_S", default=5.0)
+TURN_WORKER_DEAD_AFTER_S = env.float("TURN_WORKER_DEAD_AFTER_S", default=4.0)
 TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=2.0)
 # A turn whose worker died continues from its last recorded step at most this many times; then
 # it ends ``interrupted`` and asks the person to send again.
