@@ -88,9 +88,9 @@ def trace_audit(trace: Trace, *, messages: Iterable[dict[str, Any]] | None = Non
 # -- the stop ---------------------------------------------------------------------------------------
 def _stop(trace: Trace) -> dict[str, Any]:
     """When and by what the turn was stopped. ``requested``: the moment a stop was asked for (a
-    person's cancel, a new message that interrupts); None when nothing asked: a time limit (its
-    moment is not stored; ``limit_at`` is when it fell due, about) or a worker that died (the
-    reaper ended the turn at ``stopped``)."""
+    person's cancel, a new message that interrupts) or the agent's time limit stopped the turn;
+    None when nothing asked: a worker that died (the reaper ended the turn at ``stopped``), or a
+    time limit of a turn stored before its moment was (``limit_at`` is when it fell due, about)."""
     agent = trace.agent if trace.agent_id else None
     kind, by, limit_at = "cancelled", "", None
     if trace.status == Status.TIMED_OUT:
@@ -99,7 +99,7 @@ def _stop(trace: Trace) -> dict[str, Any]:
         seconds = (agent.hard_time_limit_s if hard else agent.turn_time_limit_s) if agent else None
         by = ("the reaper: the turn ran past its hard time limit" if hard else "the agent's time limit")
         by += f" of {seconds} s" if seconds else ""
-        if trace.started_at and seconds:
+        if trace.started_at and seconds and trace.cancel_requested_at is None:
             limit_at = trace.started_at + timedelta(seconds=seconds)
     elif trace.status == Status.INTERRUPTED:
         kind = trace.error_kind or "interrupted"

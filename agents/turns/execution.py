@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -240,6 +241,7 @@ class TurnRun:
         self.agent = trace.agent
         self.cancel = CancelToken()
         self.stop_cause: str | None = None  # "time_limit", "cancelled", "lost" or "handoff"
+        self.time_limit_at: datetime | None = None  # when the time limit stopped the turn (for its audit)
         self.recorder = TraceRecorder(trace=trace, attempt=self.attempt, db=db,
                                       on_lost=self._lost, announcements=announcements())
         self.plan: ResumePlan | None = None
@@ -395,6 +397,7 @@ class TurnRun:
         if self.cancel.cancelled:
             return
         self.stop_cause = self.recorder.stop_cause = "time_limit"
+        self.time_limit_at = timezone.now()
         self.cancel.cancel(TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s))
 
     # -- handing back -------------------------------------------------------------------------------
@@ -481,7 +484,7 @@ class TurnRun:
         if result is None:
             if self.stop_cause == "time_limit":
                 return TurnOutcome(status=Status.TIMED_OUT, error=limit_message,
-                                   error_kind="time_limit")
+                                   error_kind="time_limit", stop_requested_at=self.time_limit_at)
             return TurnOutcome(status=Status.FAILED, error=INTERNAL_ERROR_MESSAGE,
                                error_kind="internal")
         status = STATUS_FOR.get(result.status, Status.FAILED)
@@ -495,6 +498,7 @@ class TurnRun:
             error = reason_sentence(error)
         tool_names = [t.name for t in setup.tools]
         return TurnOutcome(status=status, error=error, error_kind=error_kind,
+                           stop_requested_at=self.time_limit_at if status == Status.TIMED_OUT else None,
                            answer=result.text, iterations=result.iterations,
                            messages=stored_messages(result.new_messages, tool_names,
                                                     ending=self._ending(result, status)))

@@ -202,6 +202,9 @@ class TurnOutcome:
     answer: str = ""
     iterations: int = 0
     messages: list[NewMessage] = field(default_factory=list)
+    # When the stop that ended the turn fell due, if nobody asked for it (a time limit): stored
+    # as the trace's ``cancel_requested_at`` unless a person's cancel came first.
+    stop_requested_at: datetime | None = None
 
 
 @dataclass
@@ -222,6 +225,9 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             return None
         conversation_lock(row["conversation_id"])
         totals = step_totals(trace_id)
+        if outcome.stop_requested_at is not None:
+            totals["cancel_requested_at"] = Coalesce(F("cancel_requested_at"),
+                                                     Value(outcome.stop_requested_at))
         closed = trace_owned(trace_id, attempt).update(
             status=outcome.status, error=outcome.error, error_kind=outcome.error_kind[:32],
             answer=outcome.answer, iterations=outcome.iterations, finished_at=now,

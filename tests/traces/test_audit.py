@@ -176,8 +176,12 @@ def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sen
 
     stop = audit["stop"]
     assert (stop["kind"], stop["by"]) == ("time_limit", "the agent's time limit of 1 s")
-    assert stop["requested_at"] is None
-    assert stop["limit_at"] == (trace.started_at + timedelta(seconds=1)).isoformat()
+    # the moment the limit stopped the turn is stored: one second in, before the turn ended
+    limit = trace.cancel_requested_at
+    assert stop["requested_at"] == limit.isoformat() and stop["limit_at"] is None
+    assert timedelta(seconds=1) <= limit - trace.started_at < timedelta(seconds=3)
+    assert limit <= trace.finished_at
+    assert stop["took_ms"] == round((trace.finished_at - limit).total_seconds() * 1000)
     # what the limit cut: the model request or the call running at that moment, never both
     # missing, and each call left open answered in the conversation
     cut = trace.steps.get(kind="llm_request")
