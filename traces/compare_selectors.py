@@ -7,6 +7,8 @@ are not byte-equal, in batches, up to the first divergence."""
 from __future__ import annotations
 
 import gc
+import json
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -16,7 +18,8 @@ from django.db.models.functions import Substr
 
 from . import compare
 from .compare import Comparison, StepFacts, TraceFacts
-from .models import StepPayload, Trace
+from .models import Step, StepPayload, Trace
+from .request_history import full_requests
 
 # In the order of ``StepFacts``' fields (its totals come from the trace rows).
 STEP_FIELDS = ("seq", "kind", "name", "status", "success", "model", "provider", "error")
@@ -100,14 +103,54 @@ class DatabasePayloads:
         kinds = {kind for *_, kind in items}
         left = self._read(self.a, {a for _, a, _, _ in items}, kinds)
         right = self._read(self.b, {b for _, _, b, _ in items}, kinds)
-        return {(position, kind): (left.get((a, kind), ""), right.get((b, kind), ""))
-                for position, a, b, kind in items}
+        out = {(position, kind): (left.get((a, kind), ""), right.get((b, kind), ""))
+               for position, a, b, kind in items}
+        for position, a, b, kind in items:
+            if kind == "request":
+                out[(position, kind)] = self._whole_if_uneven(a, b, *out[(position, kind)])
+        return out
+
+    def _whole_if_uneven(self, a_seq: int, b_seq: int, left: str, right: str) -> tuple[str, str]:
+        """Two requests recorded from different points of their conversations (a fork's first
+        request records all it sent; its parent's, only what came after the request before it)
+        are compared whole: each side rebuilt from its turn's earlier requests. Otherwise a
+        change before the later offset, such as a fork's edited message, would not be seen."""
+        offsets = (_message_offset(left), _message_offset(right))
+        if offsets[0] == offsets[1] or None in offsets:
+            return left, right
+        return (_whole_request(self.a, a_seq) if offsets[0] else left,
+                _whole_request(self.b, b_seq) if offsets[1] else right)
 
     @staticmethod
     def _read(trace: Trace, seqs: set[int], kinds: set[str]) -> dict[tuple[int, str], str]:
         rows = (StepPayload.objects.filter(step__trace=trace, step__seq__in=sorted(seqs), kind__in=sorted(kinds))
                 .values_list("step__seq", "kind", "content"))
         return {(seq, kind): content for seq, kind, content in rows}
+
+
+def _message_offset(content: str) -> int | None:
+    try:
+        request = json.loads(content)
+    except ValueError:
+        return None
+    return int(request.get("message_offset") or 0) if isinstance(request, dict) else None
+
+
+def _whole_request(trace: Trace, seq: int) -> str:
+    """The request of step ``seq`` as it was sent, rebuilt from the turn's requests up to it."""
+    rows = (StepPayload.objects.filter(step__trace=trace, step__kind=Step.Kind.LLM_REQUEST,
+                                       step__seq__lte=seq, kind=StepPayload.Kind.REQUEST)
+            .order_by("step__seq").values_list("content", flat=True))
+    requests = []
+    for content in rows:
+        try:
+            request = json.loads(content)
+        except ValueError:
+            continue
+        if isinstance(request, dict):
+            requests.append(request)
+    whole = deque(full_requests(requests), maxlen=1)
+    return json.dumps(whole[0]) if whole else ""
 
 
 def _runs(pairs: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:

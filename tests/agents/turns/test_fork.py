@@ -428,3 +428,19 @@ def test_a_fork_compared_with_its_parent_is_compared_from_the_fork_point(
     assert "Run B is a fork of run A at step 3" in html and "No divergence" in html
     inspector = client_for(alice).get(reverse("trace_detail", args=[same.uuid])).content.decode()
     assert f"?a={parent.uuid}&amp;b={same.uuid}" in inspector
+
+
+def test_a_fork_with_an_edited_message_diverges_at_its_first_request_and_says_how(
+        counted, alice, sent_turns, use_redis):
+    """The edited message is part of what the fork's first request sends: the comparison names
+    that message, at whichever step the fork starts."""
+    parent = _finished(counted.agent, alice, "call the counter tool 2 times")
+    first, second = parent.steps.filter(kind="llm_request").order_by("seq")[:2]
+    for step in (first, second):
+        fork = _run(fork_start(trace=parent, seq=step.seq, user=alice,
+                               message="call the counter tool 2 times, please"))
+
+        divergence = trace_comparison(parent, fork).divergence
+        assert (divergence.position, divergence.a_seq, divergence.what) == (1, step.seq, "request")
+        assert divergence.detail == ("the request differs: message 1 (user): '…counter tool 2 times' "
+                                     "vs '…counter tool 2 times, please'")
