@@ -181,13 +181,17 @@ def tool_permission(row: ToolRow, agent: Agent, role: str | None) -> Permission:
     return Permission(policy, source)
 
 
-def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[Tool], list[str]]:
+def runtime_tools(agent: Agent, *, context: ToolContext,
+                  names: list[str] | None = None) -> tuple[list[Tool], list[str]]:
     """The agent's enabled tools (rows of its own team only) as runtime tools, each with its
     effective policy for the turn's person (``tool_permission``), and a warning for each one
-    left out. Disabled tools are not offered; denied ones are, and answer "Permission denied"."""
+    left out. Disabled tools are not offered; denied ones are, and answer "Permission denied".
+    ``names``: the team's tools of these names instead of the agent's own (an agent version's
+    tools, which a fork may run with although the agent has dropped them since)."""
     tools: list[Tool] = []
     warnings: list[str] = []
-    rows = agent.tools.filter(team_id=agent.team_id, enabled=True).select_related("mcp_server")
+    rows = (agent.tools.all() if names is None else ToolRow.objects.filter(name__in=names))
+    rows = rows.filter(team_id=agent.team_id, enabled=True).select_related("mcp_server")
     for row in rows.order_by("name"):
         try:
             tool = runtime_tool_for_row(row, context)

@@ -65,11 +65,12 @@ logger = logging.getLogger(__name__)
 
 
 # -- tools, fallbacks, config -------------------------------------------------------------------
-def runtime_tools(agent: Agent, *, context: ToolContext) -> tuple[list[RuntimeTool], list[str]]:
-    """The agent's enabled tools as runtime tools bound to ``context`` (built-ins from the
-    registry in ``agents.tools``, HTTP tools from their rows), and a warning for each one left
-    out."""
-    return tools_runtime_tools(agent, context=context)
+def runtime_tools(agent: Agent, *, context: ToolContext,
+                  names: list[str] | None = None) -> tuple[list[RuntimeTool], list[str]]:
+    """The agent's enabled tools (or the team's tools named ``names``) as runtime tools bound
+    to ``context`` (built-ins from the registry in ``agents.tools``, HTTP tools from their
+    rows), and a warning for each one left out."""
+    return tools_runtime_tools(agent, context=context, names=names)
 
 
 def mcp_refresh_for(agent: Agent) -> None:
@@ -236,8 +237,10 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
     mcp_refresh_for(agent)
-    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace,
-                                                                          db=db))
+    fork = fork_spec(trace)
+    version_tools = fork.get("tools") if fork is not None else None
+    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace, db=db),
+                                         names=version_tools if isinstance(version_tools, list) else None)
     routing = {**choice.routing, "fallbacks": fallbacks}
     hooks = None
     budgets = list(Budget.objects.filter(team_id=agent.team_id, enabled=True)
@@ -272,7 +275,6 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
         config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)
     message_hooks = _message_hook_fields(agent)
     tool_hooks: ToolHooks | None = turn_tool_hooks(agent)
-    fork = fork_spec(trace)
     if fork is not None:
         tools, version_warnings = fork_tools(trace=trace, tools=tools, db=db or run_sync)
         tool_warnings = [*tool_warnings, *version_warnings]

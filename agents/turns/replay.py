@@ -214,17 +214,17 @@ def fork_route(*, trace: Trace, agent: Agent) -> RouteChoice | None:
 def fork_tools(*, trace: Trace, tools: list[RuntimeTool], db: DbRunner = run_sync
                ) -> tuple[list[RuntimeTool], list[str]]:
     """The turn's tools as the fork calls them (replayed from its parent's record, read
-    through ``db``), and what the fork's version leaves out."""
+    through ``db``), and a warning naming the tools of the fork's version that could not be
+    offered. ``tools`` are the version's tools when the fork chose one (the team's tools of
+    those names, ``builder.runtime_tools``), whether or not the agent still has them."""
     spec = fork_spec(trace)
     if spec is None:
         return tools, []
     warnings: list[str] = []
     names = spec.get("tools")
     if isinstance(names, list):
-        kept = [t for t in tools if t.name in names]
-        gone = sorted(set(names) - {t.name for t in kept})
+        gone = sorted(set(names) - {t.name for t in tools})
         if gone:
-            warnings.append(f"Tools of the chosen version that the agent no longer has were left "
-                            f"out: {', '.join(gone)}.")
-        tools = kept
+            warnings.append(f"Tools of the chosen version that the team no longer has, or has "
+                            f"turned off, were left out: {', '.join(gone)}.")
     return replay_tools(tools, fork_book(trace, spec, db=db)), warnings

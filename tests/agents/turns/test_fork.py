@@ -265,6 +265,27 @@ def test_a_fork_uses_an_edited_system_prompt_and_another_agent_version(counted, 
     assert fork.steps.filter(kind="llm_request").first().meta["tools_available"] == ["calculator"]
 
 
+def test_a_versions_tools_are_offered_even_those_the_agent_has_dropped_since(
+        counted, alice, sent_turns, use_redis):
+    """The version had counter, tally and a tool the team has deleted since; the agent has
+    dropped tally. The fork offers counter and tally (tally runs from the record), and says
+    which of the version's tools is gone."""
+    agent = counted.agent
+    parent = _finished(agent, alice, "call the tally tool 1 times")
+    AgentVersion.objects.create(agent=agent, number=8, snapshot={"tools": ["counter", "tally", "gone_tool"]})
+    agent.tools.remove(Tool.objects.get(team=agent.team, name="tally"))
+
+    fork = _run(fork_start(trace=parent, seq=1, user=alice, agent_version=8))
+
+    assert fork.steps.filter(kind="llm_request").first().meta["tools_available"] == ["counter", "tally"]
+    [(name, ok, meta)] = _tools(fork)
+    assert (name, ok, meta["replayed"]) == ("tally", True, True) and counted.calls["tally"] == 1
+    assert any("gone_tool" in w and "tally" not in w for w in fork.meta["warnings"])
+    # an ordinary turn of the agent no longer has tally
+    later = _finished(agent, alice, "What is 6 * 7?")
+    assert "tally" not in later.steps.filter(kind="llm_request").first().meta["tools_available"]
+
+
 # -- links, history, access ----------------------------------------------------------------------------------
 def test_the_fork_links_to_its_parent_and_leaves_the_original_conversation_alone(
         counted, alice, sent_turns, use_redis):
