@@ -4,6 +4,9 @@ agent, model, person or API key (scope ``costs:read``).
 The figures come from the cost ledger the costs page reads (``traces.cost_selectors``, the
 daily roll-ups): the totals and every group's amounts are sums of the same rows, so they add up
 to each other and to the traces' costs. Costs are the team's: everyone in it reads every figure.
+The money lost to prompt-cache misses is the costs page's figure too (``traces.cache_selectors``),
+computed from the model requests of the range's latest turns rather than the roll-ups, so a
+script reads the same number the page shows, with the same filters and the same sample.
 The answer is one report, not a paginated list: its groups are bounded by the range (at most
 366 days) and by the team's agents, models, people and keys."""
 
@@ -23,6 +26,7 @@ from agents.api.rest.common import is_uuid
 from agents.models import Agent
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
+from traces.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
 from traces.cost_selectors import (
     BROWSER,
     MAX_DAYS,
@@ -62,6 +66,22 @@ class CostGroupOut(CostAmountsOut):
                                         "deleted agent, person or key, or someone else's key.")
     label: str
     provider: str | None = Field(None, description="model: the provider that served it.")
+    cache_lost_usd: str | None = Field(None, description="agent: the dollars this agent lost to "
+                                                         "prompt-cache misses, counted as cache_lost is "
+                                                         "(a decimal string). A deleted agent's losses "
+                                                         "count in cache_lost only. Null for the other "
+                                                         "groupings.")
+
+
+class CacheLostOut(Schema):
+    usd: str = Field(description="Dollars lost to prompt-cache misses, a decimal string: tokens that "
+                                 "could have been read from the cache (the start of the request "
+                                 "before it, unchanged) but were billed as input, priced at the input "
+                                 "rate less the cache-read rate.")
+    requests: int = Field(description="The successful model requests it was counted over.")
+    turns: int = Field(description="The turns it was counted over.")
+    partial: bool = Field(description=f"True when the range and filters held more than {LOSS_SAMPLE:,} "
+                                      f"turns: the figure then covers only the latest {LOSS_SAMPLE:,}.")
 
 
 class CostReportOut(Schema):
@@ -69,6 +89,8 @@ class CostReportOut(Schema):
     date_to: date
     group_by: str
     totals: CostAmountsOut
+    cache_lost: CacheLostOut = Field(description="What prompt-cache misses cost over the range and "
+                                                 "filters, as on the costs page.")
     data: list[CostGroupOut]
 
 
@@ -131,10 +153,16 @@ def _by_day(filters: CostFilters, rows: Any) -> list[dict[str, Any]]:
             for day in filters.days]
 
 
+def cache_lost_out(losses: CacheLosses) -> dict[str, Any]:
+    return {"usd": usd(losses.total), "requests": losses.requests, "turns": losses.turns,
+            "partial": losses.partial}
+
+
 def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, resolved: Resolved,
-                rows: Any, group_by: str) -> list[dict[str, Any]]:
+                rows: Any, group_by: str, losses: CacheLosses) -> list[dict[str, Any]]:
     """The report's groups: every day of the range in order, or the costs page's break-down
-    (largest cost first) with each group's public id."""
+    (largest cost first) with each group's public id; agents carry their cache losses, as on
+    the page."""
     if group_by == "day":
         return _by_day(filters, rows)
     groups = breakdown(team=team, filters=filters, resolved=resolved, by=BREAKDOWN[group_by],
@@ -143,21 +171,26 @@ def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, res
         return [{"key": g.key[1], "label": g.label, "provider": g.key[0], **amounts_out(g.amounts)}
                 for g in groups]
     ids = _public_ids(team, membership, group_by, [g.key for g in groups])
+    if group_by == "agent":
+        return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts), "cache_lost_usd": usd(g.cache_lost)}
+                for g in with_cache_losses(groups, losses)]
     return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts)} for g in groups]
 
 
 @router.get("", response={200: CostReportOut, **errors(400)}, summary="Costs over a range of days")
 def cost_report(request: HttpRequest, query: Query[CostQuery]) -> dict[str, Any]:
     """Totals over the range and one group per day, agent, model, person or API key
-    (``group_by``), largest cost first (days in order). Scope `costs:read`."""
+    (``group_by``), largest cost first (days in order), with the money lost to prompt-cache
+    misses (in all, and per agent when grouped by agent). Scope `costs:read`."""
     scope_check(request, Scope.COSTS)
     team = request.team
     filters = _filters(team, query)
     resolved = resolve_filters(team=team, filters=filters)
     rows = rollup_rows(team=team, filters=filters, resolved=resolved)
+    losses = cache_losses(team=team, filters=filters, resolved=resolved)
     groups = cost_groups(team=team, membership=request.membership, filters=filters, resolved=resolved,
-                         rows=rows, group_by=query.group_by)
+                         rows=rows, group_by=query.group_by, losses=losses)
     return {"date_from": filters.date_from, "date_to": filters.date_to, "group_by": query.group_by,
-            "totals": amounts_out(cost_totals(rows)), "data": groups}
+            "totals": amounts_out(cost_totals(rows)), "cache_lost": cache_lost_out(losses), "data": groups}
 
 

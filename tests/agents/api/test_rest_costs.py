@@ -1,19 +1,28 @@
 """``/api/v1/costs``: the cost ledger (daily roll-ups) over a range of days, grouped by day,
-agent, model, person or API key; totals and groups are sums of the same rows."""
+agent, model, person or API key; totals and groups are sums of the same rows. The money lost to
+prompt-cache misses is the costs page's figure, read from turns run through the real task."""
 
 from __future__ import annotations
 
 from datetime import date, timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from agents.models import Conversation
+from agents.runtime.providers.demo_cache import PROMPT_CACHE
 from tests.agents.api.rest_keys import error_of, key_client
-from traces.models import CostRollup
+from tests.traces.cost_helpers import EARLY, run
+from traces.cache_selectors import cache_losses, step_cache_explanation
+from traces.cost_selectors import CostFilters, resolve_filters
+from traces.export.records import usd
+from traces.models import CostRollup, ModelPrice
 
 pytestmark = pytest.mark.django_db
 
 DOLLAR = 10_000_000_000  # cost units of one dollar
+LONG_PROMPT = "You are a careful assistant. Answer briefly and check your arithmetic. " * 80
 
 
 @pytest.fixture
@@ -125,3 +134,70 @@ def test_the_default_range_is_the_last_week(ledger):
 
     assert date.fromisoformat(body["date_to"]) - date.fromisoformat(body["date_from"]) == timedelta(days=6)
     assert len(body["data"]) == 7
+
+
+# -- what cache misses cost ---------------------------------------------------------------------------
+def test_without_turns_nothing_is_lost_and_only_agent_groups_carry_the_figure(ledger):
+    by_agent = report(ledger["alice"], group_by="agent")
+    by_model = report(ledger["alice"], group_by="model")
+
+    assert by_agent["cache_lost"] == {"usd": "0", "requests": 0, "turns": 0, "partial": False}
+    assert [g["cache_lost_usd"] for g in by_agent["data"]] == ["0", "0", "0"]
+    assert {g["cache_lost_usd"] for g in by_model["data"]} == {None}
+
+
+@pytest.fixture
+def cached_chat(make_agent, alice, team_a):
+    """alice's conversation with an agent whose long system prompt is cached, on a model priced
+    with a cache-read rate (so a miss costs money)."""
+    PROMPT_CACHE.clear()
+    ModelPrice.objects.create(team=team_a, provider_kind="demo", model="demo-cached", input_per_mtok=Decimal(3),
+                              output_per_mtok=Decimal(15), cache_read_per_mtok=Decimal("0.3"), effective_from=EARLY)
+    agent = make_agent(name="Cached", system_prompt=LONG_PROMPT)
+    agent.model = "demo-cached"
+    agent.save(update_fields=["model"])
+    yield Conversation.objects.create(team=team_a, agent=agent, created_by=alice)
+    PROMPT_CACHE.clear()
+
+
+def page_losses(team):
+    filters, _ = CostFilters.from_query({})
+    return cache_losses(team=team, filters=filters, resolved=resolve_filters(team=team, filters=filters))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_changed_system_prompt_costs_what_the_costs_page_says(
+        cached_chat, make_agent, alice, charlie, team_a, team_b, sent_turns, use_redis):
+    agent = cached_chat.agent
+    client = key_client(alice, team_a, ["costs:read"])
+    first = run(cached_chat, alice, "hello")
+
+    # one request, with nothing before it to miss
+    opening = report(client, group_by="agent")
+    assert opening["cache_lost"] == {"usd": "0", "requests": 1, "turns": 1, "partial": False}
+    assert first.steps.filter(kind="llm_request").count() == 1
+
+    agent.system_prompt = "Answer in French. " + LONG_PROMPT
+    agent.save(update_fields=["system_prompt"])
+    second = run(cached_chat, alice, "what is 2+2")
+    body = report(client, group_by="agent")
+    losses = page_losses(team_a)
+
+    missed = [step_cache_explanation(s) for t in (first, second) for s in t.steps.filter(kind="llm_request")]
+    assert losses.total == sum((c.lost_usd for c in missed), Decimal(0)) > 0
+    assert body["cache_lost"] == {"usd": usd(losses.total), "requests": losses.requests, "turns": 2,
+                                  "partial": False}
+    row = next(g for g in body["data"] if g["key"] == str(agent.uuid))
+    assert row["cache_lost_usd"] == usd(losses.by_agent[agent.pk]) == body["cache_lost"]["usd"]
+    # the same filters narrow it; other groupings carry only the total
+    other = make_agent(name="Quiet")
+    assert report(client, agent=agent.slug)["cache_lost"]["usd"] == body["cache_lost"]["usd"]
+    assert report(client, agent=other.slug)["cache_lost"] == {"usd": "0", "requests": 0, "turns": 0,
+                                                              "partial": False}
+    assert report(client, model="demo")["cache_lost"]["requests"] == 0
+    by_day = report(client)
+    assert by_day["cache_lost"] == body["cache_lost"]
+    assert {g["cache_lost_usd"] for g in by_day["data"]} == {None}
+    # another team's key counts none of it
+    theirs = report(key_client(charlie, team_b, ["costs:read"]), group_by="agent")
+    assert theirs["cache_lost"] == {"usd": "0", "requests": 0, "turns": 0, "partial": False}
