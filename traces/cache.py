@@ -9,8 +9,13 @@ names that first change and prices what it cost.
 Money lost is counted on the tokens the request could have read, had nothing changed: the
 previous request's prompt (at most this one's), less what was read from the cache, times the
 difference between the input price and the cache-read price of the step's price. Nothing is
-lost below ``CACHE_MIN_TOKENS``: shorter prompts are not cached by any provider. A price
-without a cache-read rate bills cached tokens as input, so it loses nothing either.
+lost below the provider's minimum (the step records it; ``CACHE_MIN_TOKENS``, Anthropic's and
+OpenAI's, for steps that do not): shorter prompts are not cached. A price without a
+cache-read rate bills cached tokens as input, so it loses nothing either.
+
+The reusable prefix is an estimate in tokens: its share of the request's characters (text as
+the model reads it, not the stored JSON) times the prompt's tokens, and never less than what
+the provider reported reading, which proves that much was reused.
 
 Pure: it takes requests as ``traces.request_history.full_requests`` rebuilds them and the
 step's numbers; reading them is ``traces.cache_selectors``.
@@ -55,6 +60,12 @@ class CacheExplanation:
     read_tokens: int
     lost_tokens: int
     lost_usd: Decimal
+    min_tokens: int = CACHE_MIN_TOKENS  # the provider's shortest cached prompt
+
+    @property
+    def too_short(self) -> bool:
+        """Whether nothing could be read because a prompt was under the provider's minimum."""
+        return min(self.previous_tokens, self.prompt_tokens) < self.min_tokens and not self.read_tokens
 
     @property
     def verdict(self) -> str:
@@ -72,10 +83,12 @@ class CacheExplanation:
         return self.read_tokens / self.prompt_tokens if self.prompt_tokens else None
 
 
-def lost_tokens(*, previous_tokens: int, prompt_tokens: int, read_tokens: int) -> int:
-    """Tokens that could have been read from the cache but were billed as input or cache write."""
+def lost_tokens(*, previous_tokens: int, prompt_tokens: int, read_tokens: int,
+                min_tokens: int = CACHE_MIN_TOKENS) -> int:
+    """Tokens that could have been read from the cache but were billed as input or cache write
+    (none below ``min_tokens``, the provider's shortest cached prompt, unless it read some)."""
     could = min(previous_tokens, prompt_tokens)
-    if could < CACHE_MIN_TOKENS:
+    if could < min_tokens and not read_tokens:
         return 0
     return max(could - read_tokens, 0)
 
@@ -91,10 +104,11 @@ def lost_usd(tokens: int, *, input_per_mtok: Decimal | None,
 def explain(previous: dict[str, Any] | None, current: dict[str, Any], *, previous_kind: str,
             prompt_tokens: int, previous_tokens: int, read_tokens: int,
             input_per_mtok: Decimal | None = None,
-            cache_read_per_mtok: Decimal | None = None) -> CacheExplanation:
+            cache_read_per_mtok: Decimal | None = None,
+            min_tokens: int = CACHE_MIN_TOKENS) -> CacheExplanation:
     """``previous`` and ``current`` are whole requests (messages and tool definitions
     included); the numbers are the steps' own: prompt tokens (input + cache write + cache
-    read) of each, and this step's cache reads."""
+    read) of each, this step's cache reads, and the provider's shortest cached prompt."""
     total = _request_chars(current)
     if previous is None:
         change, prefix = None, 0
@@ -103,13 +117,17 @@ def explain(previous: dict[str, Any] | None, current: dict[str, Any], *, previou
         change, prefix = first_change(previous, current)
     share = prefix / total if total else 0.0
     lost = lost_tokens(previous_tokens=previous_tokens, prompt_tokens=prompt_tokens,
-                       read_tokens=read_tokens) if previous is not None else 0
+                       read_tokens=read_tokens, min_tokens=min_tokens) if previous is not None else 0
+    prefix_tokens = min(max(round(prompt_tokens * share), read_tokens), prompt_tokens)
+    if prompt_tokens:
+        share = prefix_tokens / prompt_tokens
     return CacheExplanation(
         previous=previous_kind, change=change, prefix_share=share,
-        prefix_tokens=round(prompt_tokens * share), prompt_tokens=prompt_tokens,
+        prefix_tokens=prefix_tokens, prompt_tokens=prompt_tokens,
         previous_tokens=previous_tokens, read_tokens=read_tokens, lost_tokens=lost,
         lost_usd=lost_usd(lost, input_per_mtok=input_per_mtok,
-                          cache_read_per_mtok=cache_read_per_mtok))
+                          cache_read_per_mtok=cache_read_per_mtok),
+        min_tokens=min_tokens)
 
 
 # -- the first change -------------------------------------------------------------------------------
@@ -146,7 +164,7 @@ def _tools_change(previous: dict[str, Any], current: dict[str, Any]) -> tuple[Ch
             return Change("tools", f"the definition of the tool {name}",
                           "Its description or parameters changed.", index + 1,
                           **_excerpts(_dumps(specs_before[name]), _dumps(specs_now[name]))), prefix
-        prefix += _chars(specs_now.get(name, name))
+        prefix += _tool_chars(specs_now.get(name, name))
     if before == now:
         return None, prefix
     if sorted(before) == sorted(now):
@@ -194,7 +212,7 @@ def _messages_change(before: list[Any], now: list[Any]) -> tuple[Change | None, 
                       if _role(before[index]) != role else _length_sentence(old, new))
             return Change("messages", f"an earlier message: message {index + 1} ({role})", detail,
                           index + 1, role, **_excerpts(old, new)), prefix
-        prefix += _chars(message)
+        prefix += len(_message_text(message))
     if len(before) > len(now):
         return Change("messages", f"the history after message {len(now)}",
                       f"{len(before) - len(now)} earlier message"
@@ -226,8 +244,12 @@ def _dumps(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _chars(value: Any) -> int:
-    return len(_dumps(value))
+def _tool_chars(spec: Any) -> int:
+    """A tool definition's size as a model reads it: its name, description and parameters."""
+    if not isinstance(spec, dict):
+        return len(str(spec))
+    return (len(str(spec.get("name") or "")) + len(str(spec.get("description") or ""))
+            + len(_dumps(spec.get("parameters") or spec.get("input_schema") or {})))
 
 
 def _text(block: Any) -> str:
@@ -259,9 +281,9 @@ def _message_text(message: Any) -> str:
 
 def _request_chars(request: dict[str, Any]) -> int:
     specs = _specs(request)
-    tools = sum(_chars(specs.get(n, n)) for n in request.get("tools") or [] if isinstance(n, str))
+    tools = sum(_tool_chars(specs.get(n, n)) for n in request.get("tools") or [] if isinstance(n, str))
     system = sum(len(_text(b)) for b in request.get("system") or [])
-    return tools + system + sum(_chars(m) for m in request.get("messages") or [])
+    return tools + system + sum(len(_message_text(m)) for m in request.get("messages") or [])
 
 
 def _length_sentence(old: str, new: str) -> str:

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agentsite.models import Team
 
-from .cache import CacheExplanation, explain, lost_tokens, lost_usd
+from .cache import CACHE_MIN_TOKENS, CacheExplanation, explain, lost_tokens, lost_usd
 from .cost_selectors import CostFilters, Resolved
 from .models import Step, StepPayload, Trace
 from .request_history import full_requests
@@ -93,7 +93,14 @@ def step_cache_explanation(step: Step) -> CacheExplanation | None:
                                           step.cache_read_tokens)),
                    previous_tokens=previous_tokens, read_tokens=int(step.cache_read_tokens or 0),
                    input_per_mtok=price.input_per_mtok if price else None,
-                   cache_read_per_mtok=price.cache_read_per_mtok if price else None)
+                   cache_read_per_mtok=price.cache_read_per_mtok if price else None,
+                   min_tokens=cache_min_tokens((step.meta or {}).get("cache_min_tokens")))
+
+
+def cache_min_tokens(recorded: Any) -> int:
+    """The provider's shortest cached prompt as its request recorded it (steps stored before it
+    was recorded, or of providers that do not say: ``CACHE_MIN_TOKENS``)."""
+    return recorded if isinstance(recorded, int) and recorded > 0 else CACHE_MIN_TOKENS
 
 
 # -- the costs page ---------------------------------------------------------------------------------
@@ -142,17 +149,18 @@ def cache_losses(*, team: Team, filters: CostFilters, resolved: Resolved,
         steps = steps.filter(model=filters.model)
     rows = sorted(steps.values_list("trace_id", "seq", "input_tokens", "cache_write_tokens",
                                     "cache_read_tokens", "price__input_per_mtok",
-                                    "price__cache_read_per_mtok").order_by(),
+                                    "price__cache_read_per_mtok", "meta__cache_min_tokens").order_by(),
                   key=lambda r: (turns[r[0]][0], r[0], r[1]))
     losses.requests, losses.turns = len(rows), len(turns)
     last_in_conversation: dict[int, int] = {}
     by_agent: dict[int, Decimal] = defaultdict(Decimal)
-    for trace_id, _, given, written, read, rate, read_rate in rows:
+    for trace_id, _, given, written, read, rate, read_rate, minimum in rows:
         conversation_id, agent_id = turns[trace_id]
         tokens = _prompt((given, written, read))
         before = last_in_conversation.get(conversation_id)
         if before is not None:
-            lost = lost_tokens(previous_tokens=before, prompt_tokens=tokens, read_tokens=int(read or 0))
+            lost = lost_tokens(previous_tokens=before, prompt_tokens=tokens, read_tokens=int(read or 0),
+                               min_tokens=cache_min_tokens(minimum))
             by_agent[agent_id] += lost_usd(lost, input_per_mtok=rate, cache_read_per_mtok=read_rate)
         else:
             by_agent.setdefault(agent_id, Decimal(0))

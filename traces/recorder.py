@@ -303,7 +303,9 @@ class TraceRecorder:
             "model": event.model[:200],
             "meta": {"tools_available": list(event.tools_available),
                      "messages_count": event.messages_count,
-                     "estimated_input_tokens": event.estimated_input_tokens},
+                     "estimated_input_tokens": event.estimated_input_tokens,
+                     **({"cache_min_tokens": event.cache_min_tokens}
+                        if event.cache_min_tokens is not None else {})},
         }, {"request": payload_json(event.request)})
         self.llm_open[iteration] = self.llm_last[iteration] = seq
         self.partial[seq] = []

@@ -35,6 +35,9 @@ class LlmRequestStarted(Event):
     # The runtime's estimate of the request's input tokens, so that a request cut off before
     # it reported usage (a worker that died) can still be counted and priced.
     estimated_input_tokens: int = 0
+    # The shortest prompt the provider's cache keeps (``Provider.cache_min_tokens``); None when
+    # the provider does not cache prompts for this model.
+    cache_min_tokens: int | None = None
 
 
 @dataclass(kw_only=True, slots=True)

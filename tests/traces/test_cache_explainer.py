@@ -237,3 +237,60 @@ def test_a_turn_reads_its_stable_prefix_and_a_changed_system_prompt_is_named(
     sampled = cache_losses(team=cached_agent.team, filters=costs.context["filters"],
                            resolved=Resolved(), limit=1)
     assert (sampled.partial, sampled.turns, sampled.requests) == (True, 1, len(llm_steps(second)))
+
+
+# -- the provider's minimum and the reusable prefix -----------------------------------------------------
+def test_a_read_proves_reuse_the_prefix_is_never_below_it_and_a_short_prompt_can_lose():
+    before, now = request(), request(system=("Be very brief.", "## Current Date & Time\n\n2026-01-01"))
+    # the tools before the change are a small share of the characters, but the provider read 300
+    cache = explain(before, now, previous_kind="turn", prompt_tokens=500, previous_tokens=500, read_tokens=300,
+                    input_per_mtok=Decimal(3), cache_read_per_mtok=Decimal("0.3"), min_tokens=256)
+    assert cache.prefix_tokens == 300 and cache.prefix_share == 0.6
+    assert cache.lost_tokens == 200 and not cache.too_short
+    # the same prompts under a minimum of 1,024 lose nothing: nothing that short is cached
+    short = explain(before, now, previous_kind="turn", prompt_tokens=500, previous_tokens=500, read_tokens=0,
+                    input_per_mtok=Decimal(3), cache_read_per_mtok=Decimal("0.3"))
+    assert (short.lost_tokens, short.too_short, short.min_tokens) == (0, True, CACHE_MIN_TOKENS)
+    kept = explain(before, now, previous_kind="turn", prompt_tokens=500, previous_tokens=500, read_tokens=0,
+                   input_per_mtok=Decimal(3), cache_read_per_mtok=Decimal("0.3"), min_tokens=256)
+    assert kept.lost_tokens == 500 and kept.lost_usd == Decimal(500) * Decimal("2.7") / 1_000_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_request_records_its_providers_minimum_and_the_explainer_uses_it(
+        make_agent, team_a, alice, sent_turns, use_redis, client_for):
+    """The seeded demo's provider caches prompts from 256 tokens: its requests record that, so a
+    miss of a ~500-token prompt after a change is priced (not "under 1,024 tokens")."""
+    ModelPrice.objects.create(team=team_a, provider_kind="demo", model="demo-short", input_per_mtok=Decimal(3),
+                              output_per_mtok=Decimal(15), cache_read_per_mtok=Decimal("0.3"), effective_from=EARLY)
+    prompt = "Answer in plain words and check each step. " * 25
+    agent = make_agent(name="Short prompts", system_prompt=prompt, provider_options={"cache_min_tokens": 256})
+    agent.model = "demo-short"
+    agent.save(update_fields=["model"])
+    chat = Conversation.objects.create(team=agent.team, agent=agent, created_by=alice)
+    first = run(chat, alice, "call the current_time tool 1 times")
+    read_step = llm_steps(first)[1]
+    assert read_step.meta["cache_min_tokens"] == 256 and read_step.cache_read_tokens > 0
+    within = step_cache_explanation(read_step)
+    assert within.prefix_tokens >= read_step.cache_read_tokens
+
+    agent.system_prompt = "Be terse. " + prompt
+    agent.save(update_fields=["system_prompt"])
+    after = llm_steps(run(chat, alice, "what is 2+2"))[0]
+    cache = step_cache_explanation(after)
+    assert cache.min_tokens == 256 and cache.prompt_tokens < CACHE_MIN_TOKENS
+    assert cache.verdict == "changed" and cache.lost_tokens > 0 and cache.lost_usd > 0
+
+    # a provider at the default minimum records it too, and the same miss loses nothing there
+    plain = make_agent(name="Default minimum", system_prompt=prompt)
+    plain_chat = Conversation.objects.create(team=plain.team, agent=plain, created_by=alice)
+    run(plain_chat, alice, "hello")
+    plain.system_prompt = "Be terse. " + prompt
+    plain.save(update_fields=["system_prompt"])
+    plain_after = llm_steps(run(plain_chat, alice, "what is 2+2"))[0]
+    assert plain_after.meta["cache_min_tokens"] == CACHE_MIN_TOKENS
+    plain_cache = step_cache_explanation(plain_after)
+    assert plain_cache.lost_tokens == 0 and plain_cache.too_short
+    page = html.unescape(client_for(alice).get(
+        reverse("step_cache", args=[plain_after.trace.uuid, plain_after.seq])).content.decode())
+    assert f"this provider caches prompts of {CACHE_MIN_TOKENS} tokens or more" in page

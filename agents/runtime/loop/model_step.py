@@ -225,7 +225,9 @@ class ModelStep:
             iteration=iteration, provider=provider_name, model=request.model,
             messages_count=len(request.messages), tools_available=list(offered),
             request={**self.conversation.request_trace(request), "stream": self.cfg.stream},
-            estimated_input_tokens=self.estimate_input_tokens(request)))
+            estimated_input_tokens=self.estimate_input_tokens(request),
+            cache_min_tokens=(provider.cache_min_tokens
+                              if provider.capabilities_for(request.model).prompt_caching else None)))
         stream = _Stream()
         started = time.perf_counter()
         try:

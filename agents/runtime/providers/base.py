@@ -221,6 +221,9 @@ class Provider(abc.ABC):
 
     kind: str = ""
     default_capabilities: Capabilities = Capabilities()
+    # The shortest prompt, in tokens, that the provider's prompt cache keeps (Anthropic's and
+    # OpenAI's 1,024); the cache explainer counts nothing lost below it.
+    cache_min_tokens: int = 1024
 
     def __init__(self, *, name: str = "", capabilities: dict[str, Any] | None = None) -> None:
         self.name = name or self.kind

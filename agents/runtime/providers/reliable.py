@@ -433,6 +433,10 @@ class ReliableProvider(Provider):
     def capabilities_for(self, model: str | dict[str, Any] | None = None) -> Capabilities:
         return self.primary.capabilities_for(model)
 
+    @property
+    def cache_min_tokens(self) -> int:
+        return self.primary.cache_min_tokens
+
     def model_chain(self, model: str) -> list[str]:
         return [model, *self.model_fallbacks.get(model, [])]
 
