@@ -27,11 +27,18 @@ from agents.turns.lifecycle import (
     trace_enqueue,
     trace_hand_back,
 )
+from agents.turns.resume import requests_end_cut_off
 from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
 from traces.models import Step, Trace
-from traces.services import duration_ms, step_totals, steps_interrupt, trace_for_live
+from traces.services import (
+    STEP_INTERRUPTED,
+    duration_ms,
+    step_totals,
+    steps_interrupt,
+    trace_for_live,
+)
 
 logger = logging.getLogger(__name__)
 Status = Trace.Status
@@ -180,7 +187,10 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
             rows = rows.filter(only)
         if not rows.select_for_update().exists():
             return False
-        changed_steps = steps_interrupt(trace_id=trace.pk)
+        # The request in flight keeps an estimate of what it cost; the other steps just end.
+        cut = requests_end_cut_off(trace=trace, attempt=trace.attempts, error=STEP_INTERRUPTED,
+                                   resumed=False)
+        changed_steps = [s.pk for s in cut] + steps_interrupt(trace_id=trace.pk)
         _close_dangling_tool_uses(trace)
         rows.update(status=status, error=message, error_kind=error_kind, finished_at=now,
                     duration_ms=duration_ms(trace.started_at, now),

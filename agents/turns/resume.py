@@ -74,7 +74,7 @@ def turn_resume_plan(*, trace: Trace, attempt: int, now: datetime | None = None)
         return None
     handed = (trace.meta or {}).get("resume") or {}
     last_seen = parse_datetime(handed["last_seen"]) if handed.get("last_seen") else None
-    aborted = _abort_cut_off(trace=trace, attempt=attempt)
+    aborted = requests_end_cut_off(trace=trace, attempt=attempt)
     return ResumePlan(resume=resume_from_steps(trace_id=trace.pk), aborted=aborted,
                       reason=str(handed.get("reason") or "worker_lost"),
                       from_worker=str(handed.get("from_worker") or ""),
@@ -203,8 +203,12 @@ def _result(step: Any, output: str | None, meta: dict[str, Any] | None) -> ToolR
     return ToolResultBlock(step.call_id, output, not step.success, step.name)
 
 
-def _abort_cut_off(*, trace: Trace, attempt: int) -> list[Step]:
-    """End the model requests left running as aborted attempts with estimated, priced usage."""
+def requests_end_cut_off(*, trace: Trace, attempt: int, error: str = CUT_OFF_ERROR,
+                         resumed: bool = True) -> list[Step]:
+    """End the model requests left running with estimated, priced usage: as aborted attempts
+    (the turn resumes and sends the request again), or, with ``resumed=False``, as the requests
+    the turn ended under (the reaper ends it), so that their cost is counted and their audit
+    shows what they had streamed and cost."""
     ended = []
     running = list(Step.objects.filter(trace_id=trace.pk, kind=Kind.LLM_REQUEST,
                                        status=StepStatus.RUNNING))
@@ -219,9 +223,11 @@ def _abort_cut_off(*, trace: Trace, attempt: int) -> list[Step]:
         priced = table.cost(provider_kind=kind, model=step.model, usage=usage,
                             team_id=trace.team_id, at=step.started_at)
         recorded = price_fields(priced)
-        meta.update(recorded.pop("meta"), usage_estimated=True, aborted=True,
-                    partial_chars=len(partial), outcome="interrupted")
-        values = {"status": StepStatus.ERROR, "success": False, "error": CUT_OFF_ERROR,
+        meta.update(recorded.pop("meta"), usage_estimated=True, partial_chars=len(partial),
+                    outcome="interrupted")
+        if resumed:
+            meta["aborted"] = True
+        values = {"status": StepStatus.ERROR, "success": False, "error": error,
                   "meta": meta, **recorded, **usage.to_dict()}
         changed = services.step_record(trace_id=trace.pk, attempt=attempt, seq=step.seq,
                                        values=values)
