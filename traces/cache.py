@@ -10,7 +10,8 @@ Money lost is counted on the tokens the request could have read, had nothing cha
 previous request's prompt (at most this one's), less what was read from the cache, times the
 difference between the input price and the cache-read price of the step's price. Nothing is
 lost below the provider's minimum (the step records it; ``CACHE_MIN_TOKENS``, Anthropic's and
-OpenAI's, for steps that do not): shorter prompts are not cached. A price without a
+OpenAI's, for steps that do not): shorter prompts are not cached; nor when a request read all
+but less than a block (``CACHE_BLOCK_TOKENS``) of what it could. A price without a
 cache-read rate bills cached tokens as input, so it loses nothing either.
 
 The reusable prefix is an estimate in tokens: its share of the request's characters (text as
@@ -30,6 +31,9 @@ from os.path import commonprefix
 from typing import Any
 
 CACHE_MIN_TOKENS = 1024
+# Providers read their cache in blocks (OpenAI in steps of 128 tokens; the demo by whole message
+# blocks): a request that read all but less than a block of what it could is a hit.
+CACHE_BLOCK_TOKENS = 128
 EXCERPT_CHARS = 60
 MILLION = Decimal(1_000_000)
 DATE_BLOCK = "## Current Date & Time"
@@ -89,6 +93,8 @@ def lost_tokens(*, previous_tokens: int, prompt_tokens: int, read_tokens: int,
     (none below ``min_tokens``, the provider's shortest cached prompt, unless it read some)."""
     could = min(previous_tokens, prompt_tokens)
     if could < min_tokens and not read_tokens:
+        return 0
+    if read_tokens and could - read_tokens < CACHE_BLOCK_TOKENS:
         return 0
     return max(could - read_tokens, 0)
 

@@ -294,3 +294,14 @@ def test_the_request_records_its_providers_minimum_and_the_explainer_uses_it(
     page = html.unescape(client_for(alice).get(
         reverse("step_cache", args=[plain_after.trace.uuid, plain_after.seq])).content.decode())
     assert f"this provider caches prompts of {CACHE_MIN_TOKENS} tokens or more" in page
+
+
+def test_reading_all_but_less_than_a_cache_block_is_a_hit_not_a_miss():
+    """Providers read their cache in blocks: 702 of 703 tokens read is all it could."""
+    cache = explain(request(), request(messages=(("user", "hello"), ("assistant", "hi"))), previous_kind="turn",
+                    prompt_tokens=712, previous_tokens=703, read_tokens=702, input_per_mtok=Decimal(3),
+                    cache_read_per_mtok=Decimal("0.3"), min_tokens=256)
+    assert (cache.verdict, cache.lost_tokens, cache.lost_usd) == ("hit", 0, 0)
+    # a block or more short of it is a miss
+    assert explain(request(), request(messages=(("user", "hello"), ("assistant", "hi"))), previous_kind="turn",
+                   prompt_tokens=712, previous_tokens=703, read_tokens=500, min_tokens=256).lost_tokens == 203
