@@ -126,6 +126,22 @@ class Session:
     def answers(self, status: str) -> Any:
         return self.page.locator(f"li.answer[data-status='{status}']")
 
+    def open_step(self, step: Any, timeout: float = 15.0) -> Any:
+        """Open a step of the inspector's timeline (a ``li.step`` locator) and wait for its
+        panel to load; returns the panel. A live update can replace the step's row just as it
+        is clicked, so that the click lands on the row it replaced: the step is opened again
+        while it is still closed."""
+        body = step.locator(":scope > details > .step-body")
+
+        def loaded() -> bool:
+            if not step.locator(":scope > details").evaluate("d => d.open"):
+                step.locator(":scope > details > summary").click()
+                return False
+            return "Loading…" not in body.inner_text()
+
+        wait_for(loaded, timeout=timeout, interval=0.25, what=f"the panel of step {step.get_attribute('data-step')}")
+        return body
+
 
 # Marks the page's socket state for the tests (an init script runs before the page's own, and
 # through the browser's debugging protocol, so the page's CSP does not apply to it).

@@ -18,8 +18,9 @@ def test_a_trace_forked_at_its_second_model_request_runs_on_another_model(login)
     # the second model request of the timeline: open it, then "Fork from here"
     second = s.page.locator("#steps li.step.k-llm_request").nth(1)
     seq = second.get_attribute("data-step")
-    second.locator("summary").click()
-    second.locator("a:has-text('Fork from here')").click()
+    panel = s.open_step(second)
+    assert panel.locator("a:has-text('Fork from here')").count() == 1, panel.inner_text()[:1000]
+    panel.locator("a:has-text('Fork from here')").click()
     s.page.wait_for_url(re.compile(rf"/fork/{seq}/$"))
     s.page.select_option("#f-provider", label="Demo for Corpus")
     s.page.fill("#f-model", "demo-large")
