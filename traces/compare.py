@@ -491,9 +491,32 @@ def first_divergence(pairs: list[Pair], source: PayloadSource) -> Divergence | N
         if found is not None:
             break
     if found is None and skeleton is not None and limit < len(pairs):
-        found = _divergence(pairs[limit], *skeleton)
+        what, detail = skeleton
+        also = _request_besides_model(pairs[limit], source) if what == "model" else None
+        found = _divergence(pairs[limit], what, f"{detail}; {also}" if also else detail)
     _mark(pairs, found)
     return found
+
+
+def _request_besides_model(pair: Pair, source: PayloadSource) -> str | None:
+    """How a model request sent to another model differs besides the model (a fork that also
+    edited the message or the system prompt), in words; None when nothing else differs."""
+    if pair.a is None or pair.b is None or pair.a.kind != LLM or "request" not in pair.a.payloads:
+        return None
+    left, right = source.contents([(pair.position, pair.a.seq, pair.b.seq, "request")]).get(
+        (pair.position, "request"), ("", ""))
+    sides = []
+    for content in (left, right):
+        try:
+            request = json.loads(content)
+        except ValueError:
+            return None
+        if not isinstance(request, dict):
+            return None
+        request.pop("model", None)
+        sides.append(json.dumps(request))
+    detail = payload_difference(LLM, "request", *sides)
+    return detail.replace("the request differs", "the request differs too", 1) if detail else None
 
 
 def _divergence(pair: Pair, what: str, detail: str) -> Divergence:

@@ -465,3 +465,19 @@ def test_a_fork_with_an_edited_message_diverges_at_its_first_request_and_says_ho
         assert (divergence.position, divergence.a_seq, divergence.what) == (1, step.seq, "request")
         assert divergence.detail == ("the request differs: message 1 (user): '…counter tool 2 times' "
                                      "vs '…counter tool 2 times, please'")
+
+
+def test_a_fork_on_another_model_with_an_edited_message_names_both(counted, alice, sent_turns, use_redis):
+    parent = _finished(counted.agent, alice, "call the counter tool 2 times")
+    second = parent.steps.filter(kind="llm_request").order_by("seq")[1]
+    both = _run(fork_start(trace=parent, seq=second.seq, user=alice, model="demo-large",
+                           message="call the counter tool 2 times, please"))
+    only_model = _run(fork_start(trace=parent, seq=second.seq, user=alice, model="demo-large"))
+
+    divergence = trace_comparison(parent, both).divergence
+    assert divergence.what == "model"
+    assert divergence.detail == ("model 'demo' on Demo for Counting vs 'demo-large' on Demo for Counting; "
+                                 "the request differs too: message 1 (user): '…counter tool 2 times' "
+                                 "vs '…counter tool 2 times, please'")
+    assert trace_comparison(parent, only_model).divergence.detail == (
+        "model 'demo' on Demo for Counting vs 'demo-large' on Demo for Counting")
