@@ -1,0 +1,63 @@
+"""``scrub_shapes`` skips a pattern when the text lacks every word the pattern needs. The skip
+must never change the result: checked against running every pattern, on the corpus and on
+generated text full of near-misses, and the case folding it relies on is checked against
+Python's own case-insensitive matching for every code point."""
+
+from __future__ import annotations
+
+import re
+import string
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.runtime import secret_shapes as shapes
+from tests.agents.runtime.secret_corpus import CLEAN, SECRETS
+
+
+def every_pattern(text: str) -> str:
+    """The scrub with no skipping: each pattern run over the whole text, in the same order."""
+    if "PRIVATE KEY" in text:
+        text = shapes._pem_blocks(text)
+    text = shapes._URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{shapes.SECRET_MARKER}@", text)
+    text = shapes._SLACK_WEBHOOK.sub(lambda m: f"{m.group(1)}{shapes.SECRET_MARKER}", text)
+    text = shapes._HEADER.sub(shapes._header_value, text)
+    text = shapes._BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{shapes.SECRET_MARKER}", text)
+    text = shapes._PREFIXED.sub(shapes.KEY_MARKER, text)
+    return shapes._NAMED_VALUE.sub(shapes._named_value, text)
+
+
+def test_the_folds_are_every_character_beyond_ascii_that_matches_an_ascii_letter():
+    letter = re.compile(r"(?i)[a-z]")
+    found = {chr(cp) for cp in range(128, sys.maxunicode + 1)
+             if not 0xD800 <= cp <= 0xDFFF and letter.fullmatch(chr(cp))}
+    assert found == set(shapes._FOLDS)
+    for char in found:  # and each is folded to the letter it matches
+        assert re.fullmatch(f"(?i){char.translate(shapes._FOLD)}", char)
+
+
+def test_the_corpus_scrubs_the_same_with_and_without_skipping():
+    texts = [context.format(s=secret) for _, secret, context in SECRETS] + list(CLEAN)
+    for text in texts:
+        assert shapes.scrub_shapes(text) == every_pattern(text), text
+
+
+# Pieces that make near-misses: the patterns' words in any case (and spelled with the folding
+# characters), separators, schemes, values of every kind.
+PIECES = st.sampled_from([
+    "secret", "SECRET", "ſecret", "token", "Token", "passwd", "PassWord", "pwd", "api_key", "api-key", "APIKEY",
+    "access_key", "private_key", "client_secret", "credentials", "session_id", "cookie", "Set-Cookie",
+    "signature", "sig", "ſig", "\u212aey", "KEY", "authorization", "Authorization", "x-api-key", "X-Auth-Token",
+    "x-access-token", "private-token", "bearer", "Basic", "BEARER", "hooks.slack.com/services/", "HOOKS.SLACK.COM/",
+    "https://", "postgres://", "redis://:", "user:", "@host", "=", ": ", "=>", "\"", "'", " ", "\t", "\n", "_",
+    "-", ".", "{", "}", "[", "]", "[REDACTED]", "abcdef123456", "hunter2hunter2", "sk-abcdefghijklmnopqrstuv",
+    "AKIAABCDEFGHIJKLMNOP", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "1234567890", "true", "bearer",
+    "İ", "ı", "\u0130d", "toke\u0131", "s\u0131g",
+])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(PIECES | st.text(alphabet=string.printable, max_size=6), max_size=24).map("".join))
+def test_generated_text_scrubs_the_same_with_and_without_skipping(text):
+    assert shapes.scrub_shapes(text) == every_pattern(text)
