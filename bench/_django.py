@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shutil
 import tempfile
 
@@ -16,6 +17,11 @@ def setup_django(*, migrate: bool = True) -> str:
     os.environ.setdefault("AGENTSITE_VAR_DIR", scratch)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
     os.environ.setdefault("CHANNEL_LAYER_IN_MEMORY", "1")
+    # ``make bench`` runs in a plain shell: development settings (plain HTTP for the test
+    # client's requests), with a throwaway key for the scratch data. Benchmarks that measure
+    # production settings set DEBUG=false before this.
+    os.environ.setdefault("DEBUG", "1")
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     import django
 
     django.setup()
