@@ -125,7 +125,8 @@ _FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k
 # scrubbing of a large payload: a megabyte took half a second.)
 _HEADER_WORDS = ("authorization", "api-key", "auth-token", "access-token", "cookie", "private-token")
 _BEARER_WORDS = ("bearer", "basic")
-_NAMED_WORDS = ("secret", "token", "passw", "pwd", "key", "credential", "session", "cookie", "sig")
+_NAMED_WORDS = ("secret", "token", "passw", "passphrase", "pwd", "key", "credential", "session",
+                "cookie", "sig")
 
 
 def _lowered(text: str) -> str:

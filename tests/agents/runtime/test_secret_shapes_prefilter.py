@@ -43,10 +43,33 @@ def test_the_corpus_scrubs_the_same_with_and_without_skipping():
         assert shapes.scrub_shapes(text) == every_pattern(text), text
 
 
+# Every key name the named-value pattern knows, in each spelling it accepts.
+KEY_NAMES = ["secret", "token", "password", "passwd", "passphrase", "pwd", "apikey", "api_key", "api-key",
+             "access_key", "access-key", "accesskey", "private_key", "privatekey", "secret_key", "secretkey",
+             "client_secret", "clientsecret", "auth_token", "authtoken", "credential", "credentials", "session",
+             "session_id", "sessionid", "cookie", "signature", "sig", "db_password", "my.secret.value"]
+HEADER_NAMES = ["authorization", "proxy-authorization", "x-api-key", "api-key", "x-auth-token", "x-access-token",
+                "x-goog-api-key", "cookie", "set-cookie", "private-token"]
+
+
+def test_every_key_name_and_header_the_patterns_know_is_looked_for():
+    for name in KEY_NAMES:
+        for spelled in (name, name.upper(), name.title()):
+            text = f"{spelled}=Zq8vLm2pXw9rTt4y"
+            assert shapes.scrub_shapes(text) == every_pattern(text) == f"{spelled}={shapes.SECRET_MARKER}", text
+    for name in HEADER_NAMES:
+        text = f"{name.title()}: Zq8vLm2pXw9rTt4y"
+        assert shapes.SECRET_MARKER in shapes.scrub_shapes(text) == every_pattern(text), text
+    text = "Authorization: Bearer Zq8vLm2pXw9rTt4yZq8v"
+    assert shapes.scrub_shapes(text) == every_pattern(text) != text
+    assert shapes.scrub_shapes("hooks.slack.com/services/T000/B000/XXXX") == every_pattern(
+        "hooks.slack.com/services/T000/B000/XXXX") != "hooks.slack.com/services/T000/B000/XXXX"
+
+
 # Pieces that make near-misses: the patterns' words in any case (and spelled with the folding
 # characters), separators, schemes, values of every kind.
 PIECES = st.sampled_from([
-    "secret", "SECRET", "ſecret", "token", "Token", "passwd", "PassWord", "pwd", "api_key", "api-key", "APIKEY",
+    "secret", "SECRET", "ſecret", "token", "Token", "passwd", "PassWord", "passphrase", "PASSPHRASE", "pwd", "api_key", "api-key", "APIKEY",
     "access_key", "private_key", "client_secret", "credentials", "session_id", "cookie", "Set-Cookie",
     "signature", "sig", "ſig", "\u212aey", "KEY", "authorization", "Authorization", "x-api-key", "X-Auth-Token",
     "x-access-token", "private-token", "bearer", "Basic", "BEARER", "hooks.slack.com/services/", "HOOKS.SLACK.COM/",
