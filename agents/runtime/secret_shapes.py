@@ -150,5 +150,39 @@ def scrub_shapes(text: str) -> str:
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_MARKER}", text)
     text = _PREFIXED.sub(KEY_MARKER, text)
     if any(word in lowered for word in _NAMED_WORDS):
-        text = _NAMED_VALUE.sub(_named_value, text)
+        text = _named_values(text)
     return text
+
+
+# A named value starts at most this many characters before a word of ``_NAMED_WORDS`` in its
+# name: the name's optional ``prefix_`` part (1-30 letters or digits and a separator), then the
+# key name up to the word, at most 8 characters into it ("key" in "private_key").
+_NAME_REACH = 31 + 8
+
+
+def _named_values(text: str) -> str:
+    """``_NAMED_VALUE.sub(_named_value, text)``, trying the pattern only where a match can start:
+    within ``_NAME_REACH`` before a key word, and not right after a letter or digit (the
+    pattern's look-behind). A large text with a few key words (a model request says
+    ``max_tokens``) is then not scanned position by position."""
+    lowered = _lowered(text)  # the same length as ``text`` (İ, the one letter whose lower case
+    # is longer, is folded first)
+    starts: set[int] = set()
+    for word in _NAMED_WORDS:
+        at = lowered.find(word)
+        while at != -1:
+            starts.update(p for p in range(max(at - _NAME_REACH, 0), at + 1)
+                          if p == 0 or not (text[p - 1].isascii() and text[p - 1].isalnum()))
+            at = lowered.find(word, at + 1)
+    out: list[str] = []
+    done = 0
+    for p in sorted(starts):
+        if p < done:
+            continue
+        match = _NAMED_VALUE.match(text, p)
+        if match is not None:
+            out.append(text[done:match.start()])
+            out.append(_named_value(match))
+            done = match.end()
+    out.append(text[done:])
+    return "".join(out)

@@ -52,6 +52,12 @@ HEADER_NAMES = ["authorization", "proxy-authorization", "x-api-key", "api-key", 
                 "x-goog-api-key", "cookie", "set-cookie", "private-token"]
 
 
+def test_no_word_looked_for_sits_deeper_in_a_key_name_than_the_reach_allows():
+    deepest = max(min(name.lower().find(w) for w in shapes._NAMED_WORDS if w in name.lower())
+                  for name in KEY_NAMES)
+    assert deepest + 31 <= shapes._NAME_REACH
+
+
 def test_every_key_name_and_header_the_patterns_know_is_looked_for():
     for name in KEY_NAMES:
         for spelled in (name, name.upper(), name.title()):
@@ -76,7 +82,8 @@ PIECES = st.sampled_from([
     "https://", "postgres://", "redis://:", "user:", "@host", "=", ": ", "=>", "\"", "'", " ", "\t", "\n", "_",
     "-", ".", "{", "}", "[", "]", "[REDACTED]", "abcdef123456", "hunter2hunter2", "sk-abcdefghijklmnopqrstuv",
     "AKIAABCDEFGHIJKLMNOP", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "1234567890", "true", "bearer",
-    "İ", "ı", "\u0130d", "toke\u0131", "s\u0131g",
+    "İ", "ı", "\u0130d", "toke\u0131", "s\u0131g", "a" * 24, "a" * 30 + "_", "mypass", "x_", "abc123",
+    "private_key", "client-secret", "auth_token", "session_id",
 ])
 
 
@@ -84,3 +91,30 @@ PIECES = st.sampled_from([
 @given(st.lists(PIECES | st.text(alphabet=string.printable, max_size=6), max_size=24).map("".join))
 def test_generated_text_scrubs_the_same_with_and_without_skipping(text):
     assert shapes.scrub_shapes(text) == every_pattern(text)
+
+
+def test_a_name_with_the_longest_prefix_is_found_from_any_word_in_it():
+    """A name may start 30 characters and a separator before its key name, and the word looked
+    for may sit inside the key name (``private_key``: "key" 8 characters in)."""
+    prefix = "a" * 30
+    for name in ("private_key", "private-key", "access_key", "client_secret", "auth_token", "api_key",
+                 "secret_key", "session_id"):
+        text = f"x {prefix}_{name}=Zq8vLm2pXw9rTt4y and more"
+        assert shapes.scrub_shapes(text) == every_pattern(text) == (
+            f"x {prefix}_{name}={shapes.SECRET_MARKER} and more"), text
+
+
+def test_a_large_text_with_a_few_key_names_scrubs_the_same():
+    filler = '{"role": "user", "blocks": [{"type": "text", "text": "hello world 2026-01-01"}]}, ' * 4000
+    text = (filler + '"max_tokens": null, "api_key": "Zq8vLm2pXw9rTt4y", ' + filler
+            + "password=hunter2hunter2 " + filler)
+    scrubbed = shapes.scrub_shapes(text)
+    assert scrubbed == every_pattern(text)
+    assert "Zq8vLm2pXw9rTt4y" not in scrubbed and "hunter2hunter2" not in scrubbed
+
+
+def test_a_match_is_tried_from_the_start_of_its_longest_name():
+    """Started later, the same value would be judged by a shorter name: "…pass…_private_key"
+    is a password (masked even when short), "private_key" alone is not."""
+    text = f"{'mypass' + 'a' * 24}_private_key=abc123"
+    assert shapes.scrub_shapes(text) == every_pattern(text) == f"{'mypass' + 'a' * 24}_private_key={shapes.SECRET_MARKER}"
