@@ -289,11 +289,7 @@ def test_the_audit_of_a_long_trace_reads_its_end_in_a_few_queries(conversation, 
                                              cancel_requested_at=trace.finished_at)
     trace = fresh(trace)
 
-    started = time.perf_counter()
     with django_assert_max_num_queries(4):
         audit = trace_audit(trace)
-    elapsed = time.perf_counter() - started
 
     assert audit["stop"]["by"] == "alice"
-    assert elapsed < 1.0, elapsed
-    print(f"audit of a 2,000-step trace: {elapsed * 1000:.0f} ms")

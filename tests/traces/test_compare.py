@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -303,12 +302,12 @@ def test_alignment_matches_the_same_calls_around_an_insertion():
     assert not by_position
 
 
-def test_ten_thousand_steps_align_quickly():
+def test_ten_thousand_steps_align_around_their_one_difference():
+    # (how fast: ``bench.compare``)
     a = facts(*(["llm", "calculator"] * 5_000))
     b = facts(*(["llm", "calculator"] * 3_500 + ["llm", "search"] + ["llm", "calculator"] * 1_499))
-    started = time.perf_counter()
-    pairs, _ = compare.align(a, b)
-    assert time.perf_counter() - started < 0.5
+    pairs, by_position = compare.align(a, b)
+    assert not by_position
     assert len(pairs) == 10_000 and isinstance(pairs[7001], Pair)
     assert pairs[7001].a.name == "calculator" and pairs[7001].b.name == "search"
 
