@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.db.models import Max, Q
 
 from agents.runtime.loop import CANCELLED_OUTPUT, INTERRUPTED_OUTPUT, RESUME_INTERRUPTED_OUTPUT
 
+from .json_values import iso as _iso
+from .json_values import usd as _usd
 from .models import Step, StepPayload, Trace
 
 Status = Trace.Status
@@ -170,17 +171,6 @@ def _ms_between(start: datetime | None, end: datetime | None) -> int | None:
     if start is None or end is None:
         return None
     return int(round((end - start).total_seconds() * 1000))
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def _usd(amount: Decimal | None) -> str | None:
-    if amount is None:
-        return None
-    text = format(Decimal(amount).normalize(), "f")
-    return "0" if text in ("-0", "0") else text
 
 
 def _meta(step: Step) -> dict[str, Any]:

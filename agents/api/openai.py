@@ -61,7 +61,7 @@ from agents.turns.services import (
 )
 from agentsite.api_keys import Caller
 from agentsite.models import ApiKey
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 from ..audit import trace_audit
+from ..json_values import iso as _iso
+from ..json_values import usd
 from ..models import Step, Trace
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value else None
-
-
-def usd(amount: Decimal | None) -> str | None:
-    """Money as a plain decimal string: "0", "0.000597", "12.5" (never "0E-10")."""
-    if amount is None:
-        return None
-    text = format(Decimal(amount).normalize(), "f")
-    return "0" if text in ("-0", "0") else text
 
 
 def trace_record(trace: Trace) -> dict[str, Any]:

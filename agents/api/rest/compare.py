@@ -19,7 +19,7 @@ from agents.api.rest.common import is_uuid
 from agentsite.models import ApiKey
 from traces.compare import TotalRow, divergence_facts
 from traces.compare_selectors import trace_comparison
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.models import Trace
 from traces.selectors import trace_get_or_404
 

@@ -38,7 +38,7 @@ from traces.cost_selectors import (
     resolve_filters,
     rollup_rows,
 )
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.rollups import AMOUNT_FIELDS
 
 router = Router(tags=["costs"])

@@ -25,7 +25,7 @@ from agents.api.errors import errors
 from agents.api.rest.traces import trace_for, usage_out
 from agents.api.turn_stream import TurnTimeout, trace_events, with_keepalive
 from agentsite.models import ApiKey
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.models import Trace
 
 router = Router(tags=["traces"])

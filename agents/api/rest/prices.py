@@ -13,7 +13,7 @@ from ninja import Field, Query, Router, Schema
 
 from agents.api.errors import errors
 from agents.api.rest.pagination import PageParams, paginate_list
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.models import ModelPrice
 from traces.pricing import PriceRow, price_table_for
 

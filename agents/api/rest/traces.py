@@ -24,7 +24,8 @@ from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import ApiKey, Membership
 from traces.audit import trace_audit
-from traces.export.records import step_record, trace_export_chunks, usd
+from traces.export.records import step_record, trace_export_chunks
+from traces.json_values import usd
 from traces.models import Step, StepPayload, Trace
 from traces.selectors import (
     FEEDBACK_FILTERS,

@@ -16,7 +16,7 @@ from tests.agents.api.rest_keys import error_of, key_client
 from tests.traces.cost_helpers import EARLY, run
 from traces.cache_selectors import cache_losses, step_cache_explanation
 from traces.cost_selectors import CostFilters, resolve_filters
-from traces.export.records import usd
+from traces.json_values import usd
 from traces.models import CostRollup, ModelPrice
 
 pytestmark = pytest.mark.django_db
