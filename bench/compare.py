@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
 from django.test.utils import setup_test_environment
 from django.urls import reverse
 
-from bench.world import bench_world  # configures Django on a scratch database
+from bench.world import bench_world, timed_get  # configures Django on a scratch database
 from traces.models import StepPayload
 from traces.sample import make_sample_trace
 
@@ -29,19 +28,6 @@ SIZES = (1_000, 10_000)
 RUNS = 11
 PAGE_MS_LIMIT = 500.0
 PAGE_BYTES_LIMIT = 1024 * 1024
-
-
-def _measure(client, url: str, runs: int = RUNS, **headers: str) -> tuple[float, float, int, bytes]:
-    times = []
-    body = b""
-    for _ in range(runs):
-        started = time.perf_counter()
-        response = client.get(url, **headers)
-        body = response.content
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status_code == 200, (url, response.status_code, body[:500])
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.9) - 1], len(body), body
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             ("REST /api/v1/traces/compare", "/api/v1/traces/compare" + query, api),
         ]
         for what, url, who in rows:
-            p50, p90, size, body = _measure(who, url, runs=RUNS if what == "page" else 5)
+            p50, p90, body = timed_get(who, url, runs=RUNS if what == "page" else 5)
+            size = len(body)
             print(f"{steps:>7}  {what:<26} {p50:>8.1f} {p90:>8.1f} {size:>10,}")
             if what == "page":
                 assert f"Step {at}: tool call calculator".encode() in body, "the divergence was not found"

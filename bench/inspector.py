@@ -12,34 +12,19 @@ in <= 200 ms of server time and <= 2 MB.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
 from django.test.utils import setup_test_environment
 from django.urls import reverse
 
-from bench.world import bench_world  # configures Django on a scratch database
+from bench.world import bench_world, timed_get  # configures Django on a scratch database
 from traces.sample import make_sample_trace
 
 SIZES = (1_000, 10_000)
 RUNS = 15
 PAGE_MS_LIMIT = 200.0
 PAGE_BYTES_LIMIT = 2 * 1024 * 1024
-
-
-def _measure(client, url: str, runs: int = RUNS) -> tuple[float, float, int]:
-    times = []
-    size = 0
-    for _ in range(runs):
-        started = time.perf_counter()
-        response = client.get(url)
-        body = b"".join(response.streaming_content) if response.streaming else response.content
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status_code == 200, (url, response.status_code)
-        size = len(body)
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.9) - 1], size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             ("one step opened", reverse("step_detail", args=[trace.uuid, steps // 2])),
         ]
         for what, url in rows:
-            p50, p90, size = _measure(client, url, runs=5 if what.startswith("re-sync") else RUNS)
+            p50, p90, body = timed_get(client, url, runs=5 if what.startswith("re-sync") else RUNS)
+            size = len(body)
             print(f"{steps:>7}  {what:<22} {p50:>8.1f} {p90:>8.1f} {size:>10,}")
             if steps == 10_000 and what == "page" and (p50 > PAGE_MS_LIMIT or size > PAGE_BYTES_LIMIT):
                 ok = False

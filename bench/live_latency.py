@@ -18,13 +18,30 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from bench import _redis  # noqa: F401 - an embedded Redis, before Django reads REDIS_URL
+
+# The frames cross processes (this one records, daphne forwards): through Redis.
+os.environ["CHANNEL_LAYER_IN_MEMORY"] = "0"
+
+# isort: split
+from bench.world import bench_world  # noqa: E402 - configures Django on a scratch database
+
+# isort: split
+import websockets  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from agents.models import Message  # noqa: E402
+from agents.runtime.events import ToolStarted  # noqa: E402
+from agents.turns.execution import TurnDb  # noqa: E402
+from agentsite.devrunner import free_port  # noqa: E402
+from traces import services  # noqa: E402
+from traces.models import Trace  # noqa: E402
+from traces.recorder import TraceRecorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 P99_LIMIT_MS = 50.0
@@ -50,19 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1000)
     args = parser.parse_args(argv)
 
-    redis = None
-    if not os.environ.get("REDIS_URL"):
-        redis_dir = Path(tempfile.mkdtemp(prefix="agentsite-bench-redis-"))
-        redis = EmbeddedRedis(port=free_port(), data_dir=redis_dir)
-        redis.start(Printer(open(os.devnull, "w"), color=False))  # noqa: SIM115
-        redis.wait_ready()
-        os.environ["REDIS_URL"] = redis.url
-    os.environ["CHANNEL_LAYER_IN_MEMORY"] = "0"
     web = None
     try:
-        from bench._django import setup_django
-
-        var_dir = setup_django()
+        var_dir = os.environ["AGENTSITE_VAR_DIR"]
         port = free_port()
         env = {**os.environ, "AGENTSITE_VAR_DIR": var_dir, "DEBUG": "1"}
         web = subprocess.Popen(  # noqa: S603
@@ -75,34 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         if web is not None:
             web.terminate()
             web.wait(timeout=10)
-        if redis is not None:
-            redis.stop(timeout=5)
 
 
 async def _run(port: int, args: argparse.Namespace) -> int:
-    import websockets
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-    from django.utils import timezone
-
-    from agents.models import Agent, Conversation, Message, Provider
-    from agentsite.models import Membership, Team
-    from traces.models import Trace
-
     def prepare():
-        team = Team.objects.create(name="Bench")
-        user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-        Membership.objects.create(team=team, user=user, role="owner")
-        provider = Provider.objects.create(team=team, name="Demo", kind="demo")
-        agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
-        conversation = Conversation.objects.create(team=team, agent=agent, created_by=user)
-        question = Message.objects.create(conversation=conversation, role="user", text="go", blocks=[])
-        trace = Trace.objects.create(team=team, conversation=conversation, agent=agent, user=user,
-                                     user_message=question, status=Trace.Status.RUNNING, attempts=1,
-                                     started_at=timezone.now(), heartbeat_at=timezone.now())
-        client = Client()
-        client.force_login(user)
-        return trace, client.cookies["sessionid"].value
+        world = bench_world()
+        question = Message.objects.create(conversation=world.conversation, role="user", text="go", blocks=[])
+        trace = Trace.objects.create(team=world.team, conversation=world.conversation, agent=world.agent,
+                                     user=world.user, user_message=question, status=Trace.Status.RUNNING,
+                                     attempts=1, started_at=timezone.now(), heartbeat_at=timezone.now())
+        return trace, world.client.cookies["sessionid"].value
 
     trace, session = await asyncio.to_thread(prepare)
     commits: dict[int, float] = {}
@@ -154,11 +143,6 @@ async def _run(port: int, args: argparse.Namespace) -> int:
 def _produce(trace, args: argparse.Namespace, commits: dict[int, float]) -> None:
     """A turn's recorder in its own thread and event loop, as in a worker: one tool step per
     tick, recorded and announced exactly as a real turn records it."""
-    from agents.runtime.events import ToolStarted
-    from agents.turns.execution import TurnDb
-    from traces import services
-    from traces.recorder import TraceRecorder
-
     original = services.step_record
 
     def timed_step_record(**kwargs):
