@@ -156,3 +156,21 @@ def database_url(settings_dict: dict[str, Any]) -> str:
     password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict["PASSWORD"] else ""
     host, port = settings_dict["HOST"] or "localhost", settings_dict["PORT"] or 5432
     return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+class FakeResolver:
+    """A fake DNS (the network's edge): names to addresses, recording every lookup. A name maps
+    to its addresses, or to a list of successive answers (the last one repeats), as a
+    rebinding name gives them."""
+
+    def __init__(self, table: dict[str, list[str] | list[list[str]]]) -> None:
+        self.table = {host: ([answers] if answers and isinstance(answers[0], str) else answers)
+                      for host, answers in table.items()}
+        self.calls: list[str] = []
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.calls.append(host)
+        if host not in self.table:
+            raise OSError(f"no such host: {host}")
+        answers = self.table[host]
+        return list(answers[min(self.calls.count(host), len(answers)) - 1])

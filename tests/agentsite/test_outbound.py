@@ -16,22 +16,9 @@ from agentsite.outbound import (
     fetch_document,
     tls_context,
 )
+from tests.helpers import FakeResolver
 
 PUBLIC_IP = "93.184.216.34"
-
-
-class FakeResolver:
-    """Names to addresses (the network's edge), recording every lookup."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-
-    def __call__(self, host: str, port: int) -> list[str]:
-        self.calls.append(host)
-        if host not in self.table:
-            raise OSError(f"no such host: {host}")
-        return list(self.table[host])
 
 
 def serving(handler):

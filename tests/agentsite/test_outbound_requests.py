@@ -29,26 +29,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentsite.outbound import GuardedAdapter, OutboundBlockedError, guarded_session
+from tests.helpers import FakeResolver
 from tests.otel.receiver import OTLPReceiver
 
 PUBLIC_IP = "93.184.216.34"
 LOOPBACK_ALLOWED = override_settings(OUTBOUND_ALLOWED_NETWORKS=["127.0.0.1/32"])
 
-
-class FakeResolver:
-    """Names to addresses, recording every lookup; a list of answers per name is a sequence of
-    DNS answers (the last one repeats), as a rebinding name gives them."""
-
-    def __init__(self, table: dict[str, list[list[str]]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-
-    def __call__(self, host: str, port: int) -> list[str]:
-        self.calls.append(host)
-        if host not in self.table:
-            raise OSError(f"no such host: {host}")
-        answers = self.table[host]
-        return list(answers[min(self.calls.count(host), len(answers)) - 1])
 
 
 class Recorder(BaseHTTPRequestHandler):

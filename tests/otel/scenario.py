@@ -9,8 +9,8 @@ from agents.chat.services import conversation_create
 from agents.runtime.providers.base import ProviderError
 from agents.runtime.providers.demo import DemoProvider
 from agents.turns.services import approval_decide, turn_start
-from tests.helpers import wait_for
-from traces.models import Step, Trace
+from tests.approvals import waiting_approval
+from traces.models import Trace
 
 GEN_AI_CHAT = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
                "gen_ai.response.model", "gen_ai.response.id", "gen_ai.response.finish_reasons",
@@ -53,8 +53,7 @@ def run_approved_turn(make_agent, alice, run_in_thread) -> Trace:
     trace = turn_start(conversation=conversation, user=alice,
                        text="What is 6 * 7 and what time is it in UTC?")
     worker = run_in_thread(trace.pk)
-    step = wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first(),
-                    what="the calculator waiting for approval")
+    step = waiting_approval(trace, what="the calculator waiting for approval")
     approval_decide(trace=trace, call_id=step.call_id, approved=True, user=alice)
     worker.join(timeout=20)
     trace.refresh_from_db()

@@ -17,6 +17,7 @@ import pytest
 from agents.chat.services import conversation_create
 from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
+from tests.approvals import waiting_approval
 from tests.helpers import wait_for
 from tests.otel.receiver import OTLPReceiver, ReceivedSpan
 from tests.otel.scenario import (
@@ -159,8 +160,7 @@ def test_each_step_leaves_as_it_ends_not_with_the_turn(
     conversation = conversation_create(team=agent.team, agent=agent, user=alice)
     trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
-    step = wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first(),
-                    what="the calculator waiting for approval")
+    step = waiting_approval(trace, what="the calculator waiting for approval")
     early = receiver.wait_for(lambda spans: any(s.name == "chat demo" for s in spans), timeout_s=10)
     assert Trace.objects.get(pk=trace.pk).status == "running"
     assert not any(s.name.startswith("invoke_agent") for s in early)

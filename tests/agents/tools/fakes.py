@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
+from tests.helpers import FakeResolver as BlockingResolver
+
 PUBLIC_IP = "93.184.216.34"
 
 
-class FakeResolver:
-    """Names to addresses, recording every lookup."""
+class FakeResolver(BlockingResolver):
+    """The fake DNS of ``tests.helpers``, answering as the tools' async resolver does."""
 
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        self.calls.append(host)
-        if host not in self.table:
-            raise OSError(f"no such host: {host}")
-        return list(self.table[host])
+    async def __call__(self, host: str, port: int) -> list[str]:  # type: ignore[override]
+        return super().__call__(host, port)

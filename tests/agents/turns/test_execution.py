@@ -15,6 +15,7 @@ from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
 from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
+from tests.approvals import waiting_approval
 from tests.helpers import drain, listen, wait_for
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
@@ -256,11 +257,6 @@ def test_cancelling_a_queued_turn_ends_it_at_once_and_starts_the_next(conversati
 
 
 # -- approvals ------------------------------------------------------------------------------------------
-def _wait_for_approval(trace: Trace) -> Step:
-    return wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first(),
-                    what="a tool call waiting for approval")
-
-
 @pytest.mark.parametrize(("approved", "answer"), [
     (True, "6 × 7 = 42."),
     (False, "I did not run calculator: Declined by a team owner."),
@@ -274,7 +270,7 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
     conversation = conversation_create(team=agent.team, agent=agent, user=bob)
     trace = turn_start(conversation=conversation, user=bob, text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
-    step = _wait_for_approval(trace)
+    step = waiting_approval(trace)
 
     approval_decide(trace=trace, call_id=step.call_id, approved=approved, user=alice)
     worker.join(timeout=10)

@@ -19,7 +19,7 @@ from agents.turns.lifecycle import trace_hand_back
 from agents.turns.services import approval_decide, turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
-from tests.helpers import wait_for
+from tests.approvals import waiting_approval
 from traces.compare_selectors import trace_comparison
 from traces.models import Step, StepPayload, Trace
 
@@ -131,8 +131,7 @@ def test_a_fork_at_an_approval_replays_the_approved_call_without_asking_again(
     trace = turn_start(conversation=_conversation(counted.agent, alice), user=alice,
                        text="call the counter tool 1 times")
     worker = run_in_thread(trace.pk)
-    waiting = wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").first(),
-                       what="a call waiting for approval")
+    waiting = waiting_approval(trace)
     approval_decide(trace=trace, call_id=waiting.call_id, approved=True, user=alice)
     worker.join(timeout=10)
     assert worker.result == "completed" and counted.calls["counter"] == 1
