@@ -117,7 +117,8 @@ def _stop(trace: Trace) -> dict[str, Any]:
 
 def _stop_out(stop: dict[str, Any]) -> dict[str, Any]:
     took = _ms_between(stop["requested"], stop["stopped"])
-    return {"kind": stop["kind"], "by": stop["by"], "reason": stop["reason"], "error": stop["error"],
+    return {"kind": stop["kind"], "timed_out": stop["kind"] in ("time_limit", "hard_time_limit"),
+            "by": stop["by"], "reason": stop["reason"], "error": stop["error"],
             "requested_at": _iso(stop["requested"]), "limit_at": _iso(stop["limit_at"]),
             "stopped_at": _iso(stop["stopped"]),
             "took_ms": took, "last_heartbeat_at": _iso(stop["last_heartbeat"]),

@@ -163,7 +163,7 @@ def test_a_stop_while_an_approval_waits_lists_it_withdrawn(make_agent, alice, se
 
 
 # -- a time limit ------------------------------------------------------------------------------------
-def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sent_turns, use_redis):
+def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sent_turns, use_redis, client_for):
     # the first model request takes 3 s, so the limit of 1 s always lands inside it
     agent = make_agent(name="Slowpoke", turn_time_limit_s=1, max_tool_iterations=50,
                        provider_options={"request_latency_s": 3.0})
@@ -175,13 +175,16 @@ def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sen
     audit = trace_audit(trace)
 
     stop = audit["stop"]
-    assert (stop["kind"], stop["by"]) == ("time_limit", "the agent's time limit of 1 s")
+    assert (stop["kind"], stop["by"], stop["timed_out"]) == ("time_limit", "the agent's time limit of 1 s", True)
     # the moment the limit stopped the turn is stored: one second in, before the turn ended
     limit = trace.cancel_requested_at
     assert stop["requested_at"] == limit.isoformat() and stop["limit_at"] is None
     assert timedelta(seconds=1) <= limit - trace.started_at < timedelta(seconds=3)
     assert limit <= trace.finished_at
     assert stop["took_ms"] == round((trace.finished_at - limit).total_seconds() * 1000)
+    panel = client_for(alice).get(f"/traces/{trace.uuid}/").content.decode()
+    assert "Time limit reached" in panel and "after the limit stopped it" in panel
+    assert "Stop asked for" not in panel and "Time limit due" not in panel
     # what the limit cut: the model request or the call running at that moment, never both
     # missing, and each call left open answered in the conversation
     cut = trace.steps.get(kind="llm_request")
