@@ -5,6 +5,12 @@
 daphne (HTTP and websockets), a Celery worker and Celery beat, as in production; ``stop`` ends
 them all. Django's own ``live_server`` cannot serve websockets, hence real processes.
 
+``Stack(debug=False)`` runs it with production settings instead (``DEBUG=0``, a throwaway
+``SECRET_KEY``, static files collected, over plain HTTP on loopback: ``SECURE_SSL_REDIRECT=0``;
+session cookies stay ``Secure``, so sign in over HTTPS or use the API); ``database_url`` points
+every process at that database (migrated at start; the caller creates and drops it) instead of
+the file SQLite; ``beat=False`` leaves Celery beat out.
+
 ``Stack.seed(spec)`` fills it through ``manage.py seed_stack`` (in the stack's environment): the personas of ``agentsite.personas`` (alice, bob and vera in Team A, charlie
 in Team B) and demo agents as the spec says. The test process itself never opens the database.
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -32,11 +39,15 @@ PASSWORD = "stack-pass-123"  # noqa: S105 - throwaway accounts of a throwaway da
 
 class Stack:
     def __init__(self, *, workdir: Path | None = None, worker_threads: int = 8,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, debug: bool = True,
+                 database_url: str | None = None, beat: bool = True) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="agentsite-stack-"))
         self.owns_workdir = workdir is None
         self.worker_threads = worker_threads
         self.extra_env = extra_env or {}
+        self.debug = debug
+        self.database_url = database_url
+        self.beat = beat
         self.children: list[Child] = []
         self.port = 0
         self.env: dict[str, str] = {}
@@ -47,6 +58,10 @@ class Stack:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def pid(self, name: str) -> int | None:
+        """The process id of the child called ``name`` ("web", "worker", "beat", "redis")."""
+        return next((c.pid for c in self.children if c.name == name), None)
 
     def start(self, timeout: float = 60.0) -> Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -68,12 +83,17 @@ class Stack:
             "OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            **self._settings_env(),
             **self.extra_env,
         }
-        self.env.pop("DATABASE_URL", None)
+        if self.database_url is None:
+            self.env.pop("DATABASE_URL", None)
         self.env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],  # noqa: S603
                        cwd=ROOT, env=self.env, check=True, stdout=self._log, stderr=subprocess.STDOUT)
+        if not self.debug:  # production serves hashed static files from collectstatic's output
+            subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],  # noqa: S603
+                           cwd=ROOT, env=self.env, check=True, stdout=self._log, stderr=subprocess.STDOUT)
         python = sys.executable
         self.printer = printer
         self._start(self._web(), printer)
@@ -82,11 +102,21 @@ class Stack:
                                      "-c", str(self.worker_threads), "-n", f"stack-{uuid.uuid4().hex[:8]}@%h",
                                      "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
                           env=self.env, cwd=ROOT), printer)
-        self._start(Child("beat", [python, "-m", "celery", "-A", "agentsite", "beat", "--loglevel", "WARNING",
-                                   "-s", str(self.workdir / "var" / "celerybeat-schedule")],
-                          env=self.env, cwd=ROOT), printer)
+        if self.beat:
+            self._start(Child("beat", [python, "-m", "celery", "-A", "agentsite", "beat", "--loglevel", "WARNING",
+                                       "-s", str(self.workdir / "var" / "celerybeat-schedule")],
+                              env=self.env, cwd=ROOT), printer)
         self._wait_healthy(timeout)
         return self
+
+    def _settings_env(self) -> dict[str, str]:
+        """What ``debug`` and ``database_url`` set (``extra_env`` still overrides it)."""
+        env = {}
+        if not self.debug:
+            env.update(DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), SECURE_SSL_REDIRECT="0")
+        if self.database_url is not None:
+            env["DATABASE_URL"] = self.database_url
+        return env
 
     def _web(self) -> Child:
         return Child("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
