@@ -1,0 +1,342 @@
+"""What every benchmark measures besides its own figures: the machine's load when it starts, the
+CPU time its unit of work costs, that cost against the committed baseline, and flame graphs.
+
+* ``machine()`` / ``print_machine()``: the load average and the CPU count, printed at start (a
+  figure taken on a busy machine says so).
+* ``cpu_seconds(pid, tree=...)``: user + system CPU of another process (and of its descendants)
+  from ``/proc``; in-process benchmarks take ``time.process_time()`` (every thread of this
+  process) or ``time.thread_time()`` deltas instead.
+* ``record(bench, figures)``: the benchmark's headline CPU per unit of work (figure name with
+  its unit -> value), printed beside ``bench/baseline.json`` and, when ``python -m bench`` runs
+  it, appended as a JSON line to the file named by ``BENCH_RESULTS``. The runner prints what
+  moved past the tolerance and, with ``--update-baseline``, writes the run into the baseline.
+  ``reference`` figures are stored and shown but never flagged (the gateway's LiteLLM figures,
+  which it falls back on when LiteLLM cannot run).
+* ``profiled(bench, pids, directory)``: ``py-spy record`` attached to those processes for the
+  block, writing one SVG flame graph per process into ``directory`` (``--profile DIR``, or
+  ``BENCH_PROFILE_DIR``; ``BENCH_PROFILE_GIL=1`` samples only the threads holding the GIL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = Path(__file__).with_name("baseline.json")
+RESULTS_ENV = "BENCH_RESULTS"
+PROFILE_ENV = "BENCH_PROFILE_DIR"
+PROFILE_GIL_ENV = "BENCH_PROFILE_GIL"
+TOLERANCE = 0.20  # a figure further than this from its baseline is flagged
+PROFILE_RATE = 100  # samples per second
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- the machine and CPU time --------------------------------------------------------------------
+def machine() -> str:
+    """The load average and the CPU count, in one line."""
+    try:
+        one, five, fifteen = os.getloadavg()
+        load = f"load average {one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)"
+    except OSError:
+        load = "load average unknown"
+    return f"{load}, {os.cpu_count()} CPUs"
+
+
+def print_machine() -> str:
+    line = machine()
+    print(f"machine at start: {line}", flush=True)
+    return line
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes under ``pid`` (children, their children ...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None:
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cpu_seconds(pid: int | None, *, tree: bool = False) -> float:
+    """User + system CPU seconds of a process (Linux; 0 where /proc cannot tell). With ``tree``,
+    also its live descendants' and what its finished children left it (the waited-for ones)."""
+    if pid is None:
+        return 0.0
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if tree:
+        ticks += int(fields[13]) + int(fields[14])
+        for child in descendants(pid):
+            child_fields = _stat(child)
+            if child_fields is not None:
+                ticks += int(child_fields[11]) + int(child_fields[12])
+    return ticks / _TICKS
+
+
+class CpuMeter:
+    """CPU seconds of several processes between ``start()`` and ``stop()``: ``{name: pid}``, and
+    ``tree`` names whose descendants count too."""
+
+    def __init__(self, pids: Mapping[str, int | None], *, tree: tuple[str, ...] = ()) -> None:
+        self.pids = dict(pids)
+        self.tree = tree
+        self.before: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        return {name: cpu_seconds(pid, tree=name in self.tree) for name, pid in self.pids.items()}
+
+    def start(self) -> CpuMeter:
+        self.before = self._read()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        after = self._read()
+        self.used = {name: after[name] - self.before.get(name, 0.0) for name in after}
+        return self.used
+
+
+# -- samples -------------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; NaN for none."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(int(round(q * (len(ordered) - 1))), len(ordered) - 1)]
+
+
+def error_reason(status: int, text: str) -> str:
+    """A failed HTTP answer in one line: Django's error (its debug page's title, or a
+    traceback's last line), an OpenAI-style ``{"error": {"message": ...}}``, else the start of
+    the body."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "<title>" in text:
+        title = " ".join(text.split("<title>", 1)[1].split("</title>", 1)[0].split()).split(" at /")[0]
+        if 'class="exception_value">' in text:
+            value = text.split('class="exception_value">', 1)[1].split("</pre>", 1)[0]
+            title = f"{title}: {' '.join(value.split())}"
+        return f"HTTP {status}: {title[:160]}"
+    if lines and lines[0].startswith("Traceback"):
+        return f"HTTP {status}: {lines[-1][:160]}"
+    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+        error = json.loads(text)["error"]
+        return f"HTTP {status}: {(error.get('message') if isinstance(error, dict) else error)!s:.160}"
+    return f"HTTP {status}: {' '.join(lines)[:160]}"
+
+
+# -- figures and the baseline ------------------------------------------------------------------
+def load_baseline(path: Path = BASELINE) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_arguments() -> list[str]:
+    """This run's arguments that change what is measured (not --check, not --profile)."""
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--check",) or arg.startswith("--profile="):
+            continue
+        if arg == "--profile":
+            skip = True
+            continue
+        args.append(arg)
+    return args
+
+
+def moved(value: float, base: float | None, tolerance: float) -> float | None:
+    """The relative change from ``base`` when it is past ``tolerance``, else None."""
+    if not base or value != value:  # no baseline, or NaN
+        return None
+    change = value / base - 1
+    return change if abs(change) > tolerance else None
+
+
+def comparison(bench: str, figures: Mapping[str, float], baseline: Mapping[str, Any], *,
+               tolerance: float, args: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """Lines showing each figure beside its baseline, and the subset that moved."""
+    entry = (baseline.get("benches") or {}).get(bench) or {}
+    base = entry.get("cpu") or {}
+    width = max((len(name) for name in figures), default=0)
+    lines, flagged = [], []
+    if entry and args is not None and entry.get("args", []) != args:
+        lines.append(f"  (the baseline was recorded with arguments {entry.get('args', [])}, "
+                     f"this run has {args})")
+    for name, value in figures.items():
+        if name not in base:
+            lines.append(f"  {name:<{width}} {value:>10.3g}   (no baseline)")
+            continue
+        change = value / base[name] - 1 if base[name] else float("nan")
+        mark = moved(value, base[name], tolerance)
+        flag = f"   MOVED {'up' if change > 0 else 'down'} (more than ±{tolerance:.0%})" if mark is not None else ""
+        line = f"  {name:<{width}} {value:>10.3g}   baseline {base[name]:.3g} ({change:+.0%}){flag}"
+        lines.append(line)
+        if mark is not None:
+            flagged.append(f"{bench}: {name.strip()} {base[name]:.3g} -> {value:.3g} ({change:+.0%})")
+    return lines, flagged
+
+
+def record(bench: str, figures: Mapping[str, float], *, reference: Mapping[str, float] | None = None,
+           title: str = "CPU per unit of work") -> None:
+    """Print ``figures`` (name with unit -> CPU per unit of work) beside the baseline, and hand
+    them to ``python -m bench`` (``BENCH_RESULTS``)."""
+    figures = {name: round(float(value), 4) for name, value in figures.items() if value == value}
+    baseline = load_baseline()
+    tolerance = float(baseline.get("tolerance", TOLERANCE))
+    recorded = ((baseline.get("benches") or {}).get(bench) or {}).get("recorded", "")
+    source = f"bench/baseline.json, {bench!r}" + (f" recorded {recorded}" if recorded else ": none yet")
+    print(f"{title} (beside {source}):")
+    lines, _ = comparison(bench, figures, baseline, tolerance=tolerance, args=run_arguments())
+    for line in lines:
+        print(line)
+    results = os.environ.get(RESULTS_ENV)
+    if results:
+        with open(results, "a") as out:
+            out.write(json.dumps({"bench": bench, "cpu": figures, "reference": dict(reference or {}),
+                                  "args": run_arguments(), "machine": machine(),
+                                  "at": datetime.now(UTC).isoformat(timespec="seconds")}) + "\n")
+    sys.stdout.flush()
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def write_baseline(results: list[dict[str, Any]], *, commit: str, path: Path = BASELINE) -> list[str]:
+    """Merge a run's results into the baseline (each benchmark's entry replaced whole; the
+    reference figures kept when the run has none); the names of the entries written."""
+    baseline = load_baseline(path) or {}
+    baseline.setdefault("about", "CPU per unit of work of each benchmark's headline figures; "
+                                 "`make bench` flags a figure further than `tolerance` from "
+                                 "here. Recorded on purpose: `make bench-baseline`.")
+    baseline.setdefault("tolerance", TOLERANCE)
+    benches = baseline.setdefault("benches", {})
+    written = []
+    for result in results:
+        old = benches.get(result["bench"]) or {}
+        entry = {"recorded": result["at"], "commit": commit, "machine": result["machine"],
+                 "args": result["args"], "cpu": result["cpu"]}
+        reference = result.get("reference") or old.get("reference")
+        if reference:
+            entry["reference"] = reference
+        benches[result["bench"]] = entry
+        written.append(result["bench"])
+    baseline["benches"] = dict(sorted(benches.items()))
+    path.write_text(json.dumps(baseline, indent=2, ensure_ascii=False) + "\n")
+    return written
+
+
+# -- flame graphs --------------------------------------------------------------------------------
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", metavar="DIR", default=os.environ.get(PROFILE_ENV) or None,
+                        help=f"write py-spy flame graphs (SVG) of the measured processes into DIR "
+                             f"(default: ${PROFILE_ENV}; ${PROFILE_GIL_ENV}=1 samples only the "
+                             "threads holding the GIL)")
+
+
+def _py_spy() -> str | None:
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+@contextlib.contextmanager
+def profiled(bench: str, pids: Mapping[str, int | None], directory: str | os.PathLike[str] | None,
+             *, subprocesses: tuple[str, ...] = ()) -> Iterator[list[Path]]:
+    """``py-spy record`` on each process of ``pids`` while the block runs (nothing without
+    ``directory``); yields the SVG paths, which are written when the block ends (py-spy gets
+    SIGINT). ``subprocesses`` names processes whose children are sampled too."""
+    if not directory:
+        yield []
+        return
+    py_spy = _py_spy()
+    folder = Path(directory).resolve()
+    if py_spy is None:
+        print("profile: py-spy is not installed (pip install -e '.[bench]'): no flame graph", flush=True)
+        yield []
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")  # noqa: DTZ005 - a file name on this machine
+    gil = os.environ.get(PROFILE_GIL_ENV, "") not in ("", "0")
+    running: list[tuple[str, int, Path, subprocess.Popen, Path]] = []
+    for name, pid in pids.items():
+        if pid is None:
+            continue
+        svg = folder / f"{bench}-{name}-{stamp}.svg"
+        log = svg.with_suffix(".log")
+        command = [py_spy, "record", "--pid", str(pid), "--format", "flamegraph", "--output", str(svg),
+                   "--rate", str(PROFILE_RATE), "--nonblocking"]
+        if gil:
+            command.append("--gil")
+        if name in subprocesses:
+            command.append("--subprocesses")
+        with open(log, "w") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        running.append((name, pid, svg, process, log))
+    time.sleep(1.0)  # py-spy attaches
+    for name, pid, _svg, process, log in running:
+        if process.poll() is not None:
+            print(f"profile: py-spy could not attach to {name} (pid {pid}; it needs ptrace: run as "
+                  f"root or allow it with kernel.yama.ptrace_scope=0): {_tail(log)}", flush=True)
+    paths = [svg for _, _, svg, _, _ in running]
+    try:
+        yield paths
+    finally:
+        for _name, _pid, _svg, process, _log in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        for name, pid, svg, process, log in running:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if svg.exists():
+                print(f"profile: flame graph of {name} (pid {pid}{', GIL only' if gil else ''}): {svg}",
+                      flush=True)
+                log.unlink(missing_ok=True)
+            else:
+                print(f"profile: no flame graph of {name} (pid {pid}): {_tail(log)}", flush=True)
+
+
+def _tail(path: Path, chars: int = 300) -> str:
+    try:
+        return " ".join(path.read_text(errors="replace").split())[-chars:]
+    except OSError:
+        return ""
