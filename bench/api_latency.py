@@ -1,6 +1,6 @@
 """The OpenAI-compatible API under load: what it adds to a turn, beside the chat's own path.
 
-    python -m bench.api_latency [--check] [--requests 200] [--single 20] [--no-chat]
+    python -m bench.api_latency [--check] [--requests 200] [--single 20] [--no-chat] [--profile DIR]
 
 Starts the whole stack (``agentsite.stack.Stack``: embedded Redis, one daphne web process, one
 Celery worker, a file SQLite database; DEBUG on, as the stack runs it) with one demo agent at
@@ -25,7 +25,8 @@ the conversation stored and the turn queued: the API's own work), the first even
 and ``data: [DONE]``. An error is an answer other than 200, an ``error`` event, or a stream that
 ends without ``[DONE]``. Requests per second: the burst's requests over its wall time (first
 send to last ``[DONE]``). The CPU time the web process, the worker and this client used during
-the burst is reported beside the CPU time the machine had.
+the burst is reported beside the CPU time the machine had, and per request (the chat burst's per
+message): those per-request figures are compared with ``bench/baseline.json``.
 
 The chat's path for reference (unless ``--no-chat``): the same burst as alice in the browser
 would send it, without a browser: each conversation's websocket open, then every message sent
@@ -57,13 +58,14 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import websockets
 
 from agentsite.stack import Stack
+from bench import _measure
+from bench._measure import cpu_seconds, error_reason, percentile
 
 AGENT = "Bench"
 KEY = "bench"
@@ -85,37 +87,6 @@ class Sample:
     error: str = ""
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(int(round(q * (len(ordered) - 1))), len(ordered) - 1)]
-
-
-def _reason(status: int, text: str) -> str:
-    """A failed answer in one line: Django's error (its debug page's title, or a traceback's
-    last line), else the start of the body."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if "<title>" in text:
-        title = " ".join(text.split("<title>", 1)[1].split("</title>", 1)[0].split()).split(" at /")[0]
-        if 'class="exception_value">' in text:
-            value = text.split('class="exception_value">', 1)[1].split("</pre>", 1)[0]
-            title = f"{title}: {' '.join(value.split())}"
-        return f"HTTP {status}: {title[:160]}"
-    if lines and lines[0].startswith("Traceback"):
-        return f"HTTP {status}: {lines[-1][:160]}"
-    return f"HTTP {status}: {' '.join(lines)[:160]}"
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a process (Linux), 0 where /proc is not available."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # -- the API -------------------------------------------------------------------------------------
 async def completion(client: Any, key: str, model: str, text: str) -> Sample:
     """One streaming completion, timed."""
@@ -127,7 +98,7 @@ async def completion(client: Any, key: str, model: str, text: str) -> Sample:
                                  headers={"Authorization": f"Bearer {key}"}) as response:
             if response.status_code != 200:
                 answer = (await response.aread()).decode(errors="replace")
-                sample.error = _reason(response.status_code, answer)
+                sample.error = error_reason(response.status_code, answer)
                 return sample
             buffer = b""
             async for raw in response.aiter_raw():
@@ -195,7 +166,7 @@ async def models_list(client: Any, key: str) -> Sample:
         answer = await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
         sample.first_byte = time.perf_counter() - started
         if answer.status_code != 200:
-            sample.error = _reason(answer.status_code, answer.text)
+            sample.error = error_reason(answer.status_code, answer.text)
     except httpx.HTTPError as exc:
         sample.error = f"{type(exc).__name__}: {exc}"
     return sample
@@ -237,7 +208,7 @@ async def chat_message(client: Any, socket: Any, conversation: str, text: str) -
             headers={"HX-Request": "true", "X-CSRFToken": client.cookies["csrftoken"]})
         sample.first_byte = time.perf_counter() - started
         if answer.status_code != 200:
-            sample.error = _reason(answer.status_code, answer.text)
+            sample.error = error_reason(answer.status_code, answer.text)
             return sample
         sample.done, status = await asyncio.wait_for(ended, END_FRAME_WAIT_S)
         if status != "completed":
@@ -251,7 +222,9 @@ async def chat_message(client: Any, socket: Any, conversation: str, text: str) -
     return sample
 
 
-async def chat_run(url: str, password: str, agent: str, *, warmup: int, requests: int) -> list[Sample]:
+async def chat_run(url: str, password: str, agent: str, *, warmup: int, requests: int,
+                   pids: dict[str, int | None], cpu: dict[str, float]) -> list[Sample]:
+    """The chat's burst; the CPU seconds each of ``pids`` used during it go into ``cpu``."""
     timeout = httpx.Timeout(TIMEOUT_S, connect=30.0)
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as login:
         await chat_login(login, password)
@@ -278,9 +251,12 @@ async def chat_run(url: str, password: str, agent: str, *, warmup: int, requests
         await asyncio.sleep(0.3)  # the group subscriptions settle
         for index in range(warmup):
             await chat_message(clients[index], sockets[index], conversations[index], f"{QUESTION} (warm-up)")
-        return list(await asyncio.gather(*(
+        meter = _measure.CpuMeter(pids).start()
+        burst = list(await asyncio.gather(*(
             chat_message(clients[i], sockets[i], conversations[i], f"{QUESTION} (burst {i})")
             for i in range(warmup, len(conversations)))))
+        cpu.update(meter.stop())
+        return burst
     finally:
         await asyncio.gather(*(s.close() for s in sockets), return_exceptions=True)
         await asyncio.gather(*(c.aclose() for c in clients))
@@ -296,7 +272,7 @@ def _row(label: str, samples: list[Sample]) -> str:
     for values in ([s.first_byte for s in samples], [s.first_content for s in samples],
                    [s.done for s in samples]):
         ms = _ms(values)
-        cells.append(f"{_percentile(ms, 0.5):8.1f} {_percentile(ms, 0.99):8.1f}" if ms else f"{'-':>8} {'-':>8}")
+        cells.append(f"{percentile(ms, 0.5):8.1f} {percentile(ms, 0.99):8.1f}" if ms else f"{'-':>8} {'-':>8}")
     ok = sum(1 for s in samples if not s.error)
     return f"{label + f' [{ok} ok]':<34}" + "   ".join(cells)
 
@@ -318,17 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=20, help="completions sent one at a time (default 20)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-chat", action="store_true", help="skip the chat's path for reference")
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
+    _measure.print_machine()
 
+    chat_cpu: dict[str, float] = {}
     with Stack(worker_threads=args.requests) as stack:
         ids = stack.seed({"agents": [{"name": AGENT, "tools": [], "provider_options": {}}],
                           "api_keys": [{"name": KEY, "user": "alice", "scopes": ["chat"]}]})
         pids = {c.name: c.pid for c in stack.children if c.name in ("web", "worker")}
-        api = asyncio.run(api_run(stack.url, ids["keys"][KEY], ids["slugs"][AGENT], warmup=args.warmup,
-                                  single=args.single, requests=args.requests, pids=pids))
-        chat = None if args.no_chat else asyncio.run(
-            chat_run(stack.url, ids["password"], ids["agents"][AGENT], warmup=args.warmup,
-                     requests=args.requests))
+        with _measure.profiled("api", pids, args.profile):
+            api = asyncio.run(api_run(stack.url, ids["keys"][KEY], ids["slugs"][AGENT], warmup=args.warmup,
+                                      single=args.single, requests=args.requests, pids=pids))
+            chat = None if args.no_chat else asyncio.run(
+                chat_run(stack.url, ids["password"], ids["agents"][AGENT], warmup=args.warmup,
+                         requests=args.requests, pids=pids, cpu=chat_cpu))
 
     burst, alone = api["burst"], api["alone"]
     errors = [s for s in burst + alone if s.error]
@@ -349,21 +329,28 @@ def main(argv: list[str] | None = None) -> int:
     print("  (GET /v1/models: authentication and one query, for scale; its answer is its first byte)")
     print(f"API burst: {len(burst) / wall:.1f} requests/s ({len(burst)} in {wall:.2f} s); "
           f"CPU during it: web {cpu['web']:.2f} s ({cpu['web'] / len(burst) * 1000:.1f} ms per request), "
-          f"worker {cpu['worker']:.2f} s, this client {cpu['client']:.2f} s "
+          f"worker {cpu['worker']:.2f} s ({cpu['worker'] / len(burst) * 1000:.1f} ms per request), "
+          f"this client {cpu['client']:.2f} s "
           f"(of {wall * (os.cpu_count() or 1):.1f} CPU-seconds the machine had)")
+    figures = {"API burst: web CPU ms per request": cpu["web"] / len(burst) * 1000,
+               "API burst: worker CPU ms per request": cpu["worker"] / len(burst) * 1000}
     if chat is not None:
         chat_wall = wall_s(chat)
         chat_errors = [s for s in chat if s.error]
         print(f"chat burst: {len(chat) / chat_wall:.1f} messages/s ({len(chat)} in {chat_wall:.2f} s); "
-              f"errors: {len(chat_errors)}")
+              f"errors: {len(chat_errors)}; CPU per message: web {chat_cpu['web'] / len(chat) * 1000:.1f} ms, "
+              f"worker {chat_cpu['worker'] / len(chat) * 1000:.1f} ms")
         _print_errors(chat_errors, "chat")
+        figures["chat burst: web CPU ms per message"] = chat_cpu["web"] / len(chat) * 1000
+        figures["chat burst: worker CPU ms per message"] = chat_cpu["worker"] / len(chat) * 1000
+    _measure.record("api", figures)
     print(f"API errors: {len(errors)} of {len(burst) + len(alone)}")
     _print_errors(errors, "API")
-    first_byte = _percentile(_ms([s.first_byte for s in burst]), 0.5)
-    alone_first = _percentile(_ms([s.first_byte for s in alone]), 0.5)
+    first_byte = percentile(_ms([s.first_byte for s in burst]), 0.5)
+    alone_first = percentile(_ms([s.first_byte for s in alone]), 0.5)
     added = None
     if chat is not None:
-        added = first_byte - _percentile(_ms([s.first_byte for s in chat]), 0.5)
+        added = first_byte - percentile(_ms([s.first_byte for s in chat]), 0.5)
     ok = alone_first <= FIRST_BYTE_P50_MS and not errors and (added is None or added <= FIRST_BYTE_P50_MS)
     added_text = "not measured (--no-chat)" if added is None else f"{added:+.1f} ms"
     print(f"verdict: {'PASS' if ok else 'FAIL'} (targets: added over the chat's path at "

@@ -3,6 +3,7 @@
     python -m bench.turns_concurrency                # 50 turns, 2 s per model request
     python -m bench.turns_concurrency --check        # exit 1 unless all complete within 2x
     python -m bench.turns_concurrency --turns 100 --concurrency 100 --latency 1
+    python -m bench.turns_concurrency --profile var/profile  # flame graphs of the worker and sender
 
 Starts a Redis (the embedded one, unless REDIS_URL is set), a scratch database (SQLite unless
 DATABASE_URL is set) and one Celery worker with the thread pool. Each turn asks the demo model
@@ -12,8 +13,9 @@ on the Redis channel layer as in production. A warm-up turn runs first; then one
 then ``--turns`` turns sent at once, each in its own conversation.
 
 Reported: the single turn's time, every concurrent turn's time (from sending to the trace's
-end), and the total wall time of the batch (first send to last end). Target: the batch's wall
-time is at most twice the single turn's.
+end), and the total wall time of the batch (first send to last end); the worker's CPU per turn
+and this process's CPU per message sent (``turn_start``), compared with ``bench/baseline.json``.
+Target: the batch's wall time is at most twice the single turn's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench import _measure
+from bench._measure import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is 17 * 23?"
@@ -98,9 +103,10 @@ def run_batch(user, conversations, *, timeout: float) -> list:
     from agents.turns.services import turn_start
     from traces.models import Trace
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     traces = [turn_start(conversation=c, user=user, text=QUESTION) for c in conversations]
     run_batch.sending_s = time.monotonic() - started
+    run_batch.sending_cpu_s = time.process_time() - cpu
     ids = [t.pk for t in traces]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,15 +114,6 @@ def run_batch(user, conversations, *, timeout: float) -> list:
             break
         time.sleep(0.05)
     return list(Trace.objects.filter(pk__in=ids).order_by("id"))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux), 0 where /proc is not available."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def seconds(trace) -> float:
@@ -129,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=None, help="worker threads (default: --turns)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model request")
     parser.add_argument("--check", action="store_true", help=f"exit 1 unless ratio <= {TARGET_RATIO}")
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
+    _measure.print_machine()
     concurrency = args.concurrency or args.turns
 
     from bench._django import setup_django
@@ -158,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
 
         warm = run_batch(user, conversations[:1], timeout=timeout)
         single = run_batch(user, conversations[1:2], timeout=timeout)[0]
-        cpu_before = cpu_seconds(worker.pid)
-        batch = run_batch(user, conversations[2:], timeout=timeout)
-        cpu = cpu_seconds(worker.pid) - cpu_before
+        with _measure.profiled("turns", {"worker": worker.pid, "sender": os.getpid()}, args.profile):
+            cpu_before = cpu_seconds(worker.pid)
+            batch = run_batch(user, conversations[2:], timeout=timeout)
+            cpu = cpu_seconds(worker.pid) - cpu_before
 
         done = [t for t in warm + [single] + batch if t.status == "completed" and t.answer == ANSWER]
         durations = sorted(seconds(t) for t in batch)
@@ -174,11 +174,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{single.step_count} steps)")
         print(f"{args.turns} turns at once:    {wall:6.2f} s total wall time; {completed}/{len(batch)} completed")
         print(f"  sending:            {run_batch.sending_s:.2f} s for the {len(batch)} messages (turn_start, "
-              "in this process, while the worker already runs the first turns)")
+              "in this process, while the worker already runs the first turns); "
+              f"{run_batch.sending_cpu_s / len(batch) * 1000:.1f} ms of CPU per message")
         print(f"  per turn:           min {durations[0]:.2f} s, median {statistics.median(durations):.2f} s, "
               f"p90 {durations[int(len(durations) * 0.9) - 1]:.2f} s, max {durations[-1]:.2f} s")
         print(f"  worker CPU:         {cpu:.2f} s for the batch, {cpu / len(batch) * 1000:.0f} ms per turn")
         print(f"ratio (batch wall / single turn): {ratio:.2f}  (target <= {TARGET_RATIO:g})")
+        _measure.record("turns", {"worker CPU ms per turn": cpu / len(batch) * 1000,
+                                  "turn_start CPU ms per message": run_batch.sending_cpu_s / len(batch) * 1000})
         if completed != len(batch):
             for trace in batch:
                 if trace not in done:
