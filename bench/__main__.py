@@ -72,9 +72,9 @@ def summary(results: list[dict], tolerance: float) -> None:
         return
     for line in flagged:
         print(f"  MOVED {line}")
-    if not flagged:
-        print(f"  nothing moved further than ±{tolerance:.0%} "
-              f"({sum(len(r['cpu']) for r in results)} figures of {len(results)} run(s))")
+    compared = sum(len(r["cpu"]) for r in results) - len(unbased)
+    if compared and not flagged:
+        print(f"  nothing moved further than ±{tolerance:.0%} ({compared} figures compared)")
     if unbased:
         print(f"  {len(unbased)} figure(s) without a baseline yet (make bench-baseline records them)")
 

@@ -11,7 +11,11 @@ import tempfile
 
 
 def setup_django(*, migrate: bool = True) -> str:
-    """Configure Django on a scratch var/ directory; returns that directory."""
+    """Configure Django on a scratch var/ directory; returns that directory. Prints the
+    machine's load first: every benchmark prints it at its start."""
+    from bench._measure import print_machine
+
+    print_machine()
     scratch = tempfile.mkdtemp(prefix="agentsite-bench-")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     os.environ.setdefault("AGENTSITE_VAR_DIR", scratch)

@@ -54,10 +54,15 @@ def machine() -> str:
     return f"{load}, {os.cpu_count()} CPUs"
 
 
+_printed: list[str] = []
+
+
 def print_machine() -> str:
-    line = machine()
-    print(f"machine at start: {line}", flush=True)
-    return line
+    """Print the machine's load (once per process: the first call is the start); the line."""
+    if not _printed:
+        _printed.append(machine())
+        print(f"machine at start: {_printed[0]}", flush=True)
+    return _printed[0]
 
 
 def _stat(pid: int) -> list[str] | None:

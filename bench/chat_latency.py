@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import _measure
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -95,9 +97,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from agentsite.stack import Stack
 
     options = {"first_token_latency_s": args.first_token, "token_delay_s": args.token_delay}
+    meter = None
     with Stack(worker_threads=4) as stack:
         ids = stack.seed({"agents": [{"name": "Bench", "tools": [], "provider_options": options}]})
-        with sync_playwright() as playwright:
+        pids = {"web": stack.pid("web"), "worker": stack.pid("worker")}
+        with sync_playwright() as playwright, _measure.profiled("chat", pids, args.profile):
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page()
             frames = Frames()
@@ -119,11 +123,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 page.wait_for_selector(f"li.answer[data-status=completed] >> nth={index}", timeout=30_000)
                 mark = page.evaluate("() => window.__bench")
                 if index == 0:
+                    meter = _measure.CpuMeter(pids).start()  # after the warm-up message
                     continue
                 latencies.append(mark["first"] - mark["sent"] - args.first_token * 1000)
                 turn = frames.turn(start)
                 if turn is not None:
                     turns.append(turn)
+            cpu = meter.stop() if meter is not None else {}
             browser.close()
     fps = [t["fps"] for t in turns]
     ratio = [t["wire_bytes"] / t["reply_bytes"] for t in turns if t["reply_bytes"]]
@@ -138,6 +144,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_ratio_median": statistics.median(ratio) if ratio else 0.0,
         "bytes_ratio_max": max(ratio) if ratio else 0.0,
         "reply_bytes": statistics.median([t["reply_bytes"] for t in turns]) if turns else 0,
+        "web_cpu_ms": cpu.get("web", 0.0) / args.messages * 1000,
+        "worker_cpu_ms": cpu.get("worker", 0.0) / args.messages * 1000,
     }
 
 
@@ -147,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--first-token", type=float, default=0.3, help="model's first-token latency, s")
     parser.add_argument("--token-delay", type=float, default=0.02, help="model's delay per token, s")
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
+    _measure.print_machine()
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing (apt-get install -y chromium); benchmark skipped")
         return 0
@@ -160,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({r['frames_per_turn']:.0f} frames per turn)")
     print(f"delta bytes on the wire / reply bytes: median {r['bytes_ratio_median']:.2f}x, "
           f"max {r['bytes_ratio_max']:.2f}x (reply ~{r['reply_bytes']:.0f} bytes)")
+    print(f"CPU per message: web {r['web_cpu_ms']:.1f} ms, worker {r['worker_cpu_ms']:.1f} ms")
+    _measure.record("chat", {"web CPU ms per message": r["web_cpu_ms"],
+                             "worker CPU ms per message": r["worker_cpu_ms"]})
     ok = (r["p50_ms"] <= P50_LIMIT_MS and r["fps_max"] <= FPS_LIMIT
           and r["bytes_ratio_max"] <= BYTES_LIMIT)
     verdict = "PASS" if ok else "FAIL"

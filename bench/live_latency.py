@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import _redis  # noqa: F401 - an embedded Redis, before Django reads REDIS_URL
+from bench import _measure, _redis  # noqa: F401 - _redis: an embedded Redis, before Django reads REDIS_URL
 
 # The frames cross processes (this one records, daphne forwards): through Redis.
 os.environ["CHANNEL_LAYER_IN_MEMORY"] = "0"
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--rate", type=float, default=200.0, help="steps per second (default 200)")
     parser.add_argument("--steps", type=int, default=1000)
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
 
     web = None
@@ -77,14 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         _wait_http(f"http://127.0.0.1:{port}/accounts/login/")
-        return asyncio.run(_run(port, args))
+        with _measure.profiled("live", {"web": web.pid, "recorder": os.getpid()}, args.profile):
+            return asyncio.run(_run(port, args, web.pid))
     finally:
         if web is not None:
             web.terminate()
             web.wait(timeout=10)
 
 
-async def _run(port: int, args: argparse.Namespace) -> int:
+async def _run(port: int, args: argparse.Namespace, web_pid: int) -> int:
     def prepare():
         world = bench_world()
         question = Message.objects.create(conversation=world.conversation, role="user", text="go", blocks=[])
@@ -113,7 +115,9 @@ async def _run(port: int, args: argparse.Namespace) -> int:
 
         listener = asyncio.create_task(listen())
         await asyncio.sleep(0.3)  # the group subscription settles
-        producer = threading.Thread(target=_produce, args=(trace, args, commits), daemon=True)
+        cpu: dict[str, float] = {}
+        producer = threading.Thread(target=_produce, args=(trace, args, commits, cpu), daemon=True)
+        web_cpu = _measure.cpu_seconds(web_pid)
         started = time.perf_counter()
         producer.start()
         try:
@@ -121,6 +125,7 @@ async def _run(port: int, args: argparse.Namespace) -> int:
         except TimeoutError:
             pass
         elapsed = time.perf_counter() - started
+        web_cpu = _measure.cpu_seconds(web_pid) - web_cpu
         listener.cancel()
         producer.join(timeout=30)
 
@@ -135,12 +140,17 @@ async def _run(port: int, args: argparse.Namespace) -> int:
     print(f"steps: {args.steps} at {args.rate:.0f}/s requested, {achieved:.0f}/s achieved; frames received: {len(latencies)} (missing {lost})")
     print(f"commit -> frame: p50 {p50:.2f} ms, p90 {latencies[int(len(latencies) * 0.9) - 1]:.2f} ms, "
           f"p99 {p99:.2f} ms, max {latencies[-1]:.2f} ms")
+    recorder_ms = cpu.get("recorder", float("nan")) / max(len(commits), 1) * 1000
+    web_ms = web_cpu / max(len(latencies), 1) * 1000
+    print(f"CPU: the recorder's thread {recorder_ms:.2f} ms per step (write and announce); "
+          f"the web process {web_ms:.2f} ms per frame forwarded")
+    _measure.record("live", {"recorder CPU ms per step": recorder_ms, "web CPU ms per frame": web_ms})
     ok = p99 <= P99_LIMIT_MS and lost == 0
     print(f"target: p99 <= {P99_LIMIT_MS:.0f} ms with no frame lost: {'met' if ok else 'MISSED'}")
     return 0 if ok or not args.check else 1
 
 
-def _produce(trace, args: argparse.Namespace, commits: dict[int, float]) -> None:
+def _produce(trace, args: argparse.Namespace, commits: dict[int, float], cpu: dict[str, float]) -> None:
     """A turn's recorder in its own thread and event loop, as in a worker: one tool step per
     tick, recorded and announced exactly as a real turn records it."""
     original = services.step_record
@@ -156,6 +166,7 @@ def _produce(trace, args: argparse.Namespace, commits: dict[int, float]) -> None
         db = TurnDb.acquire()
         recorder = TraceRecorder(trace=trace, attempt=1, db=db)
         await recorder.start()
+        began = time.thread_time()
         interval = 1.0 / args.rate
         next_at = time.perf_counter()
         for n in range(1, args.steps + 1):
@@ -164,6 +175,7 @@ def _produce(trace, args: argparse.Namespace, commits: dict[int, float]) -> None
             delay = next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+        cpu["recorder"] = time.thread_time() - began
         db.release()
 
     try:

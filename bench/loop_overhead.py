@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,7 @@ from agents.runtime.events import Event
 from agents.runtime.loop import TurnConfig, TurnStatus, run_turn
 from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.tools import FunctionTool
+from bench import _measure
 
 SIZES = (1, 10, 50)
 # Turns measured per size; more for short turns so each size takes a similar time.
@@ -145,16 +147,23 @@ def langgraph() -> TurnRunner | None:
     return run
 
 
-async def measure(runner: TurnRunner, iterations: int, runs: int) -> float:
-    """Median microseconds per tool iteration over ``runs`` turns."""
+# CPU µs per tool iteration (this process's CPU over the measured turns), by size.
+CPU: dict[str, dict[int, float]] = {"ours": {}, "langgraph": {}}
+
+
+async def measure(runner: TurnRunner, iterations: int, runs: int, name: str = "ours") -> float:
+    """Median microseconds per tool iteration over ``runs`` turns; the CPU per iteration goes
+    into ``CPU[name]``."""
     for _ in range(WARMUP):
         await runner(iterations)
     gc.collect()
     samples = []
+    cpu_started = time.process_time_ns()
     for _ in range(runs):
         started = time.perf_counter_ns()
         await runner(iterations)
         samples.append((time.perf_counter_ns() - started) / 1000 / iterations)
+    CPU[name][iterations] = (time.process_time_ns() - cpu_started) / 1000 / iterations / runs
     return statistics.median(samples)
 
 
@@ -167,23 +176,26 @@ async def collect(scale: float) -> tuple[dict[int, float], dict[int, float] | No
     for size in SIZES:
         our_numbers[size] = await measure(mine, size, runs[size])
         if theirs is not None and their_numbers is not None:
-            their_numbers[size] = await measure(theirs, size, runs[size])
+            their_numbers[size] = await measure(theirs, size, runs[size], "langgraph")
     return our_numbers, their_numbers
 
 
 def report(our: dict[int, float], their: dict[int, float] | None) -> list[str]:
     """Prints the table; returns the targets that were missed."""
     missed: list[str] = []
-    print("Loop overhead per tool iteration (median µs; zero-latency model, no-op tool)")
+    print("Loop overhead per tool iteration (median µs; zero-latency model, no-op tool; "
+          "CPU: this process's CPU µs per iteration over the measured turns)")
     if their is None:
-        print(f"{'iterations':>10} {'ours':>10}")
+        print(f"{'iterations':>10} {'ours':>10} {'ours CPU':>10}")
         for size in SIZES:
-            print(f"{size:>10} {our[size]:>10.1f}")
+            print(f"{size:>10} {our[size]:>10.1f} {CPU['ours'][size]:>10.1f}")
     else:
-        print(f"{'iterations':>10} {'ours':>10} {'langgraph':>10} {'ours/langgraph':>15}")
+        print(f"{'iterations':>10} {'ours':>10} {'langgraph':>10} {'ours/langgraph':>15} "
+              f"{'ours CPU':>10} {'lg CPU':>10}")
         for size in SIZES:
             ratio = our[size] / their[size]
-            print(f"{size:>10} {our[size]:>10.1f} {their[size]:>10.1f} {ratio:>15.2f}")
+            print(f"{size:>10} {our[size]:>10.1f} {their[size]:>10.1f} {ratio:>15.2f} "
+                  f"{CPU['ours'][size]:>10.1f} {CPU['langgraph'][size]:>10.1f}")
             if ratio > 1.0:
                 missed.append(f"ours is slower than LangGraph at {size} iterations ({ratio:.2f}x)")
     flat = our[50] / our[10]
@@ -203,9 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply the number of measured turns (default 1.0)")
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
-    our, their = asyncio.run(collect(args.scale))
+    _measure.print_machine()
+    with _measure.profiled("loop", {"bench": os.getpid()}, args.profile):
+        our, their = asyncio.run(collect(args.scale))
     missed = report(our, their)
+    _measure.record("loop", {f"ours, {size} iteration{'s' if size > 1 else ''}: CPU µs per iteration": CPU["ours"][size]
+                             for size in SIZES},
+                    reference={f"LangGraph, {size} iteration{'s' if size > 1 else ''}: CPU µs per iteration": value
+                               for size, value in CPU["langgraph"].items()})
     for problem in missed:
         print(f"TARGET MISSED: {problem}")
     if args.check and missed:

@@ -47,6 +47,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import _measure
+
 ROOT = Path(__file__).resolve().parent.parent
 HTTP_CALLS, HTTP_WARMUP = 200, 20
 STDIO_CALLS, STDIO_WARMUP = 20, 2
@@ -151,15 +153,23 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def timed(sample: Sample, runs: int, warmup: int) -> list[float]:
-    """Milliseconds per run of ``sample(i)``, after ``warmup`` runs."""
+# This process's CPU ms per measured run, by what ``timed`` was told to call it.
+CPU_MS: dict[str, float] = {}
+
+
+async def timed(sample: Sample, runs: int, warmup: int, cpu: str = "") -> list[float]:
+    """Milliseconds per run of ``sample(i)``, after ``warmup`` runs; with ``cpu``, the CPU per
+    run goes into ``CPU_MS[cpu]``."""
     for i in range(warmup):
         await sample(-1 - i)
     samples = []
+    cpu_started = time.process_time()
     for i in range(runs):
         started = time.perf_counter()
         await sample(i)
         samples.append((time.perf_counter() - started) * 1000)
+    if cpu:
+        CPU_MS[cpu] = (time.process_time() - cpu_started) / runs * 1000
     return samples
 
 
@@ -336,9 +346,9 @@ async def collect(scale: float) -> dict[str, Any]:
         http, stdio = endpoints(url)
         runtime = tools(http, stdio)
         out["calls"] = {
-            "built-in": await timed(caller(runtime["built-in"]), n_http, HTTP_WARMUP),
-            "mcp http": await timed(caller(runtime["mcp http"]), n_http, HTTP_WARMUP),
-            "mcp stdio": await timed(caller(runtime["mcp stdio"]), n_stdio, STDIO_WARMUP),
+            "built-in": await timed(caller(runtime["built-in"]), n_http, HTTP_WARMUP, "built-in"),
+            "mcp http": await timed(caller(runtime["mcp http"]), n_http, HTTP_WARMUP, "mcp http"),
+            "mcp stdio": await timed(caller(runtime["mcp stdio"]), n_stdio, STDIO_WARMUP, "mcp stdio"),
         }
         out["requests"] = await requests_per_call(http)
         out["first"] = {
@@ -362,7 +372,7 @@ async def collect(scale: float) -> dict[str, Any]:
             raise RuntimeError(f"discover() found {len(found.tools)} tools, not {LIST_TOOLS}")
         out["discover"] = await timed(
             lambda i: discover(big, timeout_s=CALL_TIMEOUT_S), max(int(DISCOVER_RUNS * scale), 5),
-            DISCOVER_WARMUP)
+            DISCOVER_WARMUP, "discover")
         await close_connections()
         out["discover_breakdown"] = await breakdown(big, max(int(DISCOVER_RUNS * scale), 5),
                                                     listing=True)
@@ -384,10 +394,11 @@ def report(out: dict[str, Any]) -> list[str]:
     missed: list[str] = []
     calls, n = out["calls"], out["n"]
     base = calls["built-in"]
-    print("MCP overhead: add(a, b) through Tool.execute, sequential calls (ms per call)")
-    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9}")
+    print("MCP overhead: add(a, b) through Tool.execute, sequential calls (ms per call; CPU: "
+          "this process's, the client's, per call)")
+    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9} {'CPU':>9}")
     for name in ("built-in", "mcp http", "mcp stdio"):
-        print(_row(name, calls[name], n[name]))
+        print(_row(name, calls[name], n[name]) + f" {CPU_MS[name]:>9.3f}")
     print(_row(f"mcp http on the {LIST_TOOLS}-tool server", out["calls_big"], len(out["calls_big"]))
           + "   (same add(); the server lists 200 tools)")
     print("Added over the built-in tool (MCP minus built-in, ms)")
@@ -431,7 +442,8 @@ def report(out: dict[str, Any]) -> list[str]:
     print(f"Discovery: discover() of a {LIST_TOOLS}-tool server over HTTP, each on its own "
           "connection (ms)")
     print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9}")
-    print(_row("discover()", disc, len(disc)) + f"   (target p50 <= {TARGET_DISCOVER_MS:g})")
+    print(_row("discover()", disc, len(disc)) + f"   (target p50 <= {TARGET_DISCOVER_MS:g}; "
+          f"{CPU_MS['discover']:.2f} ms of the client's CPU each)")
     print(f"  breakdown: {_parts(out['discover_breakdown'])}")
 
     http_added = added["mcp http"][0]
@@ -461,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="multiply the number of measured calls (default 1.0)")
     parser.add_argument("--serve-http", type=int, metavar="TOOLS", help=argparse.SUPPRESS)
     parser.add_argument("--serve-stdio", action="store_true", help=argparse.SUPPRESS)
+    _measure.add_profile_argument(parser)
     args = parser.parse_args(argv)
     if args.serve_http:
         serve_http(args.serve_http)
@@ -475,8 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     setup_django(migrate=False)
-    out = asyncio.run(collect(args.scale))
+    with _measure.profiled("mcp", {"bench": os.getpid()}, args.profile):
+        out = asyncio.run(collect(args.scale))
     missed = report(out)
+    _measure.record("mcp", {"MCP call over HTTP: client CPU ms": CPU_MS["mcp http"],
+                            "MCP call over stdio: client CPU ms": CPU_MS["mcp stdio"],
+                            "discover() of 200 tools: client CPU ms": CPU_MS["discover"]})
     for problem in missed:
         print(f"TARGET MISSED: {problem}")
     if args.check and missed:

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from django.conf import settings
 
 from agentsite.devrunner import free_port
-from bench import _redis  # an embedded Redis, before Django reads REDIS_URL
+from bench import _measure, _redis  # an embedded Redis, before Django reads REDIS_URL
 from bench.world import bench_world  # configures Django on a scratch database
 
 # isort: split
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--turns", type=int, default=20)
+    _measure.add_profile_argument(parser)
     return run(parser.parse_args(argv))
 
 
@@ -91,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
                                          description=CalculatorTool.description,
                                          parameters=CalculatorTool.parameters)])
 
+    cpu_ms: dict[str, float] = {}
+
     def turns() -> list[float]:
         took = []
+        cpu = 0.0
         for index in range(args.turns + 2):
+            if index == 2:  # after the two warm-up turns
+                cpu = time.process_time()
             conversation = conversation_create(team=team, agent=agent, user=user)
             trace = turn_start(conversation=conversation, user=user, text=f"What is {index} * 7?")
             started = time.perf_counter()
@@ -103,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
                 raise SystemExit(f"a turn ended {status}")
             if index >= 2:  # two warm-up turns
                 took.append(elapsed)
+        turns.cpu_ms = (time.process_time() - cpu) / args.turns * 1000
         return took
 
     def with_endpoint(endpoint: str | None) -> list[float]:
@@ -115,25 +122,30 @@ def run(args: argparse.Namespace) -> int:
         return turns()
 
     results: dict[str, list[float]] = {}
-    results["off"] = with_endpoint(None)
-    fast = _Receiver(0.0)
-    threading.Thread(target=fast.serve_forever, daemon=True).start()
-    results["fast"] = with_endpoint(f"http://127.0.0.1:{fast.server_address[1]}")
-    pipeline.PIPELINE.flush(10.0)
-    slow = _Receiver(SLOW_S)
-    threading.Thread(target=slow.serve_forever, daemon=True).start()
-    results["slow"] = with_endpoint(f"http://127.0.0.1:{slow.server_address[1]}")
-    results["down"] = with_endpoint(f"http://127.0.0.1:{free_port()}")
+    with _measure.profiled("otel", {"bench": os.getpid()}, args.profile):
+        results["off"] = with_endpoint(None)
+        cpu_ms["off"] = turns.cpu_ms
+        fast = _Receiver(0.0)
+        threading.Thread(target=fast.serve_forever, daemon=True).start()
+        results["fast"] = with_endpoint(f"http://127.0.0.1:{fast.server_address[1]}")
+        cpu_ms["fast"] = turns.cpu_ms
+        pipeline.PIPELINE.flush(10.0)
+        slow = _Receiver(SLOW_S)
+        threading.Thread(target=slow.serve_forever, daemon=True).start()
+        results["slow"] = with_endpoint(f"http://127.0.0.1:{slow.server_address[1]}")
+        cpu_ms["slow"] = turns.cpu_ms
+        results["down"] = with_endpoint(f"http://127.0.0.1:{free_port()}")
+        cpu_ms["down"] = turns.cpu_ms
 
     base = statistics.median(results["fast"])
     print(f"{args.turns} turns each (calculator: 3 steps), turn_run wall time in ms")
-    print(f"{'setting':<8} {'median':>8} {'p95':>8} {'max':>8} {'vs off':>8}")
+    print(f"{'setting':<8} {'median':>8} {'p95':>8} {'max':>8} {'vs off':>8} {'CPU/turn':>9}")
     missed = []
     for name, took in results.items():
         median = statistics.median(took)
         p95 = sorted(took)[max(int(len(took) * 0.95) - 1, 0)]
         ratio = median / statistics.median(results["off"])
-        print(f"{name:<8} {median:8.1f} {p95:8.1f} {max(took):8.1f} {ratio:7.2f}x")
+        print(f"{name:<8} {median:8.1f} {p95:8.1f} {max(took):8.1f} {ratio:7.2f}x {cpu_ms[name]:9.1f}")
         if name in ("slow", "down") and median > max(base * LIMIT_RATIO, base + LIMIT_MS):
             missed.append(name)
     print(f"fast receiver: {fast.requests} request(s); {pipeline.PIPELINE.exported} span(s) built in "
@@ -141,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
           f"{pipeline.PIPELINE.dropped} job(s) dropped")
     if missed:
         print(f"missed: the turn was slower with the receiver {', '.join(missed)} than fast")
+    print("  (CPU/turn: this process's CPU ms per measured turn, export thread included)")
+    _measure.record("otel", {f"export {name}: CPU ms per turn": cpu_ms[name] for name in ("off", "fast")})
     print(f"target: slow/down median <= fast median x {LIMIT_RATIO} (or + {LIMIT_MS:g} ms): "
           f"{'met' if not missed else 'missed'}")
     sys.stdout.flush()
