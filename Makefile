@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-unit test-e2e test-llm test-llm-suites test-otel chaos chaos-ci lint format bench vendor clean
+.PHONY: help run test test-unit test-e2e test-llm test-llm-suites test-otel chaos chaos-ci lint format bench bench-baseline bench-profile vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
@@ -16,7 +16,9 @@ help:
 	@echo "make chaos  kill workers, restart Redis, fail model requests; SQLite, then PostgreSQL (~15 min)"
 	@echo "make chaos-ci   the light slice of it that CI runs (SQLite, ~4 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
-	@echo "make bench  the benchmarks the project ships"
+	@echo "make bench  the benchmarks the project ships, CPU per unit of work against bench/baseline.json"
+	@echo "make bench-baseline   run them and write their CPU figures into bench/baseline.json"
+	@echo "make bench-profile    flame graphs (py-spy) of a benchmark's processes in var/profile (BENCH_ARGS=api: another)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -92,9 +94,23 @@ $(VENV)/.installed-bench: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	@touch $(VENV)/.installed $(VENV)/.installed-dev $@
 
-# The benchmarks (LangGraph, for comparison, comes with the bench extra).
+# The benchmarks (LangGraph, for comparison, and py-spy come with the bench extra; the gateway
+# benchmark installs LiteLLM once per machine in $${AGENTSITE_CACHE_DIR:-~/.cache/agentsite}). Each
+# run's CPU per unit of work is compared with bench/baseline.json: what moved is printed at the end.
+# BENCH_ARGS: names and options, e.g. BENCH_ARGS="--check gateway -- --database postgres".
 bench: $(VENV)/.installed-bench
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Rewrite bench/baseline.json from a run (on purpose, after a change that moves the figures; commit it).
+bench-baseline: $(VENV)/.installed-bench
+	$(PY) -m bench --update-baseline $(BENCH_ARGS)
+
+# py-spy flame graphs (SVG) of the web process and the worker (or of the benchmark's own process)
+# while a benchmark runs, into PROFILE_DIR; the gateway by default. BENCH_PROFILE_GIL=1 samples only
+# the threads holding the GIL. py-spy needs ptrace: root, or kernel.yama.ptrace_scope=0.
+PROFILE_DIR ?= var/profile
+bench-profile: $(VENV)/.installed-bench
+	$(PY) -m bench --profile $(PROFILE_DIR) $(or $(BENCH_ARGS),gateway)
 
 # Re-fetch the vendored front-end assets from the npm registry (versions in static/vendor/package.json).
 vendor:
