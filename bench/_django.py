@@ -9,6 +9,14 @@ import secrets
 import shutil
 import tempfile
 
+SCRATCH: list[str] = []
+
+
+def cleanup() -> None:
+    """Remove the scratch directories (at exit; call it before ``os._exit``)."""
+    while SCRATCH:
+        shutil.rmtree(SCRATCH.pop(), ignore_errors=True)
+
 
 def setup_django(*, migrate: bool = True) -> str:
     """Configure Django on a scratch var/ directory; returns that directory. Prints the
@@ -17,7 +25,8 @@ def setup_django(*, migrate: bool = True) -> str:
 
     print_machine()
     scratch = tempfile.mkdtemp(prefix="agentsite-bench-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    SCRATCH.append(scratch)
+    atexit.register(cleanup)
     os.environ.setdefault("AGENTSITE_VAR_DIR", scratch)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
     os.environ.setdefault("CHANNEL_LAYER_IN_MEMORY", "1")

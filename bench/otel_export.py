@@ -32,7 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from django.conf import settings
 
 from agentsite.devrunner import free_port
-from bench import _measure, _redis  # an embedded Redis, before Django reads REDIS_URL
+from bench import (
+    _django,
+    _measure,
+    _redis,  # an embedded Redis, before Django reads REDIS_URL
+)
 from bench.world import bench_world  # configures Django on a scratch database
 
 # isort: split
@@ -158,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"target: slow/down median <= fast median x {LIMIT_RATIO} (or + {LIMIT_MS:g} ms): "
           f"{'met' if not missed else 'missed'}")
     sys.stdout.flush()
-    if _redis.REDIS is not None:
-        _redis.REDIS.stop(timeout=5)  # os._exit skips the exit hooks
+    _redis.stop()  # os._exit skips the exit hooks
+    _django.cleanup()
     os._exit(1 if (missed and args.check) else 0)  # the slow receiver's threads still sleep
 
 
