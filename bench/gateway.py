@@ -47,12 +47,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -76,6 +78,9 @@ IDLE_WAIT_S = 60.0
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_CONNECTIONS = 30
 ERROR_REASONS = 3  # distinct reasons printed per run
+# The last line of a traceback in the stack's log ("   web | django.db.utils.OperationalError: ...").
+EXCEPTION_LINE = re.compile(r"^\s*(?P<process>web|worker|beat)\s*\|\s*"
+                            r"(?P<text>[A-Za-z_][\w.]*(?:Error|Exception|Interrupted|Timeout)\b.*)$")
 
 
 @dataclass
@@ -490,7 +495,23 @@ def main(argv: list[str] | None = None) -> int:
         if watch is not None:
             cleanup.enter_context(watch)
         results = measure(args, targets)
-    return report(args, key, load_line, results, reference, watch)
+        logged = server_exceptions(stack.log_path)
+    return report(args, key, load_line, results, reference, watch, logged)
+
+
+def server_exceptions(log: Path) -> Counter[str]:
+    """The exceptions agentsite's processes logged (the last line of each traceback): production
+    error pages do not say what failed, their log does."""
+    found: Counter[str] = Counter()
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        match = EXCEPTION_LINE.match(line)
+        if match:
+            found[f"{match['process']}: {' '.join(match['text'].split())[:200]}"] += 1
+    return found
 
 
 def measure(args: argparse.Namespace, targets: list[Target]) -> dict[tuple[str, int], dict[str, Run]]:
@@ -519,7 +540,7 @@ def measure(args: argparse.Namespace, targets: list[Target]) -> dict[tuple[str, 
 
 def report(args: argparse.Namespace, key: str, load_line: str,
            results: dict[tuple[str, int], dict[str, Run]], reference: Reference | None,
-           watch: ConnectionWatch | None) -> int:
+           watch: ConnectionWatch | None, logged: Counter[str]) -> int:
     print(f"\nagentsite ({'PostgreSQL' if args.database == 'postgres' else 'SQLite'}) vs LiteLLM "
           f"{_litellm.VERSION}; machine at start: {load_line}")
     print_table(table(results, reference))
@@ -534,6 +555,10 @@ def report(args: argparse.Namespace, key: str, load_line: str,
     for runs in results.values():
         for run in runs.values():
             print_errors(run)
+    if logged:
+        print(f"agentsite's log: {sum(logged.values())} exceptions; the most frequent:")
+        for reason, count in logged.most_common(ERROR_REASONS):
+            print(f"    {count} x {reason}")
     figures, their = {}, {}
     missed = []
     for (mode, concurrent), runs in results.items():
