@@ -379,6 +379,9 @@ class ModelPrice(models.Model):
     catalogue_read_at = models.DateTimeField(null=True, blank=True,
                                              help_text="When the catalogue was read.")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Changed on every write, edits in place included: each process keeps the table it read
+    # until this (or the rows' count) says otherwise (``traces.pricing.price_table_for``).
+    updated_at = models.DateTimeField(auto_now=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                    blank=True, related_name="+", editable=False)
 

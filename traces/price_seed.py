@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from .catalogue import snapshot_apply
-from .catalogue.plan import FIRST_PRICE_FROM
+from .catalogue.plan import FIRST_PRICE_FROM, edited_now
 from .models import ModelPrice
 
 # The offline demo model runs locally: free, and said so, rather than "unpriced". Other model
@@ -48,7 +48,7 @@ def catalogue_seed(model_price: Any) -> int:
     rows were added."""
     added = price_seed_apply(model_price)
     model_price.objects.filter(team__isnull=True, provider_kind="demo", model="demo",
-                               context_window__isnull=True).update(**DEMO_LIMITS)
+                               context_window__isnull=True).update(**DEMO_LIMITS, **edited_now(model_price))
     return added + len(snapshot_apply(model_price).created)
 
 

@@ -23,7 +23,8 @@ like its neighbour):
    demo)").
 
 ``PriceTable`` holds the rows of the global table and of some teams, in memory, so a turn
-prices every request without a query.
+prices every request without a query. ``price_table_for`` keeps a team's table per process and
+reads it again only when the rows (or the team's providers) changed: one small query checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,7 +40,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -188,6 +190,7 @@ class PriceTable:
         self._moments = sorted({r.effective_from for r in self.rows})
         self._in_force: dict[int, list[PriceRow]] = {}
         self._matches: dict[tuple[int, int | None, str, str], PriceMatch | None] = {}
+        self._limits: PriceTable | None = None
 
     def kind_of(self, *, team_id: int | None, provider_name: str) -> str | None:
         return self.provider_kinds.get((team_id or 0, provider_name))
@@ -254,6 +257,14 @@ class PriceTable:
     def row(self, row_id: int) -> PriceRow | None:
         return next((r for r in self.rows if r.id == row_id), None)
 
+    def with_limits(self) -> PriceTable:
+        """The rows that know a model's context window or output limit, as a table of their own
+        (kept with this one)."""
+        if self._limits is None:
+            self._limits = PriceTable([r for r in self.rows if r.context_window is not None
+                                       or r.max_output_tokens is not None])
+        return self._limits
+
 
 def price_table_load(*, team_ids: Iterable[int | None] = (), with_providers: bool = False) -> PriceTable:
     """The global table and the given teams' rows (one query; two ``with_providers``)."""
@@ -269,8 +280,46 @@ def price_table_load(*, team_ids: Iterable[int | None] = (), with_providers: boo
     return PriceTable(rows, kinds)
 
 
+# Each process's tables, by (team, with providers): the stamp they were read at and the table.
+_TABLES: dict[tuple[int, bool], tuple[tuple[Any, ...], PriceTable]] = {}
+_TABLES_LOCK = threading.Lock()
+TABLES_KEPT = 512
+
+
 def price_table_for(team_id: int | None, *, with_providers: bool = False) -> PriceTable:
-    return price_table_load(team_ids=[team_id], with_providers=with_providers)
+    """The global table and the team's rows (and its providers' kinds by name), read once per
+    process and read again only when a row was added, changed or removed since (one small
+    query compares ``price_stamp``). Tables are shared: do not change one."""
+    key = (team_id or 0, with_providers)
+    stamp = price_stamp(team_id, with_providers=with_providers)
+    kept = _TABLES.get(key)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    # Read after the stamp: a change in between makes the next call read it again.
+    table = price_table_load(team_ids=[team_id], with_providers=with_providers)
+    with _TABLES_LOCK:
+        if len(_TABLES) >= TABLES_KEPT:
+            _TABLES.clear()
+        _TABLES[key] = (stamp, table)
+    return table
+
+
+def price_stamp(team_id: int | None, *, with_providers: bool = False) -> tuple[Any, ...]:
+    """What changes whenever the rows ``price_table_for`` reads change: how many there are, the
+    newest id and the latest change (rows are created, edited in place for their limits and
+    labels, or deleted), and the same of the team's providers."""
+    prices = connection.ops.quote_name(ModelPrice._meta.db_table)
+    rows = f"FROM {prices} WHERE team_id IS NULL OR team_id = %s"
+    parts = [f"SELECT COUNT(*) {rows}", f"SELECT MAX(id) {rows}", f"SELECT MAX(updated_at) {rows}"]
+    params: list[Any] = [team_id or 0] * 3
+    if with_providers:
+        providers = connection.ops.quote_name(Team._meta.get_field("providers").related_model._meta.db_table)
+        theirs = f"FROM {providers} WHERE team_id = %s"
+        parts += [f"SELECT COUNT(*) {theirs}", f"SELECT MAX(updated_at) {theirs}"]
+        params += [team_id or 0] * 2
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(f"({part})" for part in parts), params)  # noqa: S608 - model table names, values as parameters
+        return tuple(cursor.fetchone())
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,10 +334,8 @@ class ModelLimits:
 def model_limits(model: str, provider_kind: str = "", *, team_id: int | None = None) -> ModelLimits | None:
     """The context window and output limit of ``model`` from the price table (the catalogue's
     rows, or a team's own), found by the same rule as its price: exact name, alias, version
-    suffix, never a sibling. Only rows that know a limit take part (one query)."""
-    rows = ModelPrice.objects.filter(Q(team__isnull=True) | Q(team_id=team_id or 0)).filter(
-        Q(context_window__isnull=False) | Q(max_output_tokens__isnull=False))
-    table = PriceTable([PriceRow.from_model(r) for r in rows])
+    suffix, never a sibling. Only rows that know a limit take part."""
+    table = price_table_for(team_id).with_limits()
     found = table.match(provider_kind=provider_kind, model=model, team_id=team_id)
     if found is None and provider_kind == DEMO_KIND:
         # Rows for any kind never *price* the offline demo provider's requests; what a model

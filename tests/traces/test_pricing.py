@@ -345,8 +345,33 @@ def test_a_price_in_use_cannot_be_deleted(team_a, conversation, alice):
     row.delete()
 
 
-def test_the_price_table_is_one_query(django_assert_num_queries, team_a):
-    with django_assert_num_queries(1):
+def test_the_price_table_is_read_once_per_process_and_again_whenever_it_changes(
+        django_assert_num_queries, team_a, team_b):
+    def match(name: str):
+        return price_table_for(team_a.pk).match(provider_kind="openai", model=name, team_id=team_a.pk)
+
+    price_table_for(team_a.pk)
+    with django_assert_num_queries(1):  # only the check that nothing changed
+        table = price_table_for(team_a.pk)
+    assert price_table_for(team_a.pk) is table
+    assert match("house-model") is None
+
+    row = price(team_a, "house-model", inp="3")
+    assert match("house-model").row.id == row.pk  # a new row of the team's
+    row.label = "negotiated"
+    row.save()  # an edit in place (a label, a model's limits) is seen too
+    assert match("house-model").row.label == "negotiated"
+    other = price(team_b, "their-model")
+    assert price_table_for(team_a.pk) is price_table_for(team_a.pk)  # another team's rows: same table
+    assert match("their-model") is None
+    other.delete()
+    row.delete()
+    assert match("house-model") is None
+
+
+def test_the_price_table_is_two_queries_when_read(django_assert_num_queries, team_a):
+    price(team_a, "read-afresh")  # the process has not seen this table yet
+    with django_assert_num_queries(2):  # the check, then the rows
         table = price_table_for(team_a.pk)
     with django_assert_num_queries(0):
         for _ in range(1000):

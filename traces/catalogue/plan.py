@@ -217,6 +217,14 @@ def provenance(entry: Entry, catalogue: Catalogue, read_at: datetime) -> dict[st
             "catalogue_version": catalogue.version[:50], "catalogue_read_at": read_at}
 
 
+def edited_now(model: Any) -> dict[str, Any]:
+    """The ``updated_at`` of an update in place of price rows, which ``.update()`` does not set
+    (a migration's historical model may have no such field)."""
+    if any(f.name == "updated_at" for f in model._meta.get_fields()):
+        return {"updated_at": timezone.now()}
+    return {}
+
+
 def catalogue_apply(plan: Plan, *, actor: Any = None, model: Any = None) -> ApplyReport:
     """Write ``plan`` to the global table (in one transaction)."""
     model = model or ModelPrice
@@ -231,7 +239,8 @@ def catalogue_apply(plan: Plan, *, actor: Any = None, model: Any = None) -> Appl
                 report.unchanged += 1
                 if item.limits_changed and item.current is not None:
                     model.objects.filter(pk=item.current.id).update(
-                        context_window=entry.context_window, max_output_tokens=entry.max_output_tokens)
+                        context_window=entry.context_window, max_output_tokens=entry.max_output_tokens,
+                        **edited_now(model))
                     report.limits_updated += 1
                 continue
             name = entry.model

@@ -19,7 +19,6 @@ answers, arguments, results) follows the exporter's ``content.Policy``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -136,18 +135,9 @@ class Turn:
             status=status, start_time=start_ns, end_time=end_ns, instrumentation_scope=SCOPE)
 
 
-_tables: dict[int, tuple[float, PriceTable]] = {}
-TABLE_CACHE_S = 60.0
-
-
 def _provider_table(team_id: int) -> PriceTable:
-    """The team's price table with its providers' kinds (for ``gen_ai.provider.name``), kept a
-    minute: loading it is the export's dearest read, and a kind seldom changes."""
-    now = time.monotonic()
-    hit = _tables.get(team_id)
-    if hit is None or now - hit[0] > TABLE_CACHE_S:
-        hit = _tables[team_id] = (now, price_table_for(team_id, with_providers=True))
-    return hit[1]
+    """The team's price table with its providers' kinds (for ``gen_ai.provider.name``)."""
+    return price_table_for(team_id, with_providers=True)
 
 
 def _end(step: Step) -> datetime:
