@@ -58,6 +58,14 @@ class LiveConsumer(AccessCheckedConsumer):
 
 
 class TraceConsumer(LiveConsumer):
+    """The inspector's socket. A turn announces data only; the rows' HTML is rendered here,
+    for the pages that are open (``live.inspector_payload``)."""
+
     model = Trace
     group_of = staticmethod(live.trace_group)
     visible = staticmethod(trace_visible_to)
+
+    async def forward(self, payload: dict[str, Any]) -> None:
+        if payload.get("event") in live.RENDERED:
+            payload = await database_sync_to_async(live.inspector_payload)(payload)
+        await self.send_json(payload)

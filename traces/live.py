@@ -5,8 +5,11 @@ trace's event sequence number ``seq`` so that a client which sees a gap, reconne
 running trace late asks the server for everything after the last number it holds. Token deltas
 are not persisted; they carry the current ``seq`` and their own ``index`` within the model step.
 
-Fragments are rendered from the same ``{% partialdef %}`` partials the pages use, so a row that
-arrives live and a row rendered on reload are the same HTML.
+A turn announces data, never HTML: which row changed (its trace, step number or iteration), its
+status and its event number. Nothing is rendered for a trace nobody watches. A page's socket
+renders what it shows when the event reaches it (``inspector_payload``, in the web process, from
+the record), from the same ``{% partialdef %}`` partials the page uses, so a row that arrives
+live and a row rendered on reload are the same HTML.
 
 Groups: ``trace_<hex>`` (the inspector) and ``conversation_<hex>`` (the chat). This module
 knows the inspector only; what the chat adds to an announcement comes from the chat, handed to
@@ -24,11 +27,14 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
+from .models import Trace
 from .presentation import decorate_states, decorate_steps
 
 logger = logging.getLogger(__name__)
 
 EVENT_TYPE = "live.event"  # handled by the consumers' ``live_event``
+# What a trace is loaded with to render its fragments without a query per row.
+LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message", "api_key")
 
 
 def trace_group(trace_uuid: Any) -> str:
@@ -48,13 +54,10 @@ def render(partial: str, context: dict[str, Any]) -> str:
     return render_to_string(partial, context)
 
 
-# -- payloads (plain dicts: the consumers forward them as JSON) ----------------------------------
-def step_payload(step: Any) -> dict[str, Any]:
-    """The inspector's row for ``step``. A restart of a streamed answer also names the model
+# -- events: what a turn announces (plain dicts, no HTML, no query) ---------------------------------
+def step_event(step: Any) -> dict[str, Any]:
+    """A step was recorded or changed. A restart of a streamed answer also names the model
     request whose streamed text is void (``restarted_step``) and says why (``notice``)."""
-    if not hasattr(step, "bar_x"):
-        # The client rescales every bar to the trace's current length; this is a first guess.
-        decorate_steps([step], scale=step.offset_ms + (step.duration_ms or 0) or 1.0)
     payload = {
         "event": "step",
         "trace": step.trace.uuid.hex,
@@ -62,7 +65,7 @@ def step_payload(step: Any) -> dict[str, Any]:
         "id": f"step-{step.seq}",
         "step": step.seq,
         "status": step.status,
-        "html": render("traces/trace_detail.html#step-row", {"step": step, "trace": step.trace, "live": True}),
+        "kind": step.kind,
     }
     meta = step.meta if isinstance(step.meta, dict) else {}
     if step.kind == "retry" and meta.get("restart"):
@@ -80,19 +83,14 @@ RESUMED_NOTICE = ("The worker writing this answer stopped. The turn continues fr
                   "recorded step; the answer starts over.")
 
 
-def state_payload(state: Any) -> dict[str, Any]:
-    if not hasattr(state, "diff"):
-        decorate_states([state], trace=state.trace)
-    return {
-        "event": "state",
-        "trace": state.trace.uuid.hex,
-        "seq": state.event_seq,
-        "id": f"state-{state.iteration}",
-        "html": render("traces/trace_detail.html#state-row", {"state": state, "trace": state.trace}),
-    }
+def state_event(state: Any) -> dict[str, Any]:
+    """The trajectory state of an iteration was recorded."""
+    return {"event": "state", "trace": state.trace.uuid.hex, "seq": state.event_seq,
+            "id": f"state-{state.iteration}", "iteration": state.iteration}
 
 
-def trace_payload(trace: Any) -> dict[str, Any]:
+def trace_event(trace: Any) -> dict[str, Any]:
+    """The trace's status or totals changed."""
     return {
         "event": "trace",
         "trace": trace.uuid.hex,
@@ -102,8 +100,57 @@ def trace_payload(trace: Any) -> dict[str, Any]:
         # The cost so far, for meters outside the inspector (the chat): bumped as each model
         # request finishes.
         "totals": trace_totals(trace),
-        "html": render("traces/trace_detail.html#trace-header", {"trace": trace}),
     }
+
+
+# -- payloads: what the inspector's page receives (the event with its row's HTML) ----------------
+def step_payload(step: Any) -> dict[str, Any]:
+    """The inspector's row for ``step``, with its event's data."""
+    if not hasattr(step, "bar_x"):
+        # The client rescales every bar to the trace's current length; this is a first guess.
+        decorate_steps([step], scale=step.offset_ms + (step.duration_ms or 0) or 1.0)
+    html = render("traces/trace_detail.html#step-row", {"step": step, "trace": step.trace, "live": True})
+    return {**step_event(step), "html": html}
+
+
+def state_payload(state: Any) -> dict[str, Any]:
+    if not hasattr(state, "diff"):
+        decorate_states([state], trace=state.trace)
+    html = render("traces/trace_detail.html#state-row", {"state": state, "trace": state.trace})
+    return {**state_event(state), "html": html}
+
+
+def trace_payload(trace: Any) -> dict[str, Any]:
+    return {**trace_event(trace),
+            "html": render("traces/trace_detail.html#trace-header", {"trace": trace})}
+
+
+# The events whose rows a page shows as HTML.
+RENDERED = frozenset({"step", "state", "trace"})
+
+
+def inspector_payload(event: dict[str, Any]) -> dict[str, Any]:
+    """An announced event as the inspector's socket sends it: with the HTML of its row, read
+    from the record now (a later state of the row than the event's is fine: the page keeps the
+    highest event number it has seen). The event unchanged when its row is gone or it carries
+    none (text deltas)."""
+    kind = event.get("event")
+    if kind not in RENDERED:
+        return event
+    trace = Trace.objects.select_related(*LIVE_RELATED).filter(uuid=event.get("trace")).first()
+    if trace is None:
+        return event
+    if kind == "trace":
+        return {**trace_payload(trace), "seq": max(int(event.get("seq") or 0), trace.event_seq)}
+    if kind == "step":
+        row = trace.steps.filter(seq=event.get("step")).first()
+    else:
+        row = trace.trajectory_states.filter(iteration=event.get("iteration")).first()
+    if row is None:
+        return event
+    row.trace = trace
+    payload = step_payload(row) if kind == "step" else state_payload(row)
+    return {**event, **payload, "seq": event.get("seq", payload["seq"])}
 
 
 def trace_totals(trace: Any) -> dict[str, Any]:
@@ -139,18 +186,17 @@ async def publish(groups: list[str], payload: dict[str, Any]) -> None:
             logger.warning("could not announce %s to %s", payload.get("event"), group, exc_info=True)
 
 
-# What each announcement sends, rendered synchronously: templates may read related rows, and
-# the ORM refuses to run inside an event loop. A running turn renders these on its database
-# thread and sends them with ``publish`` (``traces.recorder``); ``announce_sync`` does both
-# from synchronous code.
+# What each announcement sends: plain data built from the objects in hand, without a query, so
+# a running turn builds them in its event loop and sends them with ``publish``
+# (``traces.recorder``); ``announce_sync`` does both from synchronous code.
 Announcement = tuple[list[str], dict[str, Any]]
 Prepare = Callable[[Any], Announcement]
 
 
 @dataclass(frozen=True)
 class Announcements:
-    """What a turn announces, one function per kind of change: each renders its object into
-    (groups, payload). ``groups`` names where a trace's text deltas go. The inspector's own are
+    """What a turn announces, one function per kind of change: each turns its object into
+    (groups, event). ``groups`` names where a trace's text deltas go. The inspector's own are
     ``INSPECTOR``; the chat builds its own on top of them and the turn's runner hands those to
     the recorder, so this app never reaches up into the chat."""
 
@@ -166,15 +212,15 @@ def _inspector_groups(trace: Any) -> list[str]:
 
 
 def step_announcement(step: Any) -> Announcement:
-    return _inspector_groups(step.trace), step_payload(step)
+    return _inspector_groups(step.trace), step_event(step)
 
 
 def state_announcement(state: Any) -> Announcement:
-    return _inspector_groups(state.trace), state_payload(state)
+    return _inspector_groups(state.trace), state_event(state)
 
 
 def trace_announcement(trace: Any) -> Announcement:
-    return _inspector_groups(trace), trace_payload(trace)
+    return _inspector_groups(trace), trace_event(trace)
 
 
 INSPECTOR = Announcements(step=step_announcement, state=state_announcement,
@@ -182,8 +228,7 @@ INSPECTOR = Announcements(step=step_announcement, state=state_announcement,
 
 
 def announce_sync(prepare: Prepare | None, obj: Any) -> None:
-    """Announce from synchronous code (web requests, the reaper): render here, where queries
-    are allowed, then send. Never raises."""
+    """Announce from synchronous code (web requests, the reaper). Never raises."""
     if prepare is None:
         return
     try:

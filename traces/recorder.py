@@ -178,6 +178,9 @@ class TraceRecorder:
         self.last_outcome: Outcome | None = None
         self.keys: dict[str, int] = {}
         self.last_seq = 0
+        # The highest step number stored before this run: a step past it is new (not looked for).
+        self.stored_upto = 0
+        self.step_ids: dict[int, int] = {}  # seq -> the step's row id, once written
         self.values: dict[int, dict[str, Any]] = {}
         self.llm_open: dict[int, int] = {}      # iteration -> seq of its running model request
         self.llm_count: dict[int, int] = {}     # iteration -> model requests started in it
@@ -186,8 +189,9 @@ class TraceRecorder:
         self.restarts: dict[int, int] = {}      # model request's seq -> restarts of its answer
         self.partial: dict[int, list[str]] = {}  # streaming request's seq -> its text so far
         self.partial_saved: dict[int, float] = {}  # seq -> when its text was last saved
-        # Prices of the trace's team (and its providers' kinds by name), loaded at start, so a
-        # request is priced when it finishes without a query.
+        self.partial_started: dict[int, float] = {}  # seq -> when its first text came
+        # Prices of the trace's team (and its providers' kinds by name), loaded when the first
+        # request finishes, so the others are priced without a query.
         self.prices: PriceTable | None = None
         # The provider answering the running request: a failover moves it to a fallback.
         self.answering = ""
@@ -215,9 +219,12 @@ class TraceRecorder:
         self.hook_count: dict[str, int] = {}
 
     async def start(self) -> None:
-        """Load the steps a previous run of this trace stored, so its events land on them."""
-        stored = await self.db(services.step_keys, trace_id=self.trace.pk)
-        self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
+        """Load the steps a previous run of this trace stored, so its events land on them (a
+        trace without steps, the first run of a turn, has none to load)."""
+        if not self.trace.step_count and self.attempt <= 1 and not self.trace.forked_from_id:
+            return
+        steps = await self.db(services.step_keys, trace_id=self.trace.pk)
+        stored, self.stored_upto = steps.keyed, steps.last_seq
         self.keys = {key: seq for key, (seq, _) in stored.items()}
         self.values = {seq: values for seq, values in stored.values()}
         self.last_seq = max(self.keys.values(), default=0)
@@ -251,6 +258,7 @@ class TraceRecorder:
     async def _write(self, key: str, updates: dict[str, Any],
                      payloads: dict[str, tuple[str, str]] | None = None) -> int:
         seq = self._seq(key)
+        new = seq not in self.values and seq > self.stored_upto
         previous = self.values.get(seq, {})
         values = {**previous, **updates,
                   "meta": {**previous.get("meta", {}), **updates.get("meta", {}), "key": key}}
@@ -262,18 +270,23 @@ class TraceRecorder:
             step = await self.db(services.step_record, trace_id=self.trace.pk,
                                  attempt=self.attempt, seq=seq, values=values,
                                  payloads=payloads, started_at=now,
-                                 offset_ms=self._offset_ms(now))
+                                 offset_ms=self._offset_ms(now), new=new)
         except services.TraceNotOwned:
             self.lose()
             return seq
         if step is not None:
+            if new:
+                self.trace.step_count += 1
+            self.step_ids[seq] = step.pk
             self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
             step.trace = self.trace
             await self.announce(self.announcements.step, step)
             if step.totals_seq:
                 # The trace's cost so far moved: its header (and the chat's meter) follow live.
+                for name, value in (step.totals or {}).items():
+                    setattr(self.trace, name, value)
                 self.trace.event_seq = max(self.trace.event_seq, step.totals_seq)
-                await self.announce(self._fresh_trace_announcement, self.trace.pk)
+                await self.announce(self.announcements.trace, self.trace)
         return seq
 
     def detach(self) -> None:
@@ -319,7 +332,7 @@ class TraceRecorder:
             await self._partial_done(open_seq, keep=not event.success)
         usage = event.usage
         provider = self.answering or event.provider
-        if self.prices is None:
+        if self.prices is None:  # read once per turn, when its first request is priced
             self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
         priced = self._price(provider=provider, model=event.model, usage=usage)
         recorded = price_fields(priced)
@@ -352,9 +365,15 @@ class TraceRecorder:
         """The answer as it went into the history, on its model request's step: what the turn
         is continued from if its worker stops."""
         seq = self.llm_last.get(event.iteration)
-        key = next((k for k, s in self.keys.items() if s == seq), None)
-        if key is not None:
-            await self._write(key, {}, {"message": payload_json(event.message)})
+        if seq is None or self.lost:
+            return
+        content, content_type = payload_json(event.message)
+        try:
+            await self.db(services.step_payload_put, trace_id=self.trace.pk, seq=seq,
+                          kind="message", content=content, content_type=content_type,
+                          step_id=self.step_ids.get(seq))
+        except Exception:  # noqa: BLE001 - a resumed turn then asks the model again
+            logger.warning("could not keep the answer of step %s", seq, exc_info=True)
 
     # -- what a request has streamed so far ---------------------------------------------------------
     async def _partial_add(self, seq: int, text: str) -> None:
@@ -363,7 +382,10 @@ class TraceRecorder:
             return
         parts.append(text)
         now = time.monotonic()
-        if now - self.partial_saved.setdefault(seq, now - PARTIAL_SAVE_S + PARTIAL_FIRST_SAVE_S) >= PARTIAL_SAVE_S:
+        first = self.partial_started.setdefault(seq, now)
+        last = self.partial_saved.get(seq)
+        due = (now - first >= PARTIAL_FIRST_SAVE_S) if last is None else (now - last >= PARTIAL_SAVE_S)
+        if due:
             self.partial_saved[seq] = now
             await self._partial_save(seq)
 
@@ -380,6 +402,7 @@ class TraceRecorder:
         """The request ended: its answer (or error) is recorded, so the saved text goes, unless
         the request failed after streaming some (then it is kept with the step)."""
         parts = self.partial.pop(seq, None)
+        self.partial_started.pop(seq, None)
         saved = self.partial_saved.pop(seq, None) is not None
         if keep and parts:
             self.partial[seq] = parts
@@ -642,17 +665,14 @@ class TraceRecorder:
 
     # -- the end ------------------------------------------------------------------------------------
     async def announce(self, prepare: Callable[[Any], live.Announcement], obj: Any) -> None:
-        """Render an announcement on the database thread (templates may read related rows),
-        then send it. A failure (a template error, a full channel) never stops a turn."""
+        """Send what ``prepare`` makes of ``obj`` (data from the objects in hand: no query, no
+        rendering). A failure (a full channel, Redis away) never stops a turn."""
         try:
-            groups, payload = await self.db(prepare, obj)
+            groups, payload = prepare(obj)
             await live.publish(groups, payload)
         except Exception:  # noqa: BLE001 - the database has the truth; clients re-sync from it
             logger.warning("could not announce %s", getattr(prepare, "__name__", prepare),
                            exc_info=True)
-
-    def _fresh_trace_announcement(self, trace_id: int) -> live.Announcement:
-        return self.announcements.trace(services.trace_for_live(trace_id))
 
     async def announce_delta(self, *, step: int, index: int, text: str, offset: int = 0) -> None:
         trace = self.trace

@@ -20,7 +20,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, F, Q, Sum
 from django.db.models.functions import Cast, Coalesce, Round, TruncDate
 from django.utils import timezone
@@ -72,7 +72,8 @@ def step_share(step: Step) -> Share | None:
         **{name: int(getattr(step, name) or 0) for name in TOKEN_FIELDS})
 
 
-def _differences(before: Share | None, after: Share | None) -> dict[tuple[date, str, str], dict[str, int]]:
+def differences(before: Share | None, after: Share | None) -> dict[tuple[date, str, str], dict[str, int]]:
+    """What a step's change of share moves in the ledger, per (day, provider, model)."""
     moves: dict[tuple[date, str, str], dict[str, int]] = {}
     for share, sign in ((before, -1), (after, 1)):
         if share is None:
@@ -109,32 +110,65 @@ def _totals_changes(total: dict[str, int]) -> dict[str, Any]:
     return changes
 
 
+TOTAL_FIELDS = ("cost_usd", *TOKEN_FIELDS, "unpriced_calls", "prefix_priced_calls", "estimated_calls")
+DIM_FIELDS = ("team_id", "agent_id", "user_id", "conversation_id", "api_key_id")
+
+
 def share_moved(*, trace_id: int, before: Share | None, after: Share | None,
                 bump: bool = True) -> TraceDims | None:
     """Apply a step's change of share to its trace's totals and to the roll-ups. Call inside
     the transaction that wrote the step. When the trace's totals change and ``bump`` is set,
     the trace's event number is bumped (the totals are a change live clients see) and returned
     as ``event_seq``; otherwise ``event_seq`` is 0. None when nothing moved."""
-    moves = _differences(before, after)
+    moves = differences(before, after)
     if not moves:
         return None
-    total = dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0)
-    for amounts in moves.values():
-        for name, value in amounts.items():
-            total[name] += value
-    changes = _totals_changes(total)
+    changes = _totals_changes(_summed(moves))
     bumped = bool(changes) and bump
     if bumped:
         changes["event_seq"] = F("event_seq") + 1
     if changes:
         Trace.objects.filter(pk=trace_id).update(**changes)
-    row = Trace.objects.filter(pk=trace_id).values(
-        "team_id", "agent_id", "user_id", "conversation_id", "event_seq", "api_key_id").get()
-    dims = TraceDims(row["team_id"], row["agent_id"] or 0, row["user_id"] or 0,
-                     row["conversation_id"] or 0, row["event_seq"] if bumped else 0,
-                     row["api_key_id"] or 0)
+    row = Trace.objects.filter(pk=trace_id).values(*DIM_FIELDS, "event_seq").get()
+    dims = _dims(row, event_seq=row["event_seq"] if bumped else 0)
     ledger_apply(dims, moves)
     return dims
+
+
+def moves_apply(*, trace_id: int, attempt: int | None, moves: dict[tuple[date, str, str], dict[str, int]],
+                new_steps: int = 0) -> tuple[int, dict[str, Any] | None]:
+    """A step's write that moves the ledger (``differences``): the trace's totals, its event
+    number and step count in one update, only while ``attempt`` owns the trace (else
+    ``LookupError``), then the roll-ups. The step's write is one event; the totals' change, a
+    change live clients see, is a second one. Returns the last event number taken and the
+    trace's totals after it (None when they did not change). Call inside the step's
+    transaction."""
+    changes = _totals_changes(_summed(moves))
+    moved = bool(changes)
+    changes["event_seq"] = F("event_seq") + (2 if moved else 1)
+    if new_steps:
+        changes["step_count"] = F("step_count") + new_steps
+    rows = Trace.objects.filter(pk=trace_id)
+    if attempt is not None:
+        rows = rows.filter(status=Trace.Status.RUNNING, attempts=attempt)
+    if rows.update(**changes) != 1:
+        raise LookupError(f"trace {trace_id} is not owned by attempt {attempt}")
+    row = Trace.objects.filter(pk=trace_id).values(*DIM_FIELDS, "event_seq", *TOTAL_FIELDS).get()
+    ledger_apply(_dims(row, event_seq=row["event_seq"] if moved else 0), moves)
+    return row["event_seq"], {name: row[name] for name in TOTAL_FIELDS} if moved else None
+
+
+def _summed(moves: dict[tuple[date, str, str], dict[str, int]]) -> dict[str, int]:
+    total = dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0)
+    for amounts in moves.values():
+        for name, value in amounts.items():
+            total[name] += value
+    return total
+
+
+def _dims(row: dict[str, Any], *, event_seq: int) -> TraceDims:
+    return TraceDims(row["team_id"], row["agent_id"] or 0, row["user_id"] or 0,
+                     row["conversation_id"] or 0, event_seq, row["api_key_id"] or 0)
 
 
 def ledger_apply(dims: TraceDims, moves: dict[tuple[date, str, str], dict[str, int]]) -> None:
@@ -154,7 +188,7 @@ def moves_of(changes: list[tuple[Share | None, Share | None]]) -> dict[tuple[dat
     """The summed ledger moves of several steps' (before, after) shares."""
     total: dict[tuple[date, str, str], dict[str, int]] = {}
     for before, after in changes:
-        for key, amounts in _differences(before, after).items():
+        for key, amounts in differences(before, after).items():
             bucket = total.setdefault(key, dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0))
             for name, value in amounts.items():
                 bucket[name] += value
@@ -162,16 +196,23 @@ def moves_of(changes: list[tuple[Share | None, Share | None]]) -> dict[tuple[dat
 
 
 def _add(model: Any, key: dict[str, Any], amounts: dict[str, int]) -> None:
-    changes = {name: F(name) + value for name, value in amounts.items() if value}
-    if not changes:
+    """Add ``amounts`` to the roll-up row of ``key``, creating it: one statement (an upsert
+    on the row's unique key, atomic on both databases), never a read-modify-write."""
+    if not any(amounts.values()):
         return
-    if model.objects.filter(**key).update(**changes):
-        return
-    try:
-        with transaction.atomic():
-            model.objects.create(**key, **amounts)
-    except IntegrityError:  # created by a concurrent writer since the update above
-        model.objects.filter(**key).update(**changes)
+    table = connection.ops.quote_name(model._meta.db_table)
+    columns = [model._meta.get_field(name).column for name in key] + list(amounts)
+    conflict = [model._meta.get_field(name).column for name in key]
+    quote = connection.ops.quote_name
+    added = ", ".join(f"{quote(name)} = {table}.{quote(name)} + excluded.{quote(name)}"
+                      for name, value in amounts.items() if value)
+    values = [connection.ops.adapt_datefield_value(v) if isinstance(v, date) else v
+              for v in (*key.values(), *amounts.values())]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) "  # noqa: S608 - model table and column names, values as parameters
+            f"VALUES ({', '.join(['%s'] * len(values))}) "
+            f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) DO UPDATE SET {added}", values)
 
 
 # -- rebuild ----------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -29,6 +29,7 @@ from agentsite.models import Membership
 
 from . import rollups
 from .export import pipeline as export_pipeline
+from .live import LIVE_RELATED
 from .models import Feedback, Step, StepPayload, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ STEP_FIELDS = frozenset({
     "kind", "name", "iteration", "status", "success", "duration_ms", "error", "provider",
     "model", "call_id", "cost_usd", "price_id", "price_match", "meta", *TOKEN_FIELDS,
 })
-LIVE_RELATED = ("conversation", "agent", "user", "team", "user_message", "api_key")
 
 
 class TraceNotOwned(Exception):  # noqa: N818 - a state, not a programming error
@@ -51,13 +51,18 @@ def trace_owned(trace_id: int, attempt: int) -> QuerySet[Trace]:
     return Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
 
 
-def event_bump(trace_id: int, attempt: int | None = None) -> int:
-    """The trace's next event number. With ``attempt``, only while that attempt owns it.
-    Call inside a transaction: the row stays locked until it commits."""
+def event_bump(trace_id: int, attempt: int | None = None, *, events: int = 1,
+               new_steps: int = 0) -> int:
+    """The trace's next event number (``events`` numbers taken: the last is returned). With
+    ``attempt``, only while that attempt owns it; ``new_steps`` adds to its step count in the
+    same statement. Call inside a transaction: the row stays locked until it commits."""
     if _update_returns_rows():
-        return _bump_returning(trace_id, attempt)
+        return _bump_returning(trace_id, attempt, events=events, new_steps=new_steps)
     rows = trace_owned(trace_id, attempt) if attempt is not None else Trace.objects.filter(pk=trace_id)
-    if rows.update(event_seq=F("event_seq") + 1) != 1:
+    changes: dict[str, Any] = {"event_seq": F("event_seq") + events}
+    if new_steps:
+        changes["step_count"] = F("step_count") + new_steps
+    if rows.update(**changes) != 1:
         raise TraceNotOwned(f"trace {trace_id} is no longer owned by attempt {attempt}")
     return Trace.objects.filter(pk=trace_id).values_list("event_seq", flat=True).get()
 
@@ -70,14 +75,19 @@ def _update_returns_rows() -> bool:
     return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
 
 
-def _bump_returning(trace_id: int, attempt: int | None) -> int:
+def _bump_returning(trace_id: int, attempt: int | None, *, events: int = 1, new_steps: int = 0) -> int:
     table = connection.ops.quote_name(Trace._meta.db_table)
-    where, params = "id = %s", [trace_id]
+    sets, params = "event_seq = event_seq + %s", [events]
+    if new_steps:
+        sets += ", step_count = step_count + %s"
+        params.append(new_steps)
+    where = "id = %s"
+    params.append(trace_id)
     if attempt is not None:
         where += " AND status = %s AND attempts = %s"
         params += [Status.RUNNING.value, attempt]
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET event_seq = event_seq + 1 WHERE {where} "  # noqa: S608 - a model's table name, values as parameters
+        cursor.execute(f"UPDATE {table} SET {sets} WHERE {where} "  # noqa: S608 - a model's table name, values as parameters
                        "RETURNING event_seq", params)
         row = cursor.fetchone()
     if row is None:
@@ -125,19 +135,26 @@ def trace_heartbeat(*, trace_id: int, attempt: int, now: datetime | None = None)
 
 def trace_configure(*, trace_id: int, attempt: int, routing: dict[str, Any], provider_name: str,
                     provider_kind: str, model: str, warnings: list[str],
-                    agent_version: int | None = None) -> Trace:
+                    agent_version: int | None = None,
+                    meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Record how the turn was set up: the routing decision, provider and model, warnings, and
-    the agent's configuration version it runs with."""
+    the agent's configuration version it runs with. ``meta``: the trace's meta as the caller
+    read it at its claim (read here otherwise). Returns the fields written, with the trace's
+    new ``event_seq``."""
     with transaction.atomic():
-        event_bump(trace_id, attempt)
-        meta = Trace.objects.filter(pk=trace_id).values_list("meta", flat=True).get() or {}
+        event_seq = event_bump(trace_id, attempt)
+        if meta is None:
+            meta = Trace.objects.filter(pk=trace_id).values_list("meta", flat=True).get()
+        meta = dict(meta or {})
         if warnings:
-            meta = {**meta, "warnings": list(warnings)}
-        extra = {"agent_version": agent_version} if agent_version is not None else {}
-        Trace.objects.filter(pk=trace_id).update(
-            routing=routing, provider_name=provider_name[:100], provider_kind=provider_kind[:16],
-            model=model[:200], meta=meta, **extra)
-    return trace_for_live(trace_id)
+            meta["warnings"] = list(warnings)
+        fields: dict[str, Any] = {"routing": routing, "provider_name": provider_name[:100],
+                                  "provider_kind": provider_kind[:16], "model": model[:200],
+                                  "meta": meta}
+        if agent_version is not None:
+            fields["agent_version"] = agent_version
+        Trace.objects.filter(pk=trace_id).update(**fields)
+    return {**fields, "event_seq": event_seq}
 
 
 def trace_budget_note(*, trace_id: int, attempt: int, note: dict[str, Any],
@@ -180,52 +197,93 @@ def _goes_back(step: Step, values: Mapping[str, Any]) -> bool:
 
 def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
                 payloads: Payloads | None = None, started_at: datetime | None = None,
-                offset_ms: int = 0) -> Step | None:
+                offset_ms: int = 0, new: bool = False) -> Step | None:
     """Create or update step ``seq`` of the trace. Idempotent: writing what the row already
     holds, or moving a finished step back to running, is a no-op and returns None (no event).
     ``started_at``/``offset_ms`` are kept from the row's creation. Raises ``TraceNotOwned`` when
-    the attempt no longer owns the trace.
+    the attempt no longer owns the trace. ``new``: the caller knows the step is not stored yet
+    (it is not looked for).
 
     A finished model request changes what the trace has cost: its totals and the cost
     roll-ups move in the same transaction (``traces.rollups``), as a second event; the
-    returned step's ``totals_seq`` is that event's number (0 when the totals did not move)."""
+    returned step's ``totals_seq`` is that event's number (0 when the totals did not move) and
+    its ``totals`` the trace's totals after it (None then)."""
     unknown = set(values) - STEP_FIELDS
     if unknown:
         raise ValueError(f"not step fields: {sorted(unknown)}")
-    payloads = payloads or {}
+    record = functools.partial(_step_record, trace_id=trace_id, attempt=attempt, seq=seq,
+                               values=values, payloads=payloads or {}, started_at=started_at,
+                               offset_ms=offset_ms)
+    if not new:
+        return record(new=False)
+    try:
+        return record(new=True)
+    except IntegrityError:  # stored after all (a run the caller did not know of): update it
+        return record(new=False)
+
+
+def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
+                 payloads: Payloads, started_at: datetime | None, offset_ms: int,
+                 new: bool) -> Step | None:
     with transaction.atomic():
-        step = Step.objects.filter(trace_id=trace_id, seq=seq).first()
+        step = None if new else Step.objects.filter(trace_id=trace_id, seq=seq).first()
         if step is not None and (_unchanged(step, values, payloads) or _goes_back(step, values)):
             return None
-        event_seq = event_bump(trace_id, attempt)
-        stored: set[str] = set()
+        created = step is None
         before = rollups.step_share(step) if step is not None else None
-        was_open = step is None or step.status in (Step.Status.RUNNING, Step.Status.WAITING)
+        was_open = created or step.status in (Step.Status.RUNNING, Step.Status.WAITING)
         if step is None:
             step = Step(trace_id=trace_id, seq=seq, started_at=started_at or timezone.now(),
                         offset_ms=max(int(offset_ms), 0))
-            # The header's "Steps" counts as the timeline grows, not only when the turn ends.
-            Trace.objects.filter(pk=trace_id).update(step_count=F("step_count") + 1)
-        elif payloads:
-            stored = set(step.payloads.values_list("kind", flat=True))
         for name, value in values.items():
             setattr(step, name, value)
-        step.event_seq = event_seq
-        step.save()
-        moved = rollups.share_moved(trace_id=trace_id, before=before, after=rollups.step_share(step))
-        step.totals_seq = moved.event_seq if moved is not None else 0
-        new = []
-        for kind, (content, content_type) in payloads.items():
-            fields = {"content": content, "content_type": content_type, "size": len(content.encode())}
-            if kind in stored:
-                StepPayload.objects.filter(step=step, kind=kind).update(**fields)
-            else:
-                new.append(StepPayload(step=step, kind=kind, **fields))
-        StepPayload.objects.bulk_create(new)
+        moves = rollups.differences(before, rollups.step_share(step))
+        # One event for the step, a second when the trace's totals move (the header's cost and
+        # the chat's meter follow live); a new step also counts in the header's "Steps" as the
+        # timeline grows, not only when the turn ends.
+        step.totals_seq, step.totals = 0, None
+        if moves:
+            try:
+                last, step.totals = rollups.moves_apply(trace_id=trace_id, attempt=attempt, moves=moves,
+                                                        new_steps=int(created))
+            except LookupError as exc:
+                raise TraceNotOwned(str(exc)) from exc
+            step.event_seq, step.totals_seq = (last - 1, last) if step.totals is not None else (last, 0)
+        else:
+            step.event_seq = event_bump(trace_id, attempt, new_steps=int(created))
+        if created:
+            step.save(force_insert=True)
+        else:
+            step.save(update_fields=sorted({*values, "event_seq"}))
+        if payloads:
+            StepPayload.objects.bulk_create(
+                [StepPayload(step=step, kind=kind, content=content, content_type=content_type,
+                             size=len(content.encode()))
+                 for kind, (content, content_type) in payloads.items()],
+                **({} if created else {"update_conflicts": True, "unique_fields": ["step", "kind"],
+                                       "update_fields": ["content", "content_type", "size"]}))
         if was_open and step.status in (Step.Status.OK, Step.Status.ERROR):
             # Its span leaves once the step is committed (traces.export), off this thread.
             transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, seq))
     return step
+
+
+def step_payload_put(*, trace_id: int, seq: int, kind: str, content: str, content_type: str,
+                     step_id: int | None = None) -> bool:
+    """Store (or replace) one payload of step ``seq`` (whose id is ``step_id``, when the caller
+    knows it) without changing the step: no event, as nobody watches it live (the answer as it
+    went into the history, which a resumed turn continues from). False when the step is not
+    stored."""
+    if step_id is None:
+        step_id = Step.objects.filter(trace_id=trace_id, seq=seq).values_list("pk", flat=True).first()
+    if step_id is None:
+        return False
+    StepPayload.objects.bulk_create(
+        [StepPayload(step_id=step_id, kind=kind, content=content, content_type=content_type,
+                     size=len(content.encode()))],
+        update_conflicts=True, unique_fields=["step", "kind"],
+        update_fields=["content", "content_type", "size"])
+    return True
 
 
 def state_record(*, trace_id: int, attempt: int, iteration: int, fields: dict[str, Any],
@@ -243,16 +301,26 @@ def state_record(*, trace_id: int, attempt: int, iteration: int, fields: dict[st
     return state
 
 
-def step_keys(*, trace_id: int) -> dict[str, tuple[int, dict[str, Any]]]:
-    """The steps already stored for the trace, by the recorder's event key: their ``seq`` and
-    the values a recorder writes (so a replayed run merges onto what is there)."""
+@dataclass(frozen=True)
+class StoredSteps:
+    """What a trace holds already, for a recorder that continues it: its keyed steps (by the
+    recorder's event key: their ``seq`` and the values a recorder writes) and its highest
+    step number, keyed or not."""
+
+    keyed: dict[str, tuple[int, dict[str, Any]]]
+    last_seq: int
+
+
+def step_keys(*, trace_id: int) -> StoredSteps:
+    """The steps already stored for the trace (so a replayed run merges onto what is there)."""
     names = sorted(STEP_FIELDS)
-    found = {}
+    found, last = {}, 0
     for row in Step.objects.filter(trace_id=trace_id).values("seq", *names):
+        last = max(last, row["seq"])
         meta = row["meta"] if isinstance(row["meta"], dict) else {}
         if meta.get("key"):
             found[str(meta["key"])] = (row["seq"], {name: row[name] for name in names})
-    return found
+    return StoredSteps(found, last)
 
 
 def step_partial_save(*, trace_id: int, seq: int, text: str) -> None:

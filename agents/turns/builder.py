@@ -176,6 +176,11 @@ def _message_images(message: Any) -> list[ImageBlock]:
 
 
 # -- everything ---------------------------------------------------------------------------------
+def _loaded(trace: Trace, relation: str) -> Any:
+    """The trace's related row when it was read with the trace, else None."""
+    return getattr(trace, relation) if getattr(Trace, relation).is_cached(trace) else None
+
+
 @dataclass
 class TurnSetup:
     provider: RuntimeProvider
@@ -220,13 +225,15 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     """``db`` runs the tools' database work from the turn's event loop (the worker passes its
     turn's database thread). ``sampled``: the sampled flag of the trace context the tool calls
     send on (``turn_traceparent_for``); by default, whether the team's turns are exported."""
-    agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
-             if trace.agent_id else None)
+    agent = _loaded(trace, "agent")  # the claim reads them with the trace
+    if agent is None or not Agent.provider.is_cached(agent):
+        agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
+                 if trace.agent_id else None)
     if agent is None:
         raise TurnSetupError("The agent of this conversation no longer exists. Start a new "
                              "conversation with another agent.")
     agent = fork_agent(agent, trace)  # a fork's chosen version; unchanged for other turns
-    conversation = Conversation.objects.get(pk=trace.conversation_id)
+    conversation = _loaded(trace, "conversation") or Conversation.objects.get(pk=trace.conversation_id)
     message = trace.user_message
     if message is None:
         raise TurnSetupError("The message of this turn was deleted, so there is nothing to answer.")

@@ -281,15 +281,17 @@ class TurnRun:
             logger.exception("trace %s: setup failed", self.trace.pk)
             return await self._fail(SETUP_ERROR_MESSAGE, "internal")
         try:
-            trace = await self.db(trace_configure, trace_id=self.trace.pk, attempt=self.attempt,
-                                  routing=setup.routing, provider_name=setup.provider_name,
-                                  provider_kind=setup.provider_kind, model=setup.model,
-                                  warnings=setup.warnings, agent_version=setup.agent_version)
+            configured = await self.db(
+                trace_configure, trace_id=self.trace.pk, attempt=self.attempt,
+                routing=setup.routing, provider_name=setup.provider_name,
+                provider_kind=setup.provider_kind, model=setup.model, warnings=setup.warnings,
+                agent_version=setup.agent_version, meta=self.trace.meta)
         except TraceNotOwned:
             await _aclose(setup.provider)
             return "lost"
-        self.trace = self.recorder.trace = trace
-        await self.recorder.announce(self.recorder.announcements.trace, trace)
+        for name, value in configured.items():
+            setattr(self.trace, name, value)
+        await self.recorder.announce(self.recorder.announcements.trace, self.trace)
         if self.plan is not None:
             await self._announce_resumption(self.plan)
         if setup.received_hooks and not await self._message_received(setup):
@@ -467,7 +469,7 @@ class TurnRun:
         if recorder.lost:
             return None
         closed = await self.db(trace_close, trace_id=self.trace.pk, attempt=self.attempt,
-                               outcome=outcome)
+                               outcome=outcome, trace=self.trace)
         if closed is None:
             recorder.lose()
             return None

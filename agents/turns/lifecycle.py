@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -29,11 +29,11 @@ from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
 from traces.models import Trace
+from traces.rollups import TOTAL_FIELDS
 from traces.services import (
     LIVE_RELATED,
     duration_ms,
     reason_sentence,
-    step_totals,
     trace_for_live,
     trace_owned,
 )
@@ -46,20 +46,25 @@ TURN_TASK = "agents.turns.tasks.turn_run"
 CELERY_HARD_MARGIN_S = 15
 
 
+def _row_locks() -> bool:
+    # PostgreSQL: SELECT ... FOR UPDATE serialises the one-turn-in-flight decisions of a
+    # conversation. SQLite runs every write transaction IMMEDIATE, which serialises them already
+    # (it has no row locks), so the query would only cost a round trip.
+    return connection.features.has_select_for_update
+
+
 def conversation_lock(conversation_id: int) -> None:
-    # PostgreSQL: serialises the one-turn-in-flight decisions of a conversation. SQLite runs
-    # every write transaction IMMEDIATE, which serialises them already (and ignores this).
-    list(Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk"))
+    if _row_locks():
+        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk"))
 
 
 def trace_conversation_lock(trace_id: int) -> int | None:
     """Lock the conversation of trace ``trace_id`` (``conversation_lock``) and return its id;
-    None when the trace is gone. Call inside a transaction."""
-    conversation_id = (Trace.objects.filter(pk=trace_id)
-                       .values_list("conversation_id", flat=True).first())
-    if conversation_id is not None:
-        conversation_lock(conversation_id)
-    return conversation_id
+    None when the trace is gone. Call inside a transaction. One query."""
+    if _row_locks():
+        return (Conversation.objects.select_for_update(of=("self",)).filter(traces__id=trace_id)
+                .values_list("pk", flat=True).first())
+    return Trace.objects.filter(pk=trace_id).values_list("conversation_id", flat=True).first()
 
 
 # -- dispatch -----------------------------------------------------------------------------------
@@ -103,12 +108,14 @@ def trace_task_send(*, trace_id: int, enqueued_at: datetime, hard_limit_s: int |
     return False
 
 
-def trace_enqueue(*, trace: Trace, now: datetime | None = None) -> None:
+def trace_enqueue(*, trace: Trace, now: datetime | None = None, marked: bool = False) -> None:
     """Mark ``trace`` dispatched and send its task once the current transaction commits. A
     broker that is down does not fail the transaction's caller: the trace stays queued, not
-    dispatched, for the reaper to send."""
+    dispatched, for the reaper to send. ``marked``: the trace was stored dispatched already
+    (``enqueued_at`` is ``now``)."""
     now = now or timezone.now()
-    Trace.objects.filter(pk=trace.pk).update(enqueued_at=now)
+    if not marked:
+        Trace.objects.filter(pk=trace.pk).update(enqueued_at=now)
     trace.enqueued_at = now
     hard = trace.agent.hard_time_limit_s if trace.agent_id and trace.agent else None
     trace_id = trace.pk
@@ -119,10 +126,12 @@ def trace_enqueue(*, trace: Trace, now: datetime | None = None) -> None:
 def next_queued(conversation_id: int) -> Trace | None:
     """The conversation's trace that runs next: its oldest queued one, when nothing of it runs.
     Call inside a transaction that holds the conversation's lock."""
-    if Trace.objects.filter(conversation_id=conversation_id, status=Status.RUNNING).exists():
+    queued = (Trace.objects.filter(conversation_id=conversation_id, status=Status.QUEUED)
+              .select_related("agent").order_by("created_at", "id").first())
+    if queued is None or Trace.objects.filter(conversation_id=conversation_id,
+                                              status=Status.RUNNING).exists():
         return None
-    return (Trace.objects.filter(conversation_id=conversation_id, status=Status.QUEUED)
-            .select_related("agent").order_by("created_at", "id").first())
+    return queued
 
 
 def dispatch_next(conversation_id: int, now: datetime) -> Trace | None:
@@ -139,8 +148,7 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
     is still queued or running."""
     now = now or timezone.now()
     with transaction.atomic():
-        conversation_id = trace_conversation_lock(trace_id)
-        if conversation_id is None:
+        if _row_locks() and trace_conversation_lock(trace_id) is None:
             return None
         # Turns of a conversation run one at a time, in the order they were sent.
         ahead = Trace.objects.filter(
@@ -155,7 +163,9 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
                            event_seq=F("event_seq") + 1))
         if not claimed:
             return None
-    return Trace.objects.select_related(*LIVE_RELATED).get(pk=trace_id)
+    # What the turn runs with, in one query: its agent and provider, its conversation, message,
+    # person and key (the turn's setup and its announcements need no query of their own).
+    return Trace.objects.select_related(*LIVE_RELATED, "agent__provider").get(pk=trace_id)
 
 
 def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: datetime | None = None,
@@ -214,25 +224,33 @@ class ClosedTurn:
     dispatched: Trace | None
 
 
+# What closing a trace changes of it (with its totals), for a caller that holds the trace.
+CLOSED_FIELDS = ("status", "error", "error_kind", "answer", "iterations", "finished_at",
+                 "duration_ms", "event_seq", "cancel_requested_at", *TOTAL_FIELDS)
+
+
 def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
-                now: datetime | None = None) -> ClosedTurn | None:
-    """End a running trace: totals from its steps, the turn's messages, the final state; then
-    dispatch the conversation's next queued trace. None when the attempt no longer owns it."""
+                now: datetime | None = None, trace: Trace | None = None) -> ClosedTurn | None:
+    """End a running trace: the turn's messages, the final state; then dispatch the
+    conversation's next queued trace. None when the attempt no longer owns it. ``trace``: the
+    caller's copy of the trace (with what announcements read), brought up to date; read here
+    otherwise."""
     now = now or timezone.now()
     with transaction.atomic():
         row = Trace.objects.filter(pk=trace_id).values("conversation_id", "started_at").first()
         if row is None:
             return None
         conversation_lock(row["conversation_id"])
-        totals = step_totals(trace_id)
+        # The totals are the trace's own: every step's write moved them with the ledger.
+        extra: dict[str, Any] = {}
         if outcome.stop_requested_at is not None:
-            totals["cancel_requested_at"] = Coalesce(F("cancel_requested_at"),
-                                                     Value(outcome.stop_requested_at))
+            extra["cancel_requested_at"] = Coalesce(F("cancel_requested_at"),
+                                                    Value(outcome.stop_requested_at))
         closed = trace_owned(trace_id, attempt).update(
             status=outcome.status, error=outcome.error, error_kind=outcome.error_kind[:32],
             answer=outcome.answer, iterations=outcome.iterations, finished_at=now,
             duration_ms=duration_ms(row["started_at"], now), event_seq=F("event_seq") + 1,
-            **totals)
+            **extra)
         if not closed:
             return None
         transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
@@ -243,7 +261,11 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
         ])
         Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
         dispatched = dispatch_next(row["conversation_id"], now)
-    trace = trace_for_live(trace_id)
+        if trace is not None:
+            for name, value in Trace.objects.filter(pk=trace_id).values(*CLOSED_FIELDS).get().items():
+                setattr(trace, name, value)
+    if trace is None:
+        trace = trace_for_live(trace_id)
     if trace.quota_keys:
         turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=trace.total_tokens)
     for message in messages:

@@ -340,37 +340,56 @@ def test_approve_and_deny_show_only_to_people_who_may_chat(client_for, alice, co
 
 # -- live fragments ------------------------------------------------------------------------------------
 @turns
-def test_a_finished_turn_is_announced_with_its_rendered_answer_and_the_meter(conversation, alice, sent_turns, use_redis):
+def test_a_finished_turn_is_announced_as_data_and_the_open_page_gets_its_answer_and_meter(
+        conversation, alice, sent_turns, use_redis, django_assert_num_queries):
     trace = answered(send(conversation, alice, "What is 2 + 3?"))
     Message.objects.filter(trace=trace, role="assistant").exclude(text="").update(text="**5** <script>x</script>")
-    groups, payload = live.trace_announcement(live_trace(trace))
-    assert payload["status"] == "completed"
+    loaded = live_trace(trace)
+    with django_assert_num_queries(0):  # nothing is read or rendered for nobody
+        groups, event = live.trace_announcement(loaded)
+    assert event["status"] == "completed" and "answer" not in event and "html" not in event
+    assert f"conversation_{conversation.uuid.hex}" in groups
+    payload = live.chat_payload(event)  # what the conversation's socket sends its page
     assert f'id="answer-{trace.uuid.hex}"' in payload["answer"] and "<strong>5</strong>" in payload["answer"]
     assert "&lt;script&gt;" in payload["answer"] and "<script>" not in payload["answer"]
-    assert 'id="meter"' in payload["meter"] and f"conversation_{conversation.uuid.hex}" in groups
+    assert 'id="meter"' in payload["meter"] and payload["seq"] == event["seq"]
 
 
 @turns
-def test_a_tool_step_is_announced_with_its_card(conversation, alice, sent_turns, use_redis):
+def test_a_tool_step_is_announced_as_data_and_the_open_page_gets_its_card(
+        conversation, alice, sent_turns, use_redis, django_assert_num_queries):
     trace = answered(send(conversation, alice, "What is 2 + 3?"))
     step = Step.objects.get(trace=trace, kind="tool_call")
     step.trace = live_trace(trace)
-    _, payload = live.step_announcement(step)
-    assert payload["kind"] == "tool_call" and payload["card_id"].startswith(f"call-{trace.uuid.hex}-")
+    with django_assert_num_queries(0):
+        _, event = live.step_announcement(step)
+    assert event["kind"] == "tool_call" and "card" not in event
+    payload = live.chat_payload(event)
+    assert payload["card_id"].startswith(f"call-{trace.uuid.hex}-")
     assert 'class="tool-card state-ok"' in payload["card"] and "2+3" in payload["card"]
     llm = Step.objects.filter(trace=trace, kind="llm_request").first()
     llm.trace = step.trace
-    _, payload = live.step_announcement(llm)
-    assert payload["kind"] == "llm" and payload["tokens"] == llm.total_tokens > 0
+    _, event = live.step_announcement(llm)
+    assert event["kind"] == "llm" and event["tokens"] == llm.total_tokens > 0
+    assert live.chat_payload(event) == event  # a model request's figures are data already
 
 
 def test_a_new_message_is_announced_with_where_it_sits(conversation, alice, sent_turns, django_capture_on_commit_callbacks):
     first = send(conversation, alice, "one")
     second = send(conversation, alice, "two")
-    message = Message.objects.select_related("trace", "conversation").get(pk=second.user_message_id)
-    _, payload = live.message_announcement(message)
-    assert payload["turn"] == second.uuid.hex and payload["parent"] == first.uuid.hex
+    message = Message.objects.select_related("trace", "conversation", "parent_turn").get(pk=second.user_message_id)
+    _, event = live.message_announcement(message)
+    assert event["turn"] == second.uuid.hex and event["parent"] == first.uuid.hex and "html" not in event
+    payload = live.chat_payload(event)
     assert f'id="answer-{second.uuid.hex}"' in payload["html"] and "two" in payload["html"]
+
+
+def test_an_event_whose_row_is_gone_reaches_the_page_as_it_is(conversation, alice, sent_turns):
+    trace = send(conversation, alice, "one")
+    event = {"event": "step", "trace": trace.uuid.hex, "seq": 3, "step": 9, "kind": "tool_call"}
+    assert live.chat_payload(event) == event
+    gone = {"event": "trace", "trace": "0" * 32, "seq": 3, "status": "completed"}
+    assert live.chat_payload(gone) == gone
 
 
 def test_deltas_reach_the_chat_as_bare_text():

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from agents.chat.live import chat_payload
 from agents.models import Message
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
@@ -15,6 +16,7 @@ from agentsite.logging import ScrubSecretsFilter
 from memory.models import MemoryEntry
 from tests.agents.runtime.secret_corpus import SECRETS
 from tests.helpers import drain, listen
+from traces.live import inspector_payload
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,8 +66,11 @@ def test_a_turn_whose_tool_returns_secrets_stores_and_broadcasts_none(make_agent
     stored.append(json.dumps(row, default=str))
     assert _leaks("\n".join(stored)) == []
 
-    frames = json.dumps(drain(channel))
-    assert "memory_recall" in frames and _leaks(frames) == []
+    announced = drain(channel)
+    frames = json.dumps(announced)
+    # What an open inspector and chat receive: the events with their fragments rendered.
+    rendered = json.dumps([inspector_payload(e) for e in announced] + [chat_payload(e) for e in announced])
+    assert "memory_recall" in rendered and _leaks(frames) == [] and _leaks(rendered) == []
 
     log_filter = ScrubSecretsFilter()
     for record in caplog.records:
