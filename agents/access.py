@@ -66,12 +66,21 @@ def can_act_in(membership: Membership | None, conversation: Conversation) -> boo
     return may_act_for(membership, conversation.created_by_id)
 
 
-def conversation_act_check(user: Any, conversation: Conversation, action: str) -> Membership:
+def conversation_act_check(user: Any, conversation: Conversation, action: str,
+                           membership: Membership | None = None) -> Membership:
     """The user's membership when they may act in ``conversation``; otherwise PermissionDenied
-    with a plain message naming ``action`` (such as "stop its turns")."""
-    membership = membership_for(user, conversation.team_id)
+    with a plain message naming ``action`` (such as "stop its turns"). ``membership``: the
+    user's, as the request resolved it (looked up otherwise)."""
+    if not _membership_of(membership, user, conversation.team_id):
+        membership = membership_for(user, conversation.team_id)
     if membership is None or not membership.can_chat:
         raise PermissionDenied(VIEWER_MESSAGE)
     if not can_act_in(membership, conversation):
         raise PermissionDenied(f"Only the conversation's owner or a team admin can {action}.")
     return membership
+
+
+def _membership_of(membership: Membership | None, user: Any, team_id: int) -> bool:
+    """Whether ``membership`` is ``user``'s membership of team ``team_id``."""
+    return (membership is not None and membership.team_id == team_id
+            and membership.user_id == getattr(user, "pk", None))

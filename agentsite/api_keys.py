@@ -149,7 +149,11 @@ def api_key_authenticate(token: str) -> Caller:
         raise ApiKeyRefused(f"This API key ({key.prefix}…) expired on "
                             f"{key.expires_at:%Y-%m-%d %H:%M} UTC. Create a new one.",
                             code="expired_api_key")
-    membership = membership_for(key.user, key.team_id)
+    # The person's membership of the key's team, once for the whole request (the team and
+    # person are the key's own: not read again).
+    membership = Membership.objects.filter(team_id=key.team_id, user_id=key.user_id).first()
+    if membership is not None:
+        membership.team, membership.user = key.team, key.user
     if membership is None or not key.user.is_active:
         raise ApiKeyRefused(f"The person this API key ({key.prefix}…) acts as is no longer in "
                             "the team, so the key cannot be used.")

@@ -45,6 +45,7 @@ from agents.api.turn_stream import (
     TurnTimeout,
     start_gate,
     trace_events,
+    trace_listening,
     turn_wait,
     with_keepalive,
 )
@@ -187,7 +188,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
     caller = scope_check(request, Scope.CHAT)
     agent, override = _agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
-    chat_membership(caller.user, caller.team)
+    chat_membership(caller.user, caller.team, caller.membership)
     bound = request.headers.get(CONVERSATION_HEADER, "").strip()
     conversation = None
     if bound:
@@ -195,7 +196,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
         if conversation.agent_id != agent.pk:
             raise ApiError(400, f"This conversation is with another agent; send model "
                                 f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
-        conversation_act_check(caller.user, conversation, "send messages in it")
+        conversation_act_check(caller.user, conversation, "send messages in it", caller.membership)
         history = []
     try:
         last = message_text_clean(last)
@@ -218,12 +219,13 @@ def chat_commit(prepared: Prepared) -> Started:
     """Store the request's conversation (a new ephemeral one holds the history it sent) and its
     message, and queue the turn (``turn_send``), in one transaction."""
     caller, conversation = prepared.caller, prepared.conversation
+    new = conversation is None
     with transaction.atomic():
         if conversation is None:
             conversation = conversation_create(
                 team=caller.team, agent=prepared.agent, user=caller.user,
                 title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
-                conversation_uuid=prepared.conversation_uuid)
+                conversation_uuid=prepared.conversation_uuid, membership=caller.membership)
             Message.objects.bulk_create([
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)
@@ -235,7 +237,9 @@ def chat_commit(prepared: Prepared) -> Started:
         try:
             trace = turn_send(conversation=conversation, user=caller.user, text=prepared.text,
                               api_key=caller.key, trace_uuid=prepared.trace_uuid,
-                              quota_keys=prepared.quota_keys, **prepared.trace_context).trace
+                              quota_keys=prepared.quota_keys, membership=caller.membership,
+                              agent=prepared.agent, new_conversation=new,
+                              **prepared.trace_context).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc
     return Started(trace, conversation, prepared.agent, prepared.model)
@@ -254,8 +258,11 @@ def _cancel(trace: Trace, user: Any) -> None:
 
 # -- the answer ----------------------------------------------------------------------------------
 def _finish_reason(trace: Trace) -> str:
-    outcome = (Message.objects.filter(trace=trace, role=Message.Role.ASSISTANT).order_by("-id")
-               .values_list("outcome", flat=True).first())
+    if hasattr(trace, "answer_outcome"):  # read with the trace (``turn_stream``)
+        outcome = trace.answer_outcome
+    else:
+        outcome = (Message.objects.filter(trace=trace, role=Message.Role.ASSISTANT).order_by("-id")
+                   .values_list("outcome", flat=True).first())
     return {"length": "length", "filtered": "content_filter"}.get(outcome or "", "stop")
 
 
@@ -326,27 +333,30 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _headers(response, prepared)
-    async with start_gate():
-        started = await sync_to_async(chat_commit)(prepared)
-    try:
-        trace = await turn_wait(started.trace, timeout_s=timeout)
-    except TurnTimeout:
+    async with trace_listening(prepared.trace_uuid) as listener:
+        async with start_gate():
+            started = await sync_to_async(chat_commit)(prepared)
+        try:
+            trace = await turn_wait(started.trace, timeout_s=timeout, listener=listener)
+        except TurnTimeout:
+            trace = None
+        except asyncio.CancelledError:
+            await sync_to_async(_cancel)(started.trace, request.user)
+            raise
+    if trace is None:
         await sync_to_async(_cancel)(started.trace, request.user)
         response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",
                                        "turn_timed_out"), status=504)
         response["X-Should-Retry"] = "false"
         return _headers(response, prepared)
-    except asyncio.CancelledError:
-        await sync_to_async(_cancel)(started.trace, request.user)
-        raise
     if trace.status != Trace.Status.COMPLETED:
         status, message, code = _turn_error(trace)
         response = JsonResponse(_error(status, message, code), status=status)
         # The turn ran (its tools may have acted): OpenAI's clients must not send it again.
         response["X-Should-Retry"] = "false"
         return _headers(response, prepared)
-    body_ = await sync_to_async(completion_body)(request, started, trace)
-    return _headers(JsonResponse(body_), prepared)
+    # The trace was read with its conversation and its answer's outcome: no query here.
+    return _headers(JsonResponse(completion_body(request, started, trace)), prepared)
 
 
 # -- streaming -----------------------------------------------------------------------------------
@@ -403,41 +413,43 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                                           "logprobs": None}]})
 
     yield chunk({"role": "assistant", "content": ""})
-    try:
-        async with start_gate():
-            trace = (await sync_to_async(chat_commit)(prepared)).trace
-    except ApiError as exc:
-        yield _sse(_error(exc.status, exc.message, exc.code or "invalid_request"))
-        return
-    except DatabaseError:
-        logger.exception("a streamed request's turn could not be stored")
-        yield _sse(_error(503, "The turn could not be stored; nothing was started. Try again.",
-                          "storage_unavailable"))
-        return
-    text = _Text()
-    ended = None
-    try:
-        async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s))) as stream:
-            async for payload in stream:
-                event = payload.get("event") if payload is not None else "quiet"
-                if event == "quiet":
-                    yield b": waiting\n\n"  # a comment: OpenAI's clients skip it
-                elif event == "delta":
-                    piece = text.take(payload)
-                    if piece:
-                        yield chunk({"content": piece})
-                elif event == "step" and payload.get("restarted_step") is not None:
-                    text.restart(int(payload["restarted_step"]))
-                elif event == "end":
-                    ended = payload["trace"]
-    except TurnTimeout:
-        await sync_to_async(_cancel)(trace, request.user)
-        yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
-        return
-    except (asyncio.CancelledError, GeneratorExit):
-        # The client went away: the turn stops too, instead of running on unseen.
-        await asyncio.shield(sync_to_async(_cancel)(trace, request.user))
-        raise
+    async with trace_listening(prepared.trace_uuid) as listener:
+        try:
+            async with start_gate():
+                trace = (await sync_to_async(chat_commit)(prepared)).trace
+        except ApiError as exc:
+            yield _sse(_error(exc.status, exc.message, exc.code or "invalid_request"))
+            return
+        except DatabaseError:
+            logger.exception("a streamed request's turn could not be stored")
+            yield _sse(_error(503, "The turn could not be stored; nothing was started. Try again.",
+                              "storage_unavailable"))
+            return
+        text = _Text()
+        ended = None
+        try:
+            async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s,
+                                                            listener=listener))) as stream:
+                async for payload in stream:
+                    event = payload.get("event") if payload is not None else "quiet"
+                    if event == "quiet":
+                        yield b": waiting\n\n"  # a comment: OpenAI's clients skip it
+                    elif event == "delta":
+                        piece = text.take(payload)
+                        if piece:
+                            yield chunk({"content": piece})
+                    elif event == "step" and payload.get("restarted_step") is not None:
+                        text.restart(int(payload["restarted_step"]))
+                    elif event == "end":
+                        ended = payload["trace"]
+        except TurnTimeout:
+            await sync_to_async(_cancel)(trace, request.user)
+            yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
+            return
+        except (asyncio.CancelledError, GeneratorExit):
+            # The client went away: the turn stops too, instead of running on unseen.
+            await asyncio.shield(sync_to_async(_cancel)(trace, request.user))
+            raise
     assert ended is not None
     if ended.status != Trace.Status.COMPLETED:
         status, message, code = _turn_error(ended)
@@ -450,10 +462,10 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
             yield chunk({"content": answer})
     elif answer.startswith(so_far) and len(answer) > len(so_far):
         yield chunk({"content": answer[len(so_far):]})
-    finish = await sync_to_async(_finish_reason)(ended)
-    yield chunk({}, finish)
+    # The trace was read with its conversation and its answer's outcome: no query here.
+    yield chunk({}, _finish_reason(ended))
     if include_usage:
-        extra = await sync_to_async(_agentsite)(request, ended)
+        extra = _agentsite(request, ended)
         yield _sse({**head, "choices": [], "usage": _usage(ended), "agentsite": extra})
     yield _sse("[DONE]")
 

@@ -12,13 +12,15 @@ import asyncio
 import time
 import weakref
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 
+from agents.models import Message
 from traces.live import trace_group
 from traces.models import Trace
 
@@ -52,50 +54,89 @@ class TurnTimeout(Exception):
 
 @sync_to_async
 def _trace(trace_id: int) -> Trace:
-    return Trace.objects.select_related("agent", "conversation", "api_key").get(pk=trace_id)
+    """The trace as its end is told: with its conversation, and the outcome of its last
+    answer (``answer_outcome``), in one query."""
+    last_answer = (Message.objects.filter(trace_id=OuterRef("pk"), role=Message.Role.ASSISTANT)
+                   .order_by("-id").values("outcome")[:1])
+    return (Trace.objects.select_related("conversation")
+            .annotate(answer_outcome=Subquery(last_answer)).get(pk=trace_id))
 
 
-async def trace_events(trace: Trace, *, timeout_s: float) -> AsyncIterator[dict[str, Any]]:
-    """The trace's live payloads (``delta``, ``step``, ``state``, ``trace``) until it ends;
-    then one last ``{"event": "end", "trace": <Trace>}`` with the trace as stored. Raises
-    ``TurnTimeout`` after ``timeout_s``."""
+class Listener:
+    """A channel of the layer subscribed to one trace's group (``trace_listening``)."""
+
+    def __init__(self, layer: Any, channel: str | None, group: str) -> None:
+        self.layer, self.channel, self.group = layer, channel, group
+
+
+@asynccontextmanager
+async def trace_listening(trace_uuid: Any) -> AsyncIterator[Listener]:
+    """Subscribed to the trace's announcements for the block: a caller that subscribes before
+    it stores the trace misses nothing of it and need not read it first."""
     layer = get_channel_layer()
-    deadline = time.monotonic() + timeout_s
-    channel = group = None
+    group = trace_group(trace_uuid)
+    channel = None
     if layer is not None:
         channel = await layer.new_channel()
-        group = trace_group(trace.uuid)
         await layer.group_add(group, channel)
     try:
-        current = await _trace(trace.pk)
-        while current.status not in ENDED:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TurnTimeout(f"The turn did not end within {timeout_s:g} s.")
-            payload = None
-            if layer is not None:
-                try:
-                    message = await asyncio.wait_for(layer.receive(channel), min(QUIET_S, left))
-                    payload = message.get("payload") if isinstance(message, dict) else None
-                except TimeoutError:
-                    payload = None
-            else:
-                await asyncio.sleep(min(QUIET_S, left))
-            if payload is None:
-                current = await _trace(trace.pk)
-                continue
-            yield payload
-            if payload.get("event") == "trace" and payload.get("status") in ENDED:
-                current = await _trace(trace.pk)
-        yield {"event": "end", "trace": current}
+        yield Listener(layer, channel, group)
     finally:
         if layer is not None:
             await layer.group_discard(group, channel)
 
 
-async def turn_wait(trace: Trace, *, timeout_s: float) -> Trace:
+async def trace_events(trace: Trace, *, timeout_s: float,
+                       listener: Listener | None = None) -> AsyncIterator[dict[str, Any]]:
+    """The trace's live payloads (``delta``, ``step``, ``state``, ``trace``) until it ends;
+    then one last ``{"event": "end", "trace": <Trace>}`` with the trace as stored. Raises
+    ``TurnTimeout`` after ``timeout_s``. ``listener``: subscribed before ``trace`` was stored
+    (then ``trace`` is taken as it is instead of being read first)."""
+    if listener is None:
+        async with trace_listening(trace.uuid) as listening:
+            async with aclosing(_events(trace, timeout_s=timeout_s, listener=listening,
+                                        fresh=False)) as events:
+                async for payload in events:
+                    yield payload
+        return
+    async with aclosing(_events(trace, timeout_s=timeout_s, listener=listener, fresh=True)) as events:
+        async for payload in events:
+            yield payload
+
+
+async def _events(trace: Trace, *, timeout_s: float, listener: Listener,
+                  fresh: bool) -> AsyncIterator[dict[str, Any]]:
+    layer, channel = listener.layer, listener.channel
+    deadline = time.monotonic() + timeout_s
+    # The database says when the turn has ended; the layer only says it sooner.
+    current = trace if fresh else await _trace(trace.pk)
+    while current.status not in ENDED:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TurnTimeout(f"The turn did not end within {timeout_s:g} s.")
+        payload = None
+        if layer is not None:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), min(QUIET_S, left))
+                payload = message.get("payload") if isinstance(message, dict) else None
+            except TimeoutError:
+                payload = None
+        else:
+            await asyncio.sleep(min(QUIET_S, left))
+        if payload is None:
+            current = await _trace(trace.pk)
+            continue
+        yield payload
+        if payload.get("event") == "trace" and payload.get("status") in ENDED:
+            current = await _trace(trace.pk)
+    if current is trace:  # ended before anything was announced (the layer is absent)
+        current = await _trace(trace.pk)
+    yield {"event": "end", "trace": current}
+
+
+async def turn_wait(trace: Trace, *, timeout_s: float, listener: Listener | None = None) -> Trace:
     """The trace once its turn has ended (``TurnTimeout`` after ``timeout_s``)."""
-    async with aclosing(trace_events(trace, timeout_s=timeout_s)) as events:
+    async with aclosing(trace_events(trace, timeout_s=timeout_s, listener=listener)) as events:
         async for payload in events:
             if payload.get("event") == "end":
                 return payload["trace"]

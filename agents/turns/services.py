@@ -45,8 +45,12 @@ INTERRUPT_REASON = "interrupted by a new message"
 TRACESTATE_MAX_CHARS = 512
 
 
-def chat_membership(user: Any, team: Team | int) -> Membership:
-    membership = membership_for(user, team)
+def chat_membership(user: Any, team: Team | int, membership: Membership | None = None) -> Membership:
+    """The user's membership of ``team`` when they may chat there (else PermissionDenied);
+    ``membership``: theirs as the request resolved it (looked up otherwise)."""
+    team_id = team.pk if isinstance(team, Team) else team
+    if membership is None or membership.team_id != team_id or membership.user_id != getattr(user, "pk", None):
+        membership = membership_for(user, team)
     if membership is None or not membership.can_chat:
         raise PermissionDenied(VIEWER_MESSAGE)
     return membership
@@ -54,11 +58,13 @@ def chat_membership(user: Any, team: Team | int) -> Membership:
 
 def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "",
                         api_key: ApiKey | None = None, ephemeral: bool = False,
-                        conversation_uuid: uuid.UUID | None = None) -> Conversation:
+                        conversation_uuid: uuid.UUID | None = None,
+                        membership: Membership | None = None) -> Conversation:
     """A new conversation of ``user`` with one of the team's agents (a member, not a viewer).
     ``api_key``: started through the API with that key; ``ephemeral``: a stateless API request's
-    record, left out of the chat's lists."""
-    chat_membership(user, team)
+    record, left out of the chat's lists; ``membership``: the user's, as the request resolved
+    it."""
+    chat_membership(user, team, membership)
     if agent.team_id != team.pk:
         raise PermissionDenied("That agent belongs to another team.")
     fields = {"uuid": conversation_uuid} if conversation_uuid is not None else {}
@@ -125,7 +131,8 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
               client_id: str = "", attachments: Sequence[str] = (), api_key: ApiKey | None = None,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
               quota_keys: list[str] | None = None, traceparent: str = "",
-              tracestate: str = "") -> SentTurn:
+              tracestate: str = "", membership: Membership | None = None,
+              agent: Agent | None = None, new_conversation: bool = False) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -148,11 +155,17 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
 
     ``traceparent`` and ``tracestate``: the W3C trace context of the request that sent the
     message (an API call's headers); kept in the new trace's ``meta`` when valid, so the turn's
-    spans join the caller's trace (``trace_context_meta``; an invalid one is ignored)."""
-    conversation_act_check(user, conversation, "send messages in it")
+    spans join the caller's trace (``trace_context_meta``; an invalid one is ignored).
+
+    What the caller resolved already is not looked up again: ``membership`` (the user's, as
+    the request resolved it), ``agent`` (the conversation's, with its provider), and
+    ``new_conversation`` (the conversation was created in the caller's transaction: nothing of
+    it runs and there is no earlier turn to continue)."""
+    membership = conversation_act_check(user, conversation, "send messages in it", membership)
     conversation_check_open(conversation)
     client_id = (client_id or "").strip()[:64]
-    agent = Agent.objects.select_related("provider").get(pk=conversation.agent_id)
+    if agent is None or agent.pk != conversation.agent_id:
+        agent = Agent.objects.select_related("provider").get(pk=conversation.agent_id)
     images = attachments_for_message(conversation=conversation, user=user, ids=attachments) if attachments else []
     text = message_text_clean(text, images=len(images))
     if images:
@@ -165,15 +178,17 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     if quota_keys is None:
         if prompt_tokens is None:
             prompt_tokens = estimate_tokens([{"role": "user", "content": text}])
-        quota_keys = turn_admit(membership=membership_for(user, conversation.team_id),
-                                api_key=api_key, request_id=trace_uuid.hex, tokens=prompt_tokens)
+        quota_keys = turn_admit(membership=membership, api_key=api_key, request_id=trace_uuid.hex,
+                                tokens=prompt_tokens)
     with transaction.atomic():
         conversation_lock(conversation.pk)
         if client_id:
             sent = _sent_before(conversation, client_id)
             if sent is not None:
                 return SentTurn(sent, resent=True)
-        if parent is LATEST:
+        if new_conversation:
+            parent_id = None
+        elif parent is LATEST:
             parent_id = (Trace.objects.filter(conversation_id=conversation.pk)
                          .order_by("-id").values_list("id", flat=True).first())
         else:
@@ -186,8 +201,8 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
         context = trace_context_meta(traceparent, tracestate)
         trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message,
-                             uuid=trace_uuid, api_key=api_key, quota_keys=quota_keys,
-                             **({"meta": context} if context else {}))
+                             new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
+                             quota_keys=quota_keys, **({"meta": context} if context else {}))
         message.trace = trace
         message.save(update_fields=["trace"])
         if not conversation.title:
@@ -248,20 +263,22 @@ def _title_from(text: str) -> str:
 
 
 def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message,
-                 **fields: Any) -> Trace:
+                 new_conversation: bool = False, **fields: Any) -> Trace:
     """A queued trace answering ``message``: sent now when nothing else of the conversation is
     in flight, else queued behind it (or, when the agent says so, interrupting it). Call inside
-    a transaction that holds the conversation's lock."""
+    a transaction that holds the conversation's lock. ``new_conversation``: the conversation
+    was created in this transaction (nothing of it is in flight)."""
     now = timezone.now()
-    earlier = list(conversation_active_traces(conversation=conversation))
+    earlier = [] if new_conversation else list(conversation_active_traces(conversation=conversation))
     trace = Trace.objects.create(
         team_id=conversation.team_id, conversation=conversation, agent=agent,
         agent_version=agent.version, user=user, user_message=message,
-        status=Trace.Status.QUEUED, **fields)
+        status=Trace.Status.QUEUED, enqueued_at=None if earlier else now, **fields)
     trace.user_message = message
-    Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
+    if not new_conversation:
+        Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
     if not earlier:
-        trace_enqueue(trace=trace, now=now)
+        trace_enqueue(trace=trace, now=now, marked=True)
     elif agent.interrupt_on_new_message:
         for older in earlier:
             if not trace_cancel_queued(trace=older, reason=INTERRUPT_REASON, now=now):
