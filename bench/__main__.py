@@ -50,12 +50,16 @@ BENCHES = {
 
 
 def _commit() -> str:
+    """The commit measured, saying so when the tree had changes on top of it."""
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_measure.ROOT,  # noqa: S607
-                              capture_output=True, text=True, check=True)
-        return done.stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_measure.ROOT,  # noqa: S607
+                              capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],  # noqa: S607
+                                 cwd=_measure.ROOT, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    changed_files = [line for line in changed.splitlines() if not line.endswith("bench/baseline.json")]
+    return f"{head} with uncommitted changes" if changed_files else head
 
 
 def summary(results: list[dict], tolerance: float) -> None:

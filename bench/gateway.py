@@ -179,7 +179,9 @@ async def request(client: httpx.AsyncClient, target: Target, streamed: bool) -> 
         elif not sample.error and sample.first_text is None:
             sample.error = "a stream without text"
     except httpx.HTTPError as exc:
-        sample.error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        cause = str(exc) or repr(exc.__context__ or "")
+        when = "mid-stream" if sample.first_text is not None else "before the answer"
+        sample.error = f"{type(exc).__name__} {when}: {cause}".rstrip(": ")
     return sample
 
 
