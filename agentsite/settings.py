@@ -77,8 +77,6 @@ INSTALLED_APPS = [
 
 # Where the API lives (agents.api): JSON bodies, read by its own parser, not as forms.
 API_PATH_PREFIXES = ("/api/", "/v1/")
-# How many OpenAI-compatible requests one web process starts at once (the rest queue in order).
-API_START_CONCURRENCY = env.int("API_START_CONCURRENCY", default=4)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -122,10 +120,21 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'agentsite.sqlite3'}"),
 }
+# PostgreSQL: each process takes its connections from a pool of at most DATABASE_POOL_MAX
+# (web processes, workers and beat each have their own), and a thread gives its connection back
+# as soon as its piece of work is done (``agentsite.db.connection_release``), so the server sees
+# at most processes x DATABASE_POOL_MAX connections whatever the threads. A thread that finds
+# the pool empty waits up to DATABASE_POOL_TIMEOUT_S. DATABASE_POOL_MAX=0 turns the pool off:
+# then a connection per thread, kept CONN_MAX_AGE seconds (a PgBouncer in front bounds them).
+DATABASE_POOL_MAX = env.int("DATABASE_POOL_MAX", default=10)
+DATABASE_POOL_TIMEOUT_S = env.float("DATABASE_POOL_TIMEOUT_S", default=30.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A web process and worker threads write at once: WAL, a busy timeout and IMMEDIATE
-    # transactions keep SQLite from answering "database is locked". The PRAGMA is what SQLite
-    # applies (it runs after connecting and overrides ``timeout``): keep the two equal.
+    # transactions keep SQLite from answering "database is locked", and each process takes its
+    # write transactions one at a time (agentsite.db.sqlite3), so only processes meet at the
+    # file's lock. The PRAGMA is what SQLite applies (it runs after connecting and overrides
+    # ``timeout``): keep the two equal.
+    DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
@@ -134,8 +143,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_MAX > 0:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": DATABASE_POOL_TIMEOUT_S,
+            # Connections idle this long are closed (down to min_size).
+            "max_idle": 60.0,
+        }
+    else:
+        DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

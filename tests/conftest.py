@@ -33,7 +33,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
     from django.conf import settings
 
     database = settings.DATABASES["default"]
-    if database["ENGINE"] == "django.db.backends.sqlite3":
+    if database["ENGINE"].endswith(".sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
 
 

@@ -150,7 +150,7 @@ def database_url(settings_dict: dict[str, Any]) -> str:
     """The URL of the database of ``settings_dict`` (a connection's), for another process."""
     from urllib.parse import quote
 
-    if settings_dict["ENGINE"] == "django.db.backends.sqlite3":
+    if settings_dict["ENGINE"].endswith(".sqlite3"):
         return f"sqlite:///{settings_dict['NAME']}"
     user = quote(settings_dict["USER"] or "")
     password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict["PASSWORD"] else ""

@@ -221,9 +221,15 @@ class TraceRecorder:
     async def start(self) -> None:
         """Load the steps a previous run of this trace stored, so its events land on them (a
         trace without steps, the first run of a turn, has none to load)."""
-        if not self.trace.step_count and self.attempt <= 1 and not self.trace.forked_from_id:
-            return
-        steps = await self.db(services.step_keys, trace_id=self.trace.pk)
+        if self.needs_stored():
+            self.use_stored(await self.db(services.step_keys, trace_id=self.trace.pk))
+
+    def needs_stored(self) -> bool:
+        """Whether the trace may hold steps already (``start`` reads them, or the caller passes
+        them to ``use_stored`` from ``services.step_keys``)."""
+        return bool(self.trace.step_count or self.attempt > 1 or self.trace.forked_from_id)
+
+    def use_stored(self, steps: services.StoredSteps) -> None:
         stored, self.stored_upto = steps.keyed, steps.last_seq
         self.keys = {key: seq for key, (seq, _) in stored.items()}
         self.values = {seq: values for seq, values in stored.values()}

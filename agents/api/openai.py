@@ -29,7 +29,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -43,7 +42,6 @@ from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMess
 from agents.api.trace_context import request_trace_context
 from agents.api.turn_stream import (
     TurnTimeout,
-    start_gate,
     trace_events,
     trace_listening,
     turn_wait,
@@ -61,6 +59,7 @@ from agents.turns.services import (
     turn_send,
 )
 from agentsite.api_keys import Caller
+from agentsite.db import db_async
 from agentsite.models import ApiKey
 from traces.json_values import usd
 from traces.models import Trace
@@ -321,7 +320,7 @@ def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dic
                                  "`data: [DONE]`."),
                  "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> HttpResponse:
-    prepared = await sync_to_async(chat_prepare)(request, body)
+    prepared = await db_async(chat_prepare)(request, body)
     timeout = prepared.agent.hard_time_limit_s + WAIT_MARGIN_S
     if body.stream:
         # The answer starts now; the turn is stored and queued by the stream itself, so the
@@ -334,17 +333,16 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         response["X-Accel-Buffering"] = "no"
         return _headers(response, prepared)
     async with trace_listening(prepared.trace_uuid) as listener:
-        async with start_gate():
-            started = await sync_to_async(chat_commit)(prepared)
+        started = await db_async(chat_commit)(prepared)
         try:
             trace = await turn_wait(started.trace, timeout_s=timeout, listener=listener)
         except TurnTimeout:
             trace = None
         except asyncio.CancelledError:
-            await sync_to_async(_cancel)(started.trace, request.user)
+            await db_async(_cancel)(started.trace, request.user)
             raise
     if trace is None:
-        await sync_to_async(_cancel)(started.trace, request.user)
+        await db_async(_cancel)(started.trace, request.user)
         response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",
                                        "turn_timed_out"), status=504)
         response["X-Should-Retry"] = "false"
@@ -415,8 +413,7 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
     yield chunk({"role": "assistant", "content": ""})
     async with trace_listening(prepared.trace_uuid) as listener:
         try:
-            async with start_gate():
-                trace = (await sync_to_async(chat_commit)(prepared)).trace
+            trace = (await db_async(chat_commit)(prepared)).trace
         except ApiError as exc:
             yield _sse(_error(exc.status, exc.message, exc.code or "invalid_request"))
             return
@@ -443,12 +440,12 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                     elif event == "end":
                         ended = payload["trace"]
         except TurnTimeout:
-            await sync_to_async(_cancel)(trace, request.user)
+            await db_async(_cancel)(trace, request.user)
             yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
             return
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away: the turn stops too, instead of running on unseen.
-            await asyncio.shield(sync_to_async(_cancel)(trace, request.user))
+            await asyncio.shield(db_async(_cancel)(trace, request.user))
             raise
     assert ended is not None
     if ended.status != Trace.Status.COMPLETED:

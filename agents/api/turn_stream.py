@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
 from agents.models import Message
+from agentsite.db import db_async
 from traces.live import trace_group
 from traces.models import Trace
 
@@ -32,27 +30,11 @@ KEEPALIVE_S = 15.0
 T = TypeVar("T")
 
 
-_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary())
-
-
-def start_gate() -> asyncio.Semaphore:
-    """How many requests of this web process start a turn at once (``API_START_CONCURRENCY``):
-    starting one is a short write transaction, and a burst of them beyond what the database
-    takes at once only makes every one wait on its lock (SQLite: "database is locked"). The rest
-    wait here, on the event loop, in arrival order."""
-    loop = asyncio.get_running_loop()
-    gate = _gates.get(loop)
-    if gate is None:
-        gate = _gates[loop] = asyncio.Semaphore(settings.API_START_CONCURRENCY)
-    return gate
-
-
 class TurnTimeout(Exception):
     """The turn did not end within the time the caller waits."""
 
 
-@sync_to_async
+@db_async
 def _trace(trace_id: int) -> Trace:
     """The trace as its end is told: with its conversation, and the outcome of its last
     answer (``answer_outcome``), in one query."""

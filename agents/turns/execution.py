@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -65,9 +66,17 @@ from agents.turns.providers import TurnSetupError
 from agents.turns.replay import turn_plan
 from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
+from agentsite.db import releasing
 from traces.models import Trace
 from traces.recorder import TraceRecorder
-from traces.services import TraceNotOwned, reason_sentence, trace_configure, trace_heartbeat
+from traces.services import (
+    StoredSteps,
+    TraceNotOwned,
+    reason_sentence,
+    step_keys,
+    trace_configure,
+    trace_heartbeat,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -145,11 +154,12 @@ class TurnDb:
             db.close()
 
     def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        return self.executor.submit(fn, *args, **kwargs).result()
+        return self.executor.submit(releasing(fn), *args, **kwargs).result()
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        # Pooled connections go back after each call: a turn waiting on its model holds none.
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(self.executor, functools.partial(releasing(fn), *args, **kwargs))
 
     def close(self) -> None:
         """Close the thread's connections and stop the thread."""
@@ -268,28 +278,22 @@ class TurnRun:
 
     async def _run(self) -> str:
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
-        try:
-            # An earlier attempt recorded steps: continue from them (its cut-off requests end
-            # as aborted attempts first, so the recorder starts from what is stored).
-            self.plan = await self.db(turn_plan, trace=self.trace, attempt=self.attempt)
-            await self.recorder.start()
-            setup = await self.db(turn_setup_build, trace=self.trace, on_retry=self.recorder.emit,
-                                  db=self.db)
-        except TurnSetupError as exc:
-            return await self._fail(str(exc), "config")
-        except Exception:
-            logger.exception("trace %s: setup failed", self.trace.pk)
+        # Everything before the loop in one visit to the database thread.
+        prepared = await self.db(self._prepare)
+        self.plan = prepared.plan
+        if prepared.stored is not None:
+            self.recorder.use_stored(prepared.stored)
+        if isinstance(prepared.error, TurnSetupError):
+            return await self._fail(str(prepared.error), "config")
+        if prepared.error is not None:
+            logger.error("trace %s: setup failed", self.trace.pk, exc_info=prepared.error)
             return await self._fail(SETUP_ERROR_MESSAGE, "internal")
-        try:
-            configured = await self.db(
-                trace_configure, trace_id=self.trace.pk, attempt=self.attempt,
-                routing=setup.routing, provider_name=setup.provider_name,
-                provider_kind=setup.provider_kind, model=setup.model, warnings=setup.warnings,
-                agent_version=setup.agent_version, meta=self.trace.meta)
-        except TraceNotOwned:
+        setup = prepared.setup
+        assert setup is not None
+        if prepared.configured is None:  # the trace was taken from this attempt
             await _aclose(setup.provider)
             return "lost"
-        for name, value in configured.items():
+        for name, value in prepared.configured.items():
             setattr(self.trace, name, value)
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
         if self.plan is not None:
@@ -303,6 +307,29 @@ class TurnRun:
             await self._message_sending(setup, outcome, iteration=result.iterations)
         closed = await self._finish(outcome)
         return closed.trace.status if closed is not None else "lost"
+
+    def _prepare(self) -> Prepared:
+        """On the database thread: what an earlier attempt recorded (the turn continues from
+        it; its cut-off requests end as aborted attempts first, so the recorder starts from
+        what is stored), the turn's setup, and the record of how it was set up."""
+        prepared = Prepared(plan=turn_plan(trace=self.trace, attempt=self.attempt))
+        if self.recorder.needs_stored():
+            prepared.stored = step_keys(trace_id=self.trace.pk)
+        try:
+            prepared.setup = setup = turn_setup_build(trace=self.trace, on_retry=self.recorder.emit,
+                                                      db=self.db)
+        except Exception as exc:  # noqa: BLE001 - reported by the turn (its error step)
+            prepared.error = exc
+            return prepared
+        try:
+            prepared.configured = trace_configure(
+                trace_id=self.trace.pk, attempt=self.attempt, routing=setup.routing,
+                provider_name=setup.provider_name, provider_kind=setup.provider_kind,
+                model=setup.model, warnings=setup.warnings, agent_version=setup.agent_version,
+                meta=self.trace.meta)
+        except TraceNotOwned:
+            prepared.configured = None
+        return prepared
 
     # -- message hooks ------------------------------------------------------------------------------
     async def _message_received(self, setup: TurnSetup) -> bool:
@@ -474,11 +501,8 @@ class TurnRun:
             recorder.lose()
             return None
         recorder.trace = closed.trace
-        told = recorder.announcements
-        for message in closed.messages:
-            if told.message is not None and message.role == "assistant" and message.text.strip():
-                await recorder.announce(told.message, message)
-        await recorder.announce(told.trace, closed.trace)
+        # The answer goes out with the turn's end (the page renders it from the record).
+        await recorder.announce(recorder.announcements.trace, closed.trace)
         return closed
 
     def _outcome(self, result: TurnResult | None, setup: TurnSetup) -> TurnOutcome:
@@ -516,6 +540,19 @@ class TurnRun:
 
 
 INCOMPLETE_OUTCOMES = (Outcome.LENGTH, Outcome.REFUSAL, Outcome.FILTERED)
+
+
+@dataclass
+class Prepared:
+    """A turn before its loop (``TurnRun._prepare``): the plan it continues from, the steps
+    stored already, its setup (or the error that stopped it) and the fields recorded of it
+    (None when the trace is no longer this attempt's)."""
+
+    plan: ResumePlan | None
+    stored: StoredSteps | None = None
+    setup: TurnSetup | None = None
+    error: Exception | None = None
+    configured: dict[str, Any] | None = field(default_factory=dict)
 
 
 def stored_messages(messages: list[RuntimeMessage], tool_names: list[str], *,

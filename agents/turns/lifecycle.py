@@ -31,7 +31,6 @@ from traces.live import announce_sync
 from traces.models import Trace
 from traces.rollups import TOTAL_FIELDS
 from traces.services import (
-    LIVE_RELATED,
     duration_ms,
     reason_sentence,
     trace_for_live,
@@ -42,6 +41,8 @@ logger = logging.getLogger(__name__)
 Status = Trace.Status
 
 TURN_TASK = "agents.turns.tasks.turn_run"
+# What a claimed trace is read with.
+CLAIM_RELATED = ("conversation", "agent__provider", "user_message")
 # Extra seconds Celery's own hard limit gives after ours, for pools that enforce it.
 CELERY_HARD_MARGIN_S = 15
 
@@ -126,12 +127,12 @@ def trace_enqueue(*, trace: Trace, now: datetime | None = None, marked: bool = F
 def next_queued(conversation_id: int) -> Trace | None:
     """The conversation's trace that runs next: its oldest queued one, when nothing of it runs.
     Call inside a transaction that holds the conversation's lock."""
-    queued = (Trace.objects.filter(conversation_id=conversation_id, status=Status.QUEUED)
-              .select_related("agent").order_by("created_at", "id").first())
-    if queued is None or Trace.objects.filter(conversation_id=conversation_id,
-                                              status=Status.RUNNING).exists():
+    waiting = list(Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
+                   .values_list("pk", "status").order_by("created_at", "id"))
+    queued = [pk for pk, status in waiting if status == Status.QUEUED]
+    if not queued or len(queued) < len(waiting):  # none waits, or one runs
         return None
-    return queued
+    return Trace.objects.select_related("agent").get(pk=queued[0])
 
 
 def dispatch_next(conversation_id: int, now: datetime) -> Trace | None:
@@ -163,9 +164,9 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
                            event_seq=F("event_seq") + 1))
         if not claimed:
             return None
-    # What the turn runs with, in one query: its agent and provider, its conversation, message,
-    # person and key (the turn's setup and its announcements need no query of their own).
-    return Trace.objects.select_related(*LIVE_RELATED, "agent__provider").get(pk=trace_id)
+    # What the turn runs with, in one query: its agent and provider, its conversation and
+    # message (its setup and its announcements need no query of their own for them).
+    return Trace.objects.select_related(*CLAIM_RELATED).get(pk=trace_id)
 
 
 def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: datetime | None = None,
@@ -237,9 +238,12 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
     otherwise."""
     now = now or timezone.now()
     with transaction.atomic():
-        row = Trace.objects.filter(pk=trace_id).values("conversation_id", "started_at").first()
-        if row is None:
-            return None
+        if trace is not None:
+            row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at}
+        else:
+            row = Trace.objects.filter(pk=trace_id).values("conversation_id", "started_at").first()
+            if row is None:
+                return None
         conversation_lock(row["conversation_id"])
         # The totals are the trace's own: every step's write moved them with the ledger.
         extra: dict[str, Any] = {}

@@ -44,6 +44,7 @@ from agents.models import TurnWorker
 from agents.turns.attachments import attachments_unsent_forget
 from agents.turns.lifecycle import trace_hand_back
 from agents.turns.reaper import trace_reap
+from agentsite.db import connection_release
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class TurnWorkerLife:
                 try:
                     wait = tick()
                     self._recovered(tick.__name__)
+                    connection_release()  # a pooled connection goes back between ticks
                 except Exception:  # noqa: BLE001 - logged; the next tick tries again
                     self._failed(tick.__name__)
                     connection.close()  # a broken connection is opened afresh next time

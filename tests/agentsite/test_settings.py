@@ -72,7 +72,7 @@ def test_manage_py_dev_turns_debug_on(tmp_path):
 def test_defaults_are_the_embedded_setup(tmp_path):
     s = settings_in(tmp_path, DEBUG="1")
     assert s["debug"] is True
-    assert s["engine"] == "django.db.backends.sqlite3"
+    assert s["engine"] == "agentsite.db.sqlite3"  # Django's, with one writer per process
     assert s["name"] == str(tmp_path / "var" / "agentsite.sqlite3")
     # SQLite tuned for a web process and worker threads writing at once.
     assert "journal_mode=WAL" in s["options"]["init_command"]

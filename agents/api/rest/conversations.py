@@ -13,7 +13,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
@@ -25,12 +24,13 @@ from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
 from agents.api.rest.traces import TraceOut, trace_out
 from agents.api.trace_context import request_trace_context
-from agents.api.turn_stream import TurnTimeout, start_gate, turn_wait
+from agents.api.turn_stream import TurnTimeout, turn_wait
 from agents.models import Conversation, Message
 from agents.turns.quotas import budgets_admit
 from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
 from agents.turns.services import conversation_create as turn_conversation_create
 from agentsite.api_keys import Caller
+from agentsite.db import db_async
 from agentsite.models import ApiKey, Membership
 from traces.models import Trace
 
@@ -215,13 +215,12 @@ async def message_send(request: HttpRequest, conversation_id: str, body: Message
     With ``wait`` it is 200 once the turn has ended, with the answer; a turn still running
     when the wait is over is a 202 as without it. Scope `chat`; the conversation's owner or a
     team admin, never a viewer (403). Rate limits and blocking budgets answer 429."""
-    async with start_gate():  # as the OpenAI endpoint: a burst queues in order, not on the lock
-        trace, resent, wait_s = await sync_to_async(_send)(request, conversation_id, body)
+    trace, resent, wait_s = await db_async(_send)(request, conversation_id, body)
     if body.wait:
         try:
             await turn_wait(trace, timeout_s=wait_s)
         except TurnTimeout:
             pass
-    out = await sync_to_async(_sent_out)(request, trace.pk, resent)
+    out = await db_async(_sent_out)(request, trace.pk, resent)
     ended = out["trace"]["status"] not in Trace.ACTIVE
     return Status(200 if body.wait and ended else 202, out)

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Router
 
@@ -24,6 +23,7 @@ from agents.api.auth import caller_of, scope_check
 from agents.api.errors import errors
 from agents.api.rest.traces import trace_for, usage_out
 from agents.api.turn_stream import TurnTimeout, trace_events, with_keepalive
+from agentsite.db import db_async
 from agentsite.models import ApiKey
 from traces.json_values import usd
 from traces.models import Trace
@@ -82,7 +82,7 @@ def _trace(request: HttpRequest, trace_id: str) -> tuple[Trace, float]:
                 "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def trace_events_api(request: HttpRequest, trace_id: str) -> HttpResponse:
     """A turn's live events until it ends. Scope `chat` or `traces:read`."""
-    trace, timeout_s = await sync_to_async(_trace)(request, trace_id)
+    trace, timeout_s = await db_async(_trace)(request, trace_id)
     response = StreamingHttpResponse(event_stream(trace, timeout_s=timeout_s), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -1,0 +1,102 @@
+"""The database as the platform uses it: SQLite writers of one process take turns, and pooled
+PostgreSQL connections go back to their pool as soon as a piece of work is done."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+
+from agentsite.db import connection_release, releasing
+from agentsite.models import Team
+
+pytestmark = pytest.mark.django_db(transaction=True)
+sqlite_only = pytest.mark.skipif("connection.vendor != 'sqlite'", reason="SQLite's one writer per process")
+pooled_only = pytest.mark.skipif("not getattr(connection, 'pool', None)",
+                                 reason="PostgreSQL with a connection pool (DATABASE_URL)")
+
+
+@sqlite_only
+def test_writers_of_one_process_take_turns_and_none_is_told_the_database_is_locked():
+    inside, most, errors = [0], [0], []
+    lock = threading.Lock()
+
+    def writer(index: int) -> None:
+        try:
+            # SQLite itself would give up after 50 ms of waiting for the file's lock: the writers
+            # of this process never meet there, they wait their turn before it.
+            connection.ensure_connection()
+            connection.connection.execute("PRAGMA busy_timeout = 50")
+            for round_ in range(5):
+                with transaction.atomic():
+                    with lock:
+                        inside[0] += 1
+                        most[0] = max(most[0], inside[0])
+                    Team.objects.create(name=f"writer {index}.{round_}")
+                    time.sleep(0.01)  # a transaction that takes a while: the others wait their turn
+                    with lock:
+                        inside[0] -= 1
+        except Exception as exc:  # noqa: BLE001 - what the test reports
+            errors.append(repr(exc))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert most[0] == 1  # one write transaction at a time in this process
+    assert Team.objects.filter(name__startswith="writer ").count() == 24 * 5
+
+
+@sqlite_only
+def test_a_failed_write_transaction_lets_the_next_writer_in():
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        Team.objects.create(name="rolled back")
+        1 / 0  # noqa: B018 - the transaction fails and rolls back
+    done = []
+    thread = threading.Thread(target=lambda: (Team.objects.create(name="next"), done.append(1),
+                                              connections.close_all()))
+    thread.start()
+    thread.join(10)
+    assert done == [1] and not Team.objects.filter(name="rolled back").exists()
+
+
+@pooled_only
+def test_a_pooled_connection_goes_back_after_a_piece_of_work_but_not_inside_a_transaction():
+    pool = connection.pool
+    releasing(lambda: Team.objects.count())()
+    assert connection.connection is None  # given back to the pool
+    with transaction.atomic():
+        Team.objects.count()
+        connection_release()
+        assert connection.connection is not None  # a transaction keeps its connection
+    connection_release()
+    assert connection.connection is None
+    assert pool.get_stats()["pool_max"] >= 1
+
+
+@pooled_only
+def test_many_threads_share_a_pool_of_few_connections():
+    pool = connection.pool
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                releasing(lambda: Team.objects.count())()
+                time.sleep(0.01)  # waiting between queries holds no connection
+        except Exception as exc:  # noqa: BLE001 - what the test reports
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert pool.get_stats().get("pool_size", 0) <= pool.max_size
