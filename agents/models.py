@@ -147,6 +147,9 @@ class ProviderModel(models.Model):
     vision = models.BooleanField(null=True, blank=True)
     prompt_caching = models.BooleanField(null=True, blank=True)
     streaming = models.BooleanField(null=True, blank=True)
+    # Every change moves it: turns keep the team's configuration they read until it does
+    # (``agents.turns.team_config``).
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["provider_id", "model"]
@@ -557,6 +560,7 @@ class RoutingRule(models.Model):
     priority = models.IntegerField(default=0)
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-priority", "id"]
@@ -573,6 +577,7 @@ class ModelRoute(models.Model):
     hint = models.CharField(max_length=64)
     provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="routes")
     model = models.CharField(max_length=200)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["hint", "id"]

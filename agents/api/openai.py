@@ -20,6 +20,7 @@ caller's trace (``agents.api.trace_context``); an invalid one is ignored.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -49,6 +50,7 @@ from agents.api.turn_stream import (
 )
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
+from agents.team_config import kept, team_config_read
 from agents.turns.quotas import budgets_admit, turn_admit
 from agents.turns.services import (
     chat_membership,
@@ -114,7 +116,9 @@ class Started:
 
 def _agent_for(team: Any, name: str) -> tuple[Agent, str]:
     slug, _, model = (name or "").strip().partition("/")
-    agent = Agent.objects.select_related("provider").filter(team=team, slug=slug).first()
+    found = kept(team.pk, ("agent by slug", slug),
+                 lambda: Agent.objects.select_related("provider").filter(team=team, slug=slug).first())
+    agent = copy.copy(found)  # kept for every request of the process: this one's own copy
     if agent is None:
         raise ApiError(404, f"The model {name!r} does not exist: no agent of this team has the slug "
                             f"{slug!r}. GET /v1/models lists the agents this key may call.",
@@ -185,6 +189,11 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
     agent and model, the messages, the bound conversation (seen and open to this person), the
     budgets, and the rate limits (whose places this takes, under the turn's id to be)."""
     caller = scope_check(request, Scope.CHAT)
+    with team_config_read(caller.team.pk):  # the agent and budgets as this process has them
+        return _prepare(request, body, caller)
+
+
+def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
     agent, override = _agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
     chat_membership(caller.user, caller.team, caller.membership)

@@ -19,6 +19,7 @@ from agents.models import Agent
 from agents.models import Tool as ToolRow
 from agents.runtime.builtin import CalculatorTool, CurrentTimeTool
 from agents.runtime.tools import ASK, DENY, POLICIES, Tool
+from agents.team_config import kept
 from agentsite.crypto import SecretUnreadable
 from agentsite.models import Membership
 
@@ -190,9 +191,13 @@ def runtime_tools(agent: Agent, *, context: ToolContext,
     tools, which a fork may run with although the agent has dropped them since)."""
     tools: list[Tool] = []
     warnings: list[str] = []
-    rows = (agent.tools.all() if names is None else ToolRow.objects.filter(name__in=names))
-    rows = rows.filter(team_id=agent.team_id, enabled=True).select_related("mcp_server")
-    for row in rows.order_by("name"):
+    def read() -> list[ToolRow]:
+        rows = (agent.tools.all() if names is None else ToolRow.objects.filter(name__in=names))
+        return list(rows.filter(team_id=agent.team_id, enabled=True).select_related("mcp_server")
+                    .order_by("name"))
+
+    key = ("tool rows", agent.pk, tuple(names) if names is not None else None)
+    for row in kept(agent.team_id, key, read):
         try:
             tool = runtime_tool_for_row(row, context)
             permission = tool_permission(row, agent, context.role)

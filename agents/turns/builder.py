@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import prefetch_related_objects
 
-from agents.models import Agent, Conversation, McpServer, Message, ModelSettings
+from agents.models import Agent, Conversation, McpServer, Message, ModelSettings, ProviderModel
 from agents.runtime.history import estimate_tokens
 from agents.runtime.hooks import Hook as RuntimeHook
 from agents.runtime.hooks import ToolHooks
@@ -36,6 +35,7 @@ from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.tools import Tool as RuntimeTool
+from agents.team_config import kept, team_config_changed, team_config_read
 from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
@@ -77,9 +77,10 @@ def mcp_refresh_for(agent: Agent) -> None:
     """The tool lists of the MCP servers whose tools the agent uses, fetched again when older
     than their time to live (a failed fetch keeps the last list and is retried a minute later;
     a server that is down fails its own tools' calls, never the turn)."""
-    servers = McpServer.objects.filter(team_id=agent.team_id, enabled=True,
-                                       tools__agents=agent).distinct()
-    mcp_refresh_if_stale(servers)
+    servers = kept(agent.team_id, ("mcp servers", agent.pk), lambda: list(
+        McpServer.objects.filter(team_id=agent.team_id, enabled=True, tools__agents=agent).distinct()))
+    if servers and mcp_refresh_if_stale(servers):
+        team_config_changed(agent.team_id)  # the rest of the turn reads the refreshed tools
 
 
 def turn_tool_context(*, agent: Agent, trace: Trace, db: DbRunner | None) -> ToolContext:
@@ -175,6 +176,19 @@ def _message_images(message: Any) -> list[ImageBlock]:
     return [b for b in loaded[0].blocks if isinstance(b, ImageBlock)]
 
 
+def _with_model_settings(provider: Any) -> None:
+    """``provider``'s per-model settings, loaded into it (``Provider.settings_for`` reads them
+    without a query), kept with the team's configuration."""
+    if "model_settings" in getattr(provider, "_prefetched_objects_cache", {}):
+        return
+    rows = kept(provider.team_id, ("model settings", provider.pk),
+                lambda: list(ProviderModel.objects.filter(provider_id=provider.pk)))
+    queryset = ProviderModel.objects.filter(provider_id=provider.pk)
+    queryset._result_cache, queryset._prefetch_done = list(rows), True
+    provider._prefetched_objects_cache = {**getattr(provider, "_prefetched_objects_cache", {}),
+                                          "model_settings": queryset}
+
+
 # -- everything ---------------------------------------------------------------------------------
 def _loaded(trace: Trace, relation: str) -> Any:
     """The trace's related row when it was read with the trace, else None."""
@@ -224,7 +238,19 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
                      db: DbRunner | None = None, sampled: bool | None = None) -> TurnSetup:
     """``db`` runs the tools' database work from the turn's event loop (the worker passes its
     turn's database thread). ``sampled``: the sampled flag of the trace context the tool calls
-    send on (``turn_traceparent_for``); by default, whether the team's turns are exported."""
+    send on (``turn_traceparent_for``); by default, whether the team's turns are exported.
+
+    The team's configuration (routing, tools, hooks, MCP servers, budgets, model settings) is
+    read once per process while it does not change (``agents.team_config``); a fork runs with
+    an agent version of its own and reads it afresh."""
+    if trace.forked_from_id:
+        return _setup_build(trace=trace, on_retry=on_retry, db=db, sampled=sampled)
+    with team_config_read(trace.team_id):
+        return _setup_build(trace=trace, on_retry=on_retry, db=db, sampled=sampled)
+
+
+def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
+                 sampled: bool | None) -> TurnSetup:
     agent = _loaded(trace, "agent")  # the claim reads them with the trace
     if agent is None or not Agent.provider.is_cached(agent):
         agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
@@ -240,7 +266,7 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
     user_text = message.text
     choice = (fork_route(trace=trace, agent=agent)
               or route_turn(agent=agent, conversation=conversation, text=user_text))
-    prefetch_related_objects([choice.provider], "model_settings")
+    _with_model_settings(choice.provider)
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
     mcp_refresh_for(agent)
@@ -250,9 +276,10 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
                                          names=version_tools if isinstance(version_tools, list) else None)
     routing = {**choice.routing, "fallbacks": fallbacks}
     hooks = None
-    budgets = list(Budget.objects.filter(team_id=agent.team_id, enabled=True)
-                   .filter(budget_scope(user_id=trace.user_id, api_key_id=trace.api_key_id))
-                   .select_related("route_down_provider"))
+    budgets = kept(agent.team_id, ("budgets", trace.user_id, trace.api_key_id), lambda: list(
+        Budget.objects.filter(team_id=agent.team_id, enabled=True)
+        .filter(budget_scope(user_id=trace.user_id, api_key_id=trace.api_key_id))
+        .select_related("route_down_provider")))
     budget_warnings: list[str] = []
     if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None or budgets:
         if agent.max_tokens_per_turn or agent.max_cost_per_turn is not None:

@@ -15,9 +15,10 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from agents.team_config import kept
 from agentsite.models import ApiKey, Membership
 from agentsite.ratelimit import LimiterUnavailable, Window, limits_admit, limits_settle
-from traces.budgets import budget_decide, budget_states
+from traces.budgets import budget_decide, budget_scope, budget_states
 from traces.models import Budget
 
 LIMITER_DOWN_RETRY_S = 5
@@ -86,6 +87,10 @@ def budgets_admit(*, team_id: int, user_id: int | None, api_key_id: int | None,
     """Refuse (``QuotaExceeded``) a turn a blocking budget would refuse at its first model
     request: the same states and the same comparison as inside the turn. ``route_down`` and
     ``warn`` budgets let it start (the turn routes or warns itself)."""
+    applies = kept(team_id, ("budgets apply", user_id, api_key_id), lambda: Budget.objects.filter(
+        team_id=team_id, enabled=True).filter(budget_scope(user_id=user_id, api_key_id=api_key_id)).exists())
+    if not applies:
+        return  # most teams: no budget, no spend to add up
     states = budget_states(team_id=team_id, user_id=user_id, api_key_id=api_key_id)
     verdict = budget_decide(states, estimate=estimate)
     if verdict.action != "block" or verdict.state is None:

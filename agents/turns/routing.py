@@ -14,6 +14,7 @@ from agents.models import Agent, Conversation, ModelRoute, Provider, RoutingRule
 from agents.runtime.routing import ModelRoute as RuntimeModelRoute
 from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agents.runtime.routing import decide
+from agents.team_config import kept
 
 
 @dataclass
@@ -74,11 +75,16 @@ def routing_table_from_rows(*, agent: Agent, rule_rows: Iterable[RoutingRule],
 
 
 def routing_table_for(agent: Agent) -> RoutingTable:
-    """The routing table a turn of ``agent`` uses now (two queries)."""
-    rows = (RoutingRule.objects.filter(team_id=agent.team_id, enabled=True)
-            .filter(Q(agent__isnull=True) | Q(agent=agent)).order_by("-priority", "id"))
-    route_rows = ModelRoute.objects.filter(team_id=agent.team_id).select_related("provider")
-    return routing_table_from_rows(agent=agent, rule_rows=rows, route_rows=route_rows)
+    """The routing table a turn of ``agent`` uses now (two queries, or none while the team's
+    configuration is kept: ``agents.team_config``)."""
+    def read() -> tuple[list[RoutingRule], list[ModelRoute]]:
+        rows = (RoutingRule.objects.filter(team_id=agent.team_id, enabled=True)
+                .filter(Q(agent__isnull=True) | Q(agent=agent)).order_by("-priority", "id"))
+        route_rows = ModelRoute.objects.filter(team_id=agent.team_id).select_related("provider")
+        return list(rows), list(route_rows)
+
+    rule_rows, route_rows = kept(agent.team_id, ("routing rows", agent.pk), read)
+    return routing_table_from_rows(agent=agent, rule_rows=rule_rows, route_rows=route_rows)
 
 
 def route_choice(*, table: RoutingTable, text: str) -> RouteChoice:

@@ -18,6 +18,7 @@ from django.db.models import Q
 from agents.models import Agent, Hook
 from agents.runtime.hooks import CommandHook, ToolHooks
 from agents.runtime.hooks import Hook as RuntimeHook
+from agents.team_config import kept
 
 from .webhook import WebhookHook
 
@@ -55,9 +56,13 @@ def runtime_hook(row: Hook) -> RuntimeHook | None:
 def agent_hook_rows(agent: Agent, events: tuple[str, ...]) -> list[Hook]:
     """The enabled hooks of ``agent``'s team for ``events`` that apply to it (no agents
     chosen: every agent of the team), in their order."""
-    return list(Hook.objects.filter(team_id=agent.team_id, enabled=True, event__in=events)
-                .filter(Q(agents__isnull=True) | Q(agents=agent)).distinct()
-                .order_by("position", "id"))
+    def read() -> list[Hook]:
+        # Every event's at once: a turn asks for the tool hooks and the message hooks.
+        return list(Hook.objects.filter(team_id=agent.team_id, enabled=True)
+                    .filter(Q(agents__isnull=True) | Q(agents=agent)).distinct()
+                    .order_by("position", "id"))
+
+    return [h for h in kept(agent.team_id, ("hooks", agent.pk), read) if h.event in events]
 
 
 def _hooks(rows: list[Hook], event: str) -> list[RuntimeHook]:
