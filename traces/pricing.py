@@ -289,14 +289,16 @@ TABLES_KEPT = 512
 def price_table_for(team_id: int | None, *, with_providers: bool = False) -> PriceTable:
     """The global table and the team's rows (and its providers' kinds by name), read once per
     process and read again only when a row was added, changed or removed since (one small
-    query compares ``price_stamp``). Tables are shared: do not change one."""
-    key = (team_id or 0, with_providers)
+    query compares ``price_stamp``). A team without rows of its own shares the process's copy
+    of the global table. Tables are shared: do not change one."""
     stamp = price_stamp(team_id, with_providers=with_providers)
+    own = stamp[3] > 0 or with_providers  # the team's rows, or its providers' kinds
+    key = (team_id or 0, with_providers) if own else (0, False)
     kept = _TABLES.get(key)
     if kept is not None and kept[0] == stamp:
         return kept[1]
     # Read after the stamp: a change in between makes the next call read it again.
-    table = price_table_load(team_ids=[team_id], with_providers=with_providers)
+    table = price_table_load(team_ids=[team_id] if own else [], with_providers=with_providers)
     with _TABLES_LOCK:
         if len(_TABLES) >= TABLES_KEPT:
             _TABLES.clear()
@@ -307,11 +309,14 @@ def price_table_for(team_id: int | None, *, with_providers: bool = False) -> Pri
 def price_stamp(team_id: int | None, *, with_providers: bool = False) -> tuple[Any, ...]:
     """What changes whenever the rows ``price_table_for`` reads change: how many there are, the
     newest id and the latest change (rows are created, edited in place for their limits and
-    labels, or deleted), and the same of the team's providers."""
+    labels, or deleted) of the global table, then of the team's rows, then of the team's
+    providers."""
     prices = connection.ops.quote_name(ModelPrice._meta.db_table)
-    rows = f"FROM {prices} WHERE team_id IS NULL OR team_id = %s"
-    parts = [f"SELECT COUNT(*) {rows}", f"SELECT MAX(id) {rows}", f"SELECT MAX(updated_at) {rows}"]
-    params: list[Any] = [team_id or 0] * 3
+    parts, params = [], []
+    for rows, values in ((f"FROM {prices} WHERE team_id IS NULL", []),
+                         (f"FROM {prices} WHERE team_id = %s", [team_id or 0])):
+        parts += [f"SELECT COUNT(*) {rows}", f"SELECT MAX(id) {rows}", f"SELECT MAX(updated_at) {rows}"]
+        params += values * 3
     if with_providers:
         providers = connection.ops.quote_name(Team._meta.get_field("providers").related_model._meta.db_table)
         theirs = f"FROM {providers} WHERE team_id = %s"
