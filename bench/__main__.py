@@ -76,6 +76,11 @@ def summary(results: list[dict], tolerance: float) -> None:
         return
     for line in flagged:
         print(f"  MOVED {line}")
+    benches = baseline.get("benches") or {}
+    busy = [(r["bench"], note) for r in results
+            if (note := _measure.load_note(r["machine"], (benches.get(r["bench"]) or {}).get("machine")))]
+    if busy and flagged:
+        print(f"  {busy[0][1]} (busy or unlike the baseline: {', '.join(name for name, _ in busy)})")
     compared = sum(len(r["cpu"]) for r in results) - len(unbased)
     if compared and not flagged:
         print(f"  nothing moved further than ±{tolerance:.0%} ({compared} figures compared)")

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -182,6 +183,24 @@ def run_arguments() -> list[str]:
     return args
 
 
+def _load1(machine_line: str) -> float | None:
+    match = re.search(r"load average ([\d.]+)", machine_line or "")
+    return float(match.group(1)) if match else None
+
+
+def load_note(current: str, baseline: str | None) -> str | None:
+    """A caution when this run's load at start is high, or far from the baseline's: CPU time
+    per unit of work runs higher on a busy machine (shared caches and cores; 20-70 % was seen
+    on this project's 2-core machine at a load of 3-4), so a move may be the machine's."""
+    cpus = os.cpu_count() or 1
+    now, then = _load1(current), _load1(baseline or "")
+    if now is None or (now <= 0.75 * cpus and (then is None or abs(now - then) <= 0.5 * cpus)):
+        return None
+    base = f", the baseline's {then:.2f}" if then is not None else ""
+    return (f"(caution: the load at start was {now:.2f} on {cpus} CPUs{base}: CPU per unit of work "
+            "runs higher on a busy machine, so compare runs made at a similar, low load)")
+
+
 def moved(value: float, base: float | None, tolerance: float) -> float | None:
     """The relative change from ``base`` when it is past ``tolerance``, else None."""
     if not base or value != value:  # no baseline, or NaN
@@ -197,6 +216,9 @@ def comparison(bench: str, figures: Mapping[str, float], baseline: Mapping[str, 
     base = entry.get("cpu") or {}
     width = max((len(name) for name in figures), default=0)
     lines, flagged = [], []
+    note = load_note(_printed[0] if _printed else machine(), entry.get("machine"))
+    if note and args is not None:
+        lines.append(f"  {note}")
     if entry and args is not None and entry.get("args", []) != args:
         lines.append(f"  (the baseline was recorded with arguments {entry.get('args', [])}, "
                      f"this run has {args})")
@@ -231,7 +253,7 @@ def record(bench: str, figures: Mapping[str, float], *, reference: Mapping[str, 
     if results:
         with open(results, "a") as out:
             out.write(json.dumps({"bench": bench, "cpu": figures, "reference": dict(reference or {}),
-                                  "args": run_arguments(), "machine": machine(),
+                                  "args": run_arguments(), "machine": _printed[0] if _printed else machine(),
                                   "at": datetime.now(UTC).isoformat(timespec="seconds")}) + "\n")
     sys.stdout.flush()
 

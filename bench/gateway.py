@@ -48,6 +48,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -464,41 +465,55 @@ def main(argv: list[str] | None = None) -> int:
         except _litellm.Unavailable as exc:
             unavailable = f"it cannot be installed here: {str(exc).splitlines()[0]}"
     with contextlib.ExitStack() as cleanup:
-        database_url, watch = None, None
-        if args.database == "postgres":
-            database_url, role = cleanup.enter_context(postgres_database(args.pg_admin_url, args.pg_connections))
-            watch = ConnectionWatch(args.pg_admin_url, role)
-        stack = Stack(debug=False, worker_threads=args.worker_threads, database_url=database_url)
-        cleanup.callback(stack.stop)
-        started = time.monotonic()
-        stack.start(timeout=120)
-        ours = agentsite_target(stack)
-        answer = learn_answer(ours)
-        print(f"agentsite: 1 daphne, 1 Celery worker ({args.worker_threads} threads), embedded Redis, "
-              f"{'PostgreSQL' if database_url else 'file SQLite'}, DEBUG=0; up in "
-              f"{time.monotonic() - started:.0f} s; the demo model answers {QUESTION!r} with "
-              f"{len(answer)} characters", flush=True)
-        targets = [ours]
-        if executable is not None:
-            try:
-                proxy = cleanup.enter_context(_litellm.serving(executable, answer))
-                targets.append(Target("LiteLLM", proxy.url, proxy.key, proxy.model,
-                                      {"litellm": proxy.pid}, shown=("litellm",), tree=("litellm",)))
-                print(f"LiteLLM {_litellm.VERSION}: 1 process (--num_workers 1), mock_response = the same "
-                      "text", flush=True)
-            except _litellm.Failed as exc:
-                unavailable = f"it did not start: {exc}"
-        reference = None
-        if unavailable:
-            reference = baseline_reference(key)
-            where = (f"its figures recorded {reference.recorded} in bench/baseline.json (marked *)"
-                     if reference else "nothing: bench/baseline.json has no LiteLLM figures")
-            print(f"LiteLLM IS NOT RUNNING ({unavailable}); comparing against {where}", flush=True)
-        if watch is not None:
-            cleanup.enter_context(watch)
-        results = measure(args, targets)
-        logged = server_exceptions(stack.log_path)
+        try:
+            results, reference, watch, logged = run(args, cleanup, key, executable, unavailable)
+        finally:
+            # The teardown (servers, the PostgreSQL database) must not stop half-way at a second
+            # Ctrl-C or SIGTERM: it is bounded by its own timeouts.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stop_on_signals()
     return report(args, key, load_line, results, reference, watch, logged)
+
+
+def run(args: argparse.Namespace, cleanup: contextlib.ExitStack, key: str, executable: Any,
+        unavailable: str) -> tuple[dict[tuple[str, int], dict[str, Run]], Reference | None,
+                                   ConnectionWatch | None, Counter[str]]:
+    """Start both sides (their teardown goes on ``cleanup``) and measure them."""
+    database_url, watch = None, None
+    if args.database == "postgres":
+        database_url, role = cleanup.enter_context(postgres_database(args.pg_admin_url, args.pg_connections))
+        watch = ConnectionWatch(args.pg_admin_url, role)
+    stack = Stack(debug=False, worker_threads=args.worker_threads, database_url=database_url)
+    cleanup.callback(stack.stop)
+    started = time.monotonic()
+    stack.start(timeout=120)
+    ours = agentsite_target(stack)
+    answer = learn_answer(ours)
+    print(f"agentsite: 1 daphne, 1 Celery worker ({args.worker_threads} threads), embedded Redis, "
+          f"{'PostgreSQL' if database_url else 'file SQLite'}, DEBUG=0; up in "
+          f"{time.monotonic() - started:.0f} s; the demo model answers {QUESTION!r} with "
+          f"{len(answer)} characters", flush=True)
+    targets = [ours]
+    if executable is not None:
+        try:
+            proxy = cleanup.enter_context(_litellm.serving(executable, answer))
+            targets.append(Target("LiteLLM", proxy.url, proxy.key, proxy.model,
+                                  {"litellm": proxy.pid}, shown=("litellm",), tree=("litellm",)))
+            print(f"LiteLLM {_litellm.VERSION}: 1 process (--num_workers 1), mock_response = the same "
+                  "text", flush=True)
+        except _litellm.Failed as exc:
+            unavailable = f"it did not start: {exc}"
+    reference = None
+    if unavailable:
+        reference = baseline_reference(key)
+        where = (f"its figures recorded {reference.recorded} in bench/baseline.json (marked *)"
+                 if reference else "nothing: bench/baseline.json has no LiteLLM figures")
+        print(f"LiteLLM IS NOT RUNNING ({unavailable}); comparing against {where}", flush=True)
+    if watch is not None:
+        cleanup.enter_context(watch)
+    results = measure(args, targets)
+    return results, reference, watch, server_exceptions(stack.log_path)
 
 
 def server_exceptions(log: Path) -> Counter[str]:
@@ -600,5 +615,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print("interrupted: the servers were stopped (and a PostgreSQL database dropped)", flush=True)
+        print("interrupted: the servers were stopped", flush=True)
         sys.exit(130)
