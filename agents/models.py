@@ -16,7 +16,7 @@ from django.utils.text import slugify
 
 from agents.runtime.providers.base import PER_MODEL_OVERRIDES
 from agentsite.crypto import decrypt, encrypt
-from agentsite.models import Membership, Team
+from agentsite.models import Membership, Stamped, Team
 
 # The capabilities a provider or one of its models can be told it has or lacks (the runtime's
 # ``Capabilities``); anything else in ``Provider.capabilities`` is kept but not used.
@@ -34,7 +34,7 @@ class ModelSettings:
     capabilities: dict[str, bool] = field(default_factory=dict)
 
 
-class Provider(models.Model):
+class Provider(Stamped):
     """A model API endpoint and its credentials."""
 
     class Kind(models.TextChoices):
@@ -130,7 +130,7 @@ class Provider(models.Model):
         return overrides
 
 
-class ProviderModel(models.Model):
+class ProviderModel(Stamped):
     """Settings of one model a provider serves, over the provider's own: its context window,
     its longest answer and what it can do."""
 
@@ -266,7 +266,7 @@ class ToolPolicy(models.TextChoices):
     DENY = "deny", "Deny"
 
 
-class McpServer(models.Model):
+class McpServer(Stamped):
     """A Model Context Protocol server whose tools a team's agents may use.
 
     Streamable-HTTP servers are added by team admins (URL and headers; headers encrypted and
@@ -323,7 +323,7 @@ class McpServer(models.Model):
         self.headers_encrypted = encrypt(json.dumps(headers)) if headers else ""
 
 
-class Tool(models.Model):
+class Tool(Stamped):
     """A tool a team's agents may use: a built-in (code), an HTTP tool defined in the admin, or a
     tool an MCP server offers (discovered, never edited by hand)."""
 
@@ -378,7 +378,7 @@ class Tool(models.Model):
         return self.policy == ToolPolicy.ASK
 
 
-class Agent(models.Model):
+class Agent(Stamped):
     class Dispatcher(models.TextChoices):
         AUTO = "auto", "Auto (native when the model supports it)"
         NATIVE = "native", "Native tool calls"
@@ -476,7 +476,7 @@ def agent_slug_free(team_id: int, name: str, *, exclude: int | None = None, mode
     return slug
 
 
-class Hook(models.Model):
+class Hook(Stamped):
     """Code outside the loop that sees a tool call before and after it runs (Claw Code's
     PreToolUse / PostToolUse) or a message as it arrives and before a reply is sent (ZeroClaw's
     ``on_message_received`` / ``on_message_sending``).
@@ -545,7 +545,7 @@ class AgentVersion(models.Model):
         return f"{self.agent} v{self.number}"
 
 
-class RoutingRule(models.Model):
+class RoutingRule(Stamped):
     """Keyword and pattern rules that pick a model route by hint (per agent, or team-wide)."""
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -569,7 +569,7 @@ class RoutingRule(models.Model):
         return f"{self.hint} (priority {self.priority})"
 
 
-class ModelRoute(models.Model):
+class ModelRoute(Stamped):
     """Where a routing hint sends a message: a provider and a model."""
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)

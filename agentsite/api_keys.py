@@ -9,14 +9,17 @@ as for a session: the API resolves objects through the same ``agentsite.access``
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .access import membership_for, require_role
@@ -135,11 +138,24 @@ def api_key_authenticate(token: str) -> Caller:
     if not token:
         raise ApiKeyRefused("No API key was sent. Send it as 'Authorization: Bearer <key>'.",
                             code="missing_api_key")
-    key = (ApiKey.objects.select_related("team", "user")
-           .filter(key_hash=ApiKey.hash_key(token)).first())
-    if key is None:
+    key_hash = ApiKey.hash_key(token)
+    row = _key_row(key_hash)
+    if row is None:
         raise ApiKeyRefused("This API key is not valid. Check that it was copied whole; keys "
                             "start with 'ask_'.")
+    known = _CALLERS.get(key_hash)
+    if known is not None and known[0] == row:
+        key, membership = copy.copy(known[1].key), copy.copy(known[1].membership)
+    else:
+        key, membership = _caller_read(key_hash)
+        if key is None:  # removed in between
+            raise ApiKeyRefused("This API key is not valid. Check that it was copied whole; "
+                                "keys start with 'ask_'.")
+        with _CALLERS_LOCK:
+            if len(_CALLERS) >= CALLERS_KEPT:
+                _CALLERS.clear()
+            _CALLERS[key_hash] = (row, Caller(key=key, team=key.team, membership=membership))  # type: ignore[arg-type]
+        key, membership = copy.copy(key), copy.copy(membership)
     state = key.state
     if state == "revoked":
         raise ApiKeyRefused(f"This API key ({key.prefix}…) was revoked on "
@@ -149,11 +165,6 @@ def api_key_authenticate(token: str) -> Caller:
         raise ApiKeyRefused(f"This API key ({key.prefix}…) expired on "
                             f"{key.expires_at:%Y-%m-%d %H:%M} UTC. Create a new one.",
                             code="expired_api_key")
-    # The person's membership of the key's team, once for the whole request (the team and
-    # person are the key's own: not read again).
-    membership = Membership.objects.filter(team_id=key.team_id, user_id=key.user_id).first()
-    if membership is not None:
-        membership.team, membership.user = key.team, key.user
     if membership is None or not key.user.is_active:
         raise ApiKeyRefused(f"The person this API key ({key.prefix}…) acts as is no longer in "
                             "the team, so the key cannot be used.")
@@ -161,7 +172,54 @@ def api_key_authenticate(token: str) -> Caller:
     if key.last_used_at is None or now - key.last_used_at >= LAST_USED_EVERY:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
         key.last_used_at = now
+        kept = _CALLERS.get(key_hash)
+        if kept is not None:
+            kept[1].key.last_used_at = now  # the process's copy: written again in a minute
     return Caller(key=key, team=key.team, membership=membership)
+
+
+# Each process keeps the callers it built, by key hash, beside the row of the key, its team,
+# its person and their membership they were built from: a request reads that row (one query of
+# plain columns) and builds the caller again only when any of it changed.
+_CALLERS: dict[str, tuple[tuple[Any, ...], Caller]] = {}
+_CALLERS_LOCK = threading.Lock()
+CALLERS_KEPT = 4096
+_KEY_SQL: list[str] = []
+
+
+def _key_sql() -> str:
+    if not _KEY_SQL:
+        quote = connection.ops.quote_name
+        key_columns = [f"k.{quote(f.column)}" for f in ApiKey._meta.concrete_fields
+                       if f.name != "last_used_at"]  # moved by use, not a change of the caller
+        member_columns = [f"m.{quote(f.column)}" for f in Membership._meta.concrete_fields]
+        user, team = get_user_model()._meta, Team._meta
+        _KEY_SQL.append(
+            f"SELECT {', '.join(key_columns + member_columns)}, t.{quote('name')}, "  # noqa: S608 - model table and column names
+            f"u.{quote(user.get_field('is_active').column)}, u.{quote(user.get_field(user.model.USERNAME_FIELD).column)} "
+            f"FROM {quote(ApiKey._meta.db_table)} k "
+            f"JOIN {quote(team.db_table)} t ON t.id = k.team_id "
+            f"JOIN {quote(user.db_table)} u ON u.{quote(user.pk.column)} = k.user_id "
+            f"LEFT JOIN {quote(Membership._meta.db_table)} m ON m.team_id = k.team_id AND m.user_id = k.user_id "
+            "WHERE k.key_hash = %s")
+    return _KEY_SQL[0]
+
+
+def _key_row(key_hash: str) -> tuple[Any, ...] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_key_sql(), [key_hash])
+        row = cursor.fetchone()
+    return tuple(row) if row is not None else None
+
+
+def _caller_read(key_hash: str) -> tuple[ApiKey | None, Membership | None]:
+    key = ApiKey.objects.select_related("team", "user").filter(key_hash=key_hash).first()
+    if key is None:
+        return None, None
+    membership = Membership.objects.filter(team_id=key.team_id, user_id=key.user_id).first()
+    if membership is not None:
+        membership.team, membership.user = key.team, key.user
+    return key, membership
 
 
 def scope_required(caller: Caller, scope: str) -> None:

@@ -13,6 +13,41 @@ from django.db import models
 from django.utils import timezone
 
 
+class StampedQuerySet(models.QuerySet):
+    """Updates in bulk move ``updated_at`` too (``Stamped``)."""
+
+    def update(self, **kwargs):
+        kwargs.setdefault("updated_at", timezone.now())
+        return super().update(**kwargs)
+
+    def bulk_update(self, objs, fields, *args, **kwargs):
+        now = timezone.now()
+        for obj in objs:
+            obj.updated_at = now
+        return super().bulk_update(objs, [*fields, "updated_at"] if "updated_at" not in fields else fields,
+                                   *args, **kwargs)
+
+
+class Stamped(models.Model):
+    """A row whose every change moves ``updated_at``: a save of some fields only, an update or a
+    bulk update of its queryset included. Processes keep configuration they read until a row's
+    ``updated_at`` (or the rows' count) says it changed (``agents.team_config``,
+    ``traces.pricing``), so no write may leave it behind."""
+
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = StampedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        fields = kwargs.get("update_fields")
+        if fields is not None and "updated_at" not in fields:
+            kwargs["update_fields"] = [*fields, "updated_at"]
+        super().save(*args, **kwargs)
+
+
 class Team(models.Model):
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=100)

@@ -17,7 +17,7 @@ from django.db import models
 from django.utils.functional import cached_property
 
 from agentsite.crypto import decrypt, encrypt
-from agentsite.models import Team
+from agentsite.models import Stamped, Team
 
 
 class TokenBuckets(models.Model):
@@ -317,7 +317,7 @@ class Feedback(models.Model):
 
 
 # -- prices, roll-ups and budgets -----------------------------------------------------------------
-class ModelPrice(models.Model):
+class ModelPrice(Stamped):
     """One version of a model's price, in USD per million tokens for each usage bucket.
 
     A row is global (``team`` empty: the shipped table, kept by site admins) or a team's own
@@ -476,7 +476,7 @@ class ConversationCostRollup(CostAmounts):
         return f"{self.day} conversation {self.conversation_id}"
 
 
-class Budget(models.Model):
+class Budget(Stamped):
     """A spending limit for a team or one of its people, per day or per month, checked before
     every model request of their turns (``traces.budgets``). From ``warn_at_percent`` a banner
     shows; past the limit, ``block`` refuses the request and ``route_down`` sends the rest of

@@ -181,6 +181,7 @@ class TraceRecorder:
         # The highest step number stored before this run: a step past it is new (not looked for).
         self.stored_upto = 0
         self.step_ids: dict[int, int] = {}  # seq -> the step's row id, once written
+        self.step_starts: dict[int, tuple[datetime, int]] = {}  # seq -> its start, as stored
         self.values: dict[int, dict[str, Any]] = {}
         self.llm_open: dict[int, int] = {}      # iteration -> seq of its running model request
         self.llm_count: dict[int, int] = {}     # iteration -> model requests started in it
@@ -266,6 +267,9 @@ class TraceRecorder:
         seq = self._seq(key)
         new = seq not in self.values and seq > self.stored_upto
         previous = self.values.get(seq, {})
+        # A step this recorder wrote is not read back: it knows the row.
+        known = (services.KnownStep(self.step_ids[seq], *self.step_starts[seq], previous)
+                 if seq in self.step_ids and seq in self.step_starts else None)
         values = {**previous, **updates,
                   "meta": {**previous.get("meta", {}), **updates.get("meta", {}), "key": key}}
         self.values[seq] = values
@@ -276,14 +280,20 @@ class TraceRecorder:
             step = await self.db(services.step_record, trace_id=self.trace.pk,
                                  attempt=self.attempt, seq=seq, values=values,
                                  payloads=payloads, started_at=now,
-                                 offset_ms=self._offset_ms(now), new=new)
+                                 offset_ms=self._offset_ms(now), new=new, known=known)
         except services.TraceNotOwned:
             self.lose()
             return seq
-        if step is not None:
+        if step is None:
+            # Nothing written (a replay, or a finished step told it runs again): the row is
+            # still what this recorder last wrote.
+            if previous:
+                self.values[seq] = previous
+        else:
             if new:
                 self.trace.step_count += 1
             self.step_ids[seq] = step.pk
+            self.step_starts.setdefault(seq, (step.started_at, step.offset_ms))
             self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
             step.trace = self.trace
             await self.announce(self.announcements.step, step)

@@ -197,12 +197,13 @@ def _goes_back(step: Step, values: Mapping[str, Any]) -> bool:
 
 def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
                 payloads: Payloads | None = None, started_at: datetime | None = None,
-                offset_ms: int = 0, new: bool = False) -> Step | None:
+                offset_ms: int = 0, new: bool = False, known: KnownStep | None = None) -> Step | None:
     """Create or update step ``seq`` of the trace. Idempotent: writing what the row already
     holds, or moving a finished step back to running, is a no-op and returns None (no event).
     ``started_at``/``offset_ms`` are kept from the row's creation. Raises ``TraceNotOwned`` when
     the attempt no longer owns the trace. ``new``: the caller knows the step is not stored yet
-    (it is not looked for).
+    (it is not looked for); ``known``: the caller wrote the stored row itself and knows it (it
+    is not read again).
 
     A finished model request changes what the trace has cost: its totals and the cost
     roll-ups move in the same transaction (``traces.rollups``), as a second event; the
@@ -214,6 +215,8 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
     record = functools.partial(_step_record, trace_id=trace_id, attempt=attempt, seq=seq,
                                values=values, payloads=payloads or {}, started_at=started_at,
                                offset_ms=offset_ms)
+    if known is not None:
+        return record(new=False, known=known)
     if not new:
         return record(new=False)
     try:
@@ -222,11 +225,30 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
         return record(new=False)
 
 
+@dataclass(frozen=True)
+class KnownStep:
+    """A step as its writer stored it: its row id, when it started and the values written."""
+
+    id: int
+    started_at: datetime
+    offset_ms: int
+    values: Mapping[str, Any]
+
+    def step(self, trace_id: int, seq: int) -> Step:
+        step = Step(pk=self.id, trace_id=trace_id, seq=seq, started_at=self.started_at,
+                    offset_ms=self.offset_ms, **self.values)
+        step._state.adding = False
+        return step
+
+
 def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
                  payloads: Payloads, started_at: datetime | None, offset_ms: int,
-                 new: bool) -> Step | None:
+                 new: bool, known: KnownStep | None = None) -> Step | None:
     with transaction.atomic():
-        step = None if new else Step.objects.filter(trace_id=trace_id, seq=seq).first()
+        if known is not None:
+            step = known.step(trace_id, seq)
+        else:
+            step = None if new else Step.objects.filter(trace_id=trace_id, seq=seq).first()
         if step is not None and (_unchanged(step, values, payloads) or _goes_back(step, values)):
             return None
         created = step is None

@@ -25,7 +25,12 @@ ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 
 
 def groups_for(trace: Any) -> list[str]:
-    return [live.trace_group(trace.uuid), live.conversation_group(trace.conversation.uuid)]
+    """Where a trace's changes go: its inspector, and its conversation's page unless the
+    conversation is a stateless API request's record, which no chat page lists or follows."""
+    groups = [live.trace_group(trace.uuid)]
+    if not trace.conversation.ephemeral:
+        groups.append(live.conversation_group(trace.conversation.uuid))
+    return groups
 
 
 # -- events: what a turn announces (data, no query) -----------------------------------------------

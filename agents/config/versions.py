@@ -12,7 +12,6 @@ from typing import Any
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
-from django.utils import timezone
 
 from agents.models import Agent, AgentVersion, Provider, Tool, ToolPolicy
 from agentsite.audit import audit_record
@@ -139,8 +138,7 @@ def _agent_version_keep(*, agent: Agent, user: Any) -> AgentVersion | None:
     version = AgentVersion.objects.create(
         agent=agent, number=number, snapshot=current,
         created_by=user if getattr(user, "is_authenticated", False) else None)
-    # updated_at too: processes keep the team's configuration until it moves (agents.team_config)
-    Agent.objects.filter(pk=agent.pk).update(version=number, updated_at=timezone.now())
+    Agent.objects.filter(pk=agent.pk).update(version=number)
     agent.version = number
     return version
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
-from django.utils import timezone
 
 from agents.models import Agent, ToolPolicy
 from agents.models import Tool as ToolRow
@@ -63,13 +62,12 @@ def tools_sync_builtins_for_teams(team_ids: Iterable[int]) -> int:
             elif row.kind == ToolRow.Kind.BUILTIN and (
                     row.description != builtin.description or row.parameters != builtin.parameters):
                 row.description, row.parameters = builtin.description, builtin.parameters
-                row.updated_at = timezone.now()  # bulk_update does not: turns re-read on it
                 stale.append(row)
     with transaction.atomic():
         if missing:
             ToolRow.objects.bulk_create(missing, ignore_conflicts=True)
         if stale:
-            ToolRow.objects.bulk_update(stale, ["description", "parameters", "updated_at"])
+            ToolRow.objects.bulk_update(stale, ["description", "parameters"])
     return len(missing)
 
 

@@ -15,6 +15,7 @@ exported as (``traces.export.ids``).
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,6 +211,8 @@ class TurnSetup:
     warnings: list[str]
     # The configuration version the turn runs with (it may have changed since the message).
     agent_version: int | None = None
+    # The agent as the turn runs it (its limits, its version's fields for a fork).
+    agent: Agent | None = None
     # The images the person attached to the message, with their bytes.
     user_images: list[ImageBlock] = field(default_factory=list)
     # The team's hooks: around tool calls, on the person's message, on the reply.
@@ -251,10 +254,12 @@ def turn_setup_build(*, trace: Trace, on_retry: OnRetry | None = None,
 
 def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
                  sampled: bool | None) -> TurnSetup:
-    agent = _loaded(trace, "agent")  # the claim reads them with the trace
+    agent = _loaded(trace, "agent")
     if agent is None or not Agent.provider.is_cached(agent):
-        agent = (Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()
-                 if trace.agent_id else None)
+        # Kept with the team's configuration; the turn's own copy (a fork changes its fields).
+        agent = copy.copy(kept(trace.team_id, ("agent", trace.agent_id), lambda: (
+            Agent.objects.select_related("provider").filter(pk=trace.agent_id).first()))
+            if trace.agent_id else None)
     if agent is None:
         raise TurnSetupError("The agent of this conversation no longer exists. Start a new "
                              "conversation with another agent.")
@@ -326,5 +331,5 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
         routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
         model=choice.model,
         warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
-        agent_version=agent.version, user_images=_message_images(message),
+        agent_version=agent.version, user_images=_message_images(message), agent=agent,
         tool_hooks=tool_hooks, **message_hooks)

@@ -248,7 +248,7 @@ class TurnRun:
         self.trace = trace
         self.db = db
         self.attempt = trace.attempts
-        self.agent = trace.agent
+        self.agent = trace.agent if Trace.agent.is_cached(trace) else None  # set by the setup
         self.cancel = CancelToken()
         self.stop_cause: str | None = None  # "time_limit", "cancelled", "lost" or "handoff"
         self.time_limit_at: datetime | None = None  # when the time limit stopped the turn (for its audit)
@@ -290,6 +290,7 @@ class TurnRun:
             return await self._fail(SETUP_ERROR_MESSAGE, "internal")
         setup = prepared.setup
         assert setup is not None
+        self.agent = setup.agent or self.agent
         if prepared.configured is None:  # the trace was taken from this attempt
             await _aclose(setup.provider)
             return "lost"

@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 Status = Trace.Status
 
 TURN_TASK = "agents.turns.tasks.turn_run"
-# What a claimed trace is read with.
-CLAIM_RELATED = ("conversation", "agent__provider", "user_message")
+# What a claimed trace is read with (its agent and provider come with the team's configuration,
+# ``agents.team_config``).
+CLAIM_RELATED = ("conversation", "user_message")
 # Extra seconds Celery's own hard limit gives after ours, for pools that enforce it.
 CELERY_HARD_MARGIN_S = 15
 
@@ -164,8 +165,8 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
                            event_seq=F("event_seq") + 1))
         if not claimed:
             return None
-    # What the turn runs with, in one query: its agent and provider, its conversation and
-    # message (its setup and its announcements need no query of their own for them).
+    # What the turn runs with, in one query: its conversation and message (its setup and its
+    # announcements need no query of their own for them).
     return Trace.objects.select_related(*CLAIM_RELATED).get(pk=trace_id)
 
 

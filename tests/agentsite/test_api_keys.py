@@ -234,3 +234,30 @@ def test_only_admins_set_limits_and_see_the_form(client_for, alice, bob, vera, a
     assert b'name="rpm_limit"' not in client_for(bob).get(reverse("members")).content
     assert b'name="rpm_limit"' in client_for(adam).get(reverse("members")).content
     assert b'name="rpm_limit"' in client_for(alice).get(reverse("members")).content
+
+
+# -- resolving a key ------------------------------------------------------------------------------
+def test_a_key_is_resolved_in_one_query_and_any_change_to_it_or_its_person_counts_at_once(
+        bob, team_a, django_assert_num_queries):
+    from agentsite.api_keys import ApiKeyRefused, api_key_authenticate
+
+    key, secret = api_key_create(team=team_a, actor=bob, name="ci", scopes=["chat", "traces:read"])
+    assert api_key_authenticate(secret).membership.role == "member"
+    with django_assert_num_queries(1):  # the key's row, its team, person and membership: one read
+        caller = api_key_authenticate(secret)
+    assert (caller.user, caller.team, caller.key.pk) == (bob, team_a, key.pk)
+
+    ApiKey.objects.filter(pk=key.pk).update(scopes=["traces:read"])
+    assert api_key_authenticate(secret).key.scopes == ["traces:read"]
+    Membership.objects.filter(team=team_a, user=bob).update(role="viewer", rpm_limit=7)
+    caller = api_key_authenticate(secret)
+    assert (caller.membership.role, caller.membership.rpm_limit) == ("viewer", 7)
+    bob.is_active = False
+    bob.save()
+    with pytest.raises(ApiKeyRefused, match="no longer in the team"):
+        api_key_authenticate(secret)
+    bob.is_active = True
+    bob.save()
+    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+    with pytest.raises(ApiKeyRefused, match="revoked"):
+        api_key_authenticate(secret)
