@@ -10,9 +10,12 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -174,3 +177,74 @@ class FakeResolver:
             raise OSError(f"no such host: {host}")
         answers = self.table[host]
         return list(answers[min(self.calls.count(host), len(answers)) - 1])
+
+
+# -- work counted ------------------------------------------------------------------------------------
+@dataclass
+class Work:
+    """SQL statements (transaction control left out) and Redis round trips counted by
+    ``work_counted``, from every thread of the process; ``sql`` keeps the statements."""
+
+    sql: list[str] = field(default_factory=list)
+    redis: int = 0
+
+    @property
+    def queries(self) -> int:
+        return len(self.sql)
+
+
+@contextmanager
+def work_counted(*, ignore_threads: tuple[str, ...] = ()) -> Iterator[Work]:
+    """Count the database statements and Redis round trips of everything this process does in
+    the block (a turn's thread and its database thread included): what the unit suite's budgets
+    assert, as counts that hold on any machine. A Redis pipeline is one round trip. Threads
+    whose name starts with one of ``ignore_threads`` are not counted."""
+    import redis.asyncio.connection as async_connection
+    import redis.connection as sync_connection
+    from django.db.backends import utils
+
+    work = Work()
+    lock = threading.Lock()
+    control = ("BEGIN", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK", "COMMIT")
+    original_execute = utils.CursorWrapper._execute
+    original_many = utils.CursorWrapper._executemany
+    sync_send = sync_connection.AbstractConnection.send_packed_command
+    async_send = async_connection.AbstractConnection.send_packed_command
+
+    def execute(self, sql, params, *args):
+        if counted() and not str(sql).lstrip().upper().startswith(control):
+            with lock:
+                work.sql.append(str(sql))
+        return original_execute(self, sql, params, *args)
+
+    def executemany(self, sql, param_list, *args):
+        with lock:
+            work.sql.append(str(sql))
+        return original_many(self, sql, param_list, *args)
+
+    def counted() -> bool:
+        return not threading.current_thread().name.startswith(ignore_threads or ("\0",))
+
+    def count_sync(self, *args, **kwargs):
+        if counted():
+            with lock:
+                work.redis += 1
+        return sync_send(self, *args, **kwargs)
+
+    async def count_async(self, *args, **kwargs):
+        if counted():
+            with lock:
+                work.redis += 1
+        return await async_send(self, *args, **kwargs)
+
+    utils.CursorWrapper._execute = execute
+    utils.CursorWrapper._executemany = executemany
+    sync_connection.AbstractConnection.send_packed_command = count_sync
+    async_connection.AbstractConnection.send_packed_command = count_async
+    try:
+        yield work
+    finally:
+        utils.CursorWrapper._execute = original_execute
+        utils.CursorWrapper._executemany = original_many
+        sync_connection.AbstractConnection.send_packed_command = sync_send
+        async_connection.AbstractConnection.send_packed_command = async_send
