@@ -135,6 +135,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # file's lock. The PRAGMA is what SQLite applies (it runs after connecting and overrides
     # ``timeout``): keep the two equal.
     DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite3"
+    # Kept open between requests and turns (a worker's turn threads reuse theirs): opening one
+    # costs its PRAGMAs every time, and a SQLite connection never goes stale.
+    DATABASES["default"]["CONN_MAX_AGE"] = None
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
@@ -165,7 +168,8 @@ REDIS_IS_EMBEDDED = not env.str("REDIS_URL", default="")
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # channels_redis's, sending to a group in one or two round trips (agentsite.channel_layer).
+        "BACKEND": "agentsite.channel_layer.RedisChannelLayer",
         "CONFIG": {
             "hosts": [REDIS_URL],
             # The layer drops messages past a channel's capacity (default 100); token streams

@@ -186,7 +186,7 @@ def point_at_redis(settings, url: str) -> None:
     settings.REDIS_URL = url
     settings.CELERY_BROKER_URL = url
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url], "capacity": 1500}}
+        "default": {"BACKEND": "agentsite.channel_layer.RedisChannelLayer", "CONFIG": {"hosts": [url], "capacity": 1500}}
     }
     set_celery_broker(url)
 

@@ -341,15 +341,14 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _headers(response, prepared)
-    async with trace_listening(prepared.trace_uuid) as listener:
-        started = await db_async(chat_commit)(prepared)
-        try:
-            trace = await turn_wait(started.trace, timeout_s=timeout, listener=listener)
-        except TurnTimeout:
-            trace = None
-        except asyncio.CancelledError:
-            await db_async(_cancel)(started.trace, request.user)
-            raise
+    started = await db_async(chat_commit)(prepared)
+    try:
+        trace = await turn_wait(started.trace, timeout_s=timeout, fresh=True)
+    except TurnTimeout:
+        trace = None
+    except asyncio.CancelledError:
+        await db_async(_cancel)(started.trace, request.user)
+        raise
     if trace is None:
         await db_async(_cancel)(started.trace, request.user)
         response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",

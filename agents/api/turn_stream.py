@@ -18,12 +18,15 @@ from channels.layers import get_channel_layer
 from django.db.models import OuterRef, Subquery
 
 from agents.models import Message
+from agents.turns.signals import ended_signal_wait
 from agentsite.db import db_async
 from traces.live import trace_group
 from traces.models import Trace
 
 ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 QUIET_S = 1.0
+# How long a request waiting for a turn's end trusts the end signal before it reads the trace.
+END_WAIT_S = 5.0
 # A stream quiet for this long (a turn waiting for an approval, a slow model) sends a comment
 # line, so that proxies and clients do not take the connection for dead.
 KEEPALIVE_S = 15.0
@@ -116,13 +119,20 @@ async def _events(trace: Trace, *, timeout_s: float, listener: Listener,
     yield {"event": "end", "trace": current}
 
 
-async def turn_wait(trace: Trace, *, timeout_s: float, listener: Listener | None = None) -> Trace:
-    """The trace once its turn has ended (``TurnTimeout`` after ``timeout_s``)."""
-    async with aclosing(trace_events(trace, timeout_s=timeout_s, listener=listener)) as events:
-        async for payload in events:
-            if payload.get("event") == "end":
-                return payload["trace"]
-    raise TurnTimeout(f"The turn did not end within {timeout_s:g} s.")  # pragma: no cover
+async def turn_wait(trace: Trace, *, timeout_s: float, fresh: bool = False) -> Trace:
+    """The trace once its turn has ended (``TurnTimeout`` after ``timeout_s``). It waits for
+    the worker's end signal (``agents.turns.signals``: one blocking pop, none of the turn's
+    live events), and reads the database when it comes, and every ``END_WAIT_S`` in case it
+    was lost. ``fresh``: ``trace`` was just stored (it is not read first)."""
+    deadline = time.monotonic() + timeout_s
+    current = trace if fresh else await _trace(trace.pk)
+    while current.status not in ENDED:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TurnTimeout(f"The turn did not end within {timeout_s:g} s.")
+        await ended_signal_wait(trace_uuid=trace.uuid, timeout_s=min(END_WAIT_S, left))
+        current = await _trace(trace.pk)
+    return current
 
 
 async def with_keepalive(source: AsyncIterator[T], *, every_s: float | None = None

@@ -24,7 +24,7 @@ from kombu.exceptions import OperationalError
 from agents.models import Conversation, Message
 from agents.turns.announce import announcements
 from agents.turns.quotas import turn_settle
-from agents.turns.signals import cancel_signal_send
+from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
@@ -271,6 +271,8 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
                 setattr(trace, name, value)
     if trace is None:
         trace = trace_for_live(trace_id)
+    if trace.api_key_id:  # a request through the API may be waiting for this answer
+        ended_signal_send(trace_uuid=trace.uuid)
     if trace.quota_keys:
         turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=trace.total_tokens)
     for message in messages:
@@ -291,6 +293,9 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
             event_seq=F("event_seq") + 1)
         if ended:
             dispatch_next(trace.conversation_id, now)
+            if trace.api_key_id:
+                uuid = trace.uuid
+                transaction.on_commit(lambda: ended_signal_send(trace_uuid=uuid))
             transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
             if trace.quota_keys:
                 turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=0)

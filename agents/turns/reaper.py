@@ -28,6 +28,7 @@ from agents.turns.lifecycle import (
     trace_hand_back,
 )
 from agents.turns.resume import requests_end_cut_off
+from agents.turns.signals import ended_signal_send
 from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
@@ -198,6 +199,8 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
         dispatch_next(trace.conversation_id, now)
         transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
     fresh = trace_for_live(trace.pk)
+    if fresh.api_key_id:  # a request through the API may be waiting for this answer
+        ended_signal_send(trace_uuid=fresh.uuid)
     for step in Step.objects.filter(pk__in=changed_steps):
         step.trace = fresh
         announce_sync(announcements().step, step)

@@ -1,7 +1,9 @@
-"""Signals to a running turn through Redis: "stop" and "approve/deny this tool call".
+"""Signals through Redis: to a running turn, "stop" and "approve/deny this tool call"; from it,
+"this turn has ended".
 
-The database stays the record (``Trace.cancel_requested_at``, the approval step); these keys are
-how a worker learns about a decision quickly. The web side sets them. In a worker, one thread
+The database stays the record (``Trace.cancel_requested_at``, the approval step, the trace's
+status); these keys are how a worker learns about a decision quickly, and how a request waiting
+for a turn's answer learns that it is there. The web side sets the first two. In a worker, one thread
 polls the cancel keys of all its running turns at once (``CancelWatch``), and a turn waiting for
 an approval polls that call's key with ``redis.asyncio`` (``TurnSignals``). A failure to reach Redis
 is logged and reported as ``False``, never raised: the worker also checks the database flag on
@@ -16,6 +18,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 CANCEL_KEY = "agentsite:cancel:{trace}"
 APPROVAL_KEY = "agentsite:approval:{trace}:{call}"
+ENDED_KEY = "agentsite:ended:{trace}"
+# A waiter that comes later than this reads the trace instead.
+ENDED_TTL_S = 300
 # Longer than any turn may run (the hard limit is at most an hour and a half).
 SIGNAL_TTL_S = 6 * 3600
 APPROVAL_POLL_S = 0.2
@@ -70,6 +76,48 @@ def approval_signal_send(*, trace_uuid: Any, call_id: str, approved: bool, decid
     their name."""
     value = json.dumps({"approved": bool(approved), "decided_by": decided_by, "role": role})
     return _set(approval_key(trace_uuid, call_id), value)
+
+
+def ended_signal_send(*, trace_uuid: Any) -> bool:
+    """Say that this trace's turn has ended, to a request waiting for its answer
+    (``ended_signal_wait``): one round trip, kept ``ENDED_TTL_S`` so that a waiter that comes
+    after the end finds it at once."""
+    key = ENDED_KEY.format(trace=uuid_hex(trace_uuid))
+    try:
+        pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+        pipe.rpush(key, 1)
+        pipe.expire(key, ENDED_TTL_S)
+        pipe.execute()
+    except redis.RedisError:
+        logger.warning("could not signal the end of trace %s in Redis", uuid_hex(trace_uuid),
+                       exc_info=True)
+        return False
+    return True
+
+
+_waiting_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
+    weakref.WeakKeyDictionary())
+
+
+async def ended_signal_wait(*, trace_uuid: Any, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``ended_signal_send`` of this trace; True when it came. A
+    blocking pop on the trace's own key: no polling, one round trip. Never raises: a Redis that
+    is down or hung makes it wait out the time, and the caller reads the database then."""
+    loop = asyncio.get_running_loop()
+    client = _waiting_clients.get(loop)
+    if client is None:
+        client = _waiting_clients[loop] = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=2)
+    key = ENDED_KEY.format(trace=uuid_hex(trace_uuid))
+    started = time.monotonic()
+    try:
+        # The socket's own deadline: the pop's, and a moment more for a Redis that hangs.
+        got = await asyncio.wait_for(client.blpop([key], timeout=max(timeout_s, 0.01)), timeout_s + 2)
+        return got is not None
+    except (redis.RedisError, OSError, TimeoutError) as exc:
+        _warn_unreachable(key, exc)
+        await asyncio.sleep(max(timeout_s - (time.monotonic() - started), 0))
+        return False
 
 
 _warned_at = 0.0

@@ -8,9 +8,10 @@ from agentsite.celery import app
 
 
 @pytest.fixture
-def turns_run(monkeypatch, run_in_thread) -> list[int]:
+def turns_run(monkeypatch, run_in_thread, use_redis) -> list[int]:
     """Every turn task sent runs at once in a thread of this process, as a worker thread would
-    run it (no broker); the trace ids, in the order they were sent."""
+    run it (no broker), with a real Redis for its announcements and signals (a request waiting
+    for an answer waits for the turn's end signal); the trace ids, in the order they were sent."""
     started: list[int] = []
 
     def send_task(name, args=None, kwargs=None, **options):

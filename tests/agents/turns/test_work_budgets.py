@@ -24,10 +24,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 START_QUERIES = 6
 # A turn of the demo model without tools: claim, setup (stamp, role, memory, branch, history),
 # its record (configured, the model request's two writes, the answer's payload, the close).
-TURN_QUERIES, TURN_REDIS = 25, 18
+# Redis: its announcements (one round trip each to a group nobody watches), the text's frames
+# and its end signal.
+TURN_QUERIES, TURN_REDIS = 25, 11
 # A further iteration with one tool call: the call's three writes, a model request's, the
 # trajectory state's.
-ITERATION_QUERIES, ITERATION_REDIS = 21, 14
+ITERATION_QUERIES, ITERATION_REDIS = 21, 7
 
 
 @pytest.fixture
