@@ -14,7 +14,7 @@ from agents.models import Provider
 from agentsite.access import team_required
 from agentsite.models import Membership
 from agentsite.selectors import team_member_count
-from traces.budgets import budget_states
+from traces.budgets import request_budget_states
 from traces.cost_selectors import recent_spend
 from traces.models import Trace
 from traces.selectors import traces_visible
@@ -37,7 +37,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "finished": list(visible.exclude(status__in=ACTIVE)[:RECENT]),
         "week_team": week_team,
         "week_mine": week_mine,
-        "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
+        "budgets": request_budget_states(request),
         "demo_only": not Provider.objects.filter(team=team).exclude(kind=Provider.Kind.DEMO).exists(),
         "member_count": team_member_count(team),
         "membership_help": Membership.ROLE_HELP[membership.role],
