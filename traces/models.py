@@ -134,6 +134,8 @@ class Trace(TokenBuckets):
             models.Index(fields=["status", "heartbeat_at"], name="trace_status_heartbeat"),
             # The costs page's most expensive traces.
             models.Index(fields=["team", "-cost_usd"], name="trace_team_cost"),
+            # The list's model filter, and its menu: one index step per distinct model.
+            models.Index(fields=["team", "model"], name="trace_team_model"),
         ]
 
     def __str__(self) -> str:
