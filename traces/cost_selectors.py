@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
@@ -346,8 +346,11 @@ def cost_filter_choices(*, team: Team, membership: Membership | None = None) -> 
 
 
 def recent_spend(*, team: Team, user_id: int | None, days: int = 7) -> tuple[Decimal, Decimal]:
-    """What the team, and the person, spent over the last ``days`` days (today included)."""
+    """What the team, and the person, spent over the last ``days`` days (today included), in
+    one query."""
     since = timezone.localdate() - timedelta(days=days - 1)
-    rows = CostRollup.objects.filter(team=team, day__gte=since)
-    mine = rows.filter(user_id=user_id) if user_id else rows.none()
-    return cost_totals(rows).cost, cost_totals(mine).cost
+    sums = {"team": Sum("cost_units")}
+    if user_id:
+        sums["mine"] = Sum("cost_units", filter=Q(user_id=user_id))
+    spent = CostRollup.objects.filter(team=team, day__gte=since).aggregate(**sums)
+    return units_usd(spent["team"]), units_usd(spent.get("mine"))

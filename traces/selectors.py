@@ -67,6 +67,22 @@ def traces_visible(membership: Membership | None, queryset: QuerySet[Trace] | No
     return qs.filter(team_id=membership.team_id).filter(trace_visibility(membership))
 
 
+def recent_turns(membership: Membership, *, limit: int) -> tuple[list[Trace], list[Trace]]:
+    """The newest ``limit`` running (queued or running) and finished traces ``membership`` may
+    see, for a list of links, in one query: each active status's newest from the (team, status,
+    -created_at) index, the newest finished from (team, -created_at). (SQLite answers "status IN
+    (queued, running) ORDER BY created_at" by walking every trace of the team.)"""
+    visible = traces_visible(membership).order_by("-created_at", "-id")
+    newest = Q(pk__in=visible.exclude(status__in=Trace.ACTIVE).values("pk")[:limit])
+    for status in Trace.ACTIVE:
+        newest |= Q(pk__in=visible.filter(status=status).values("pk")[:limit])
+    rows = list(Trace.objects.filter(newest).select_related("agent", "user_message")
+                .only("uuid", "status", "created_at", "cost_usd", "agent__name", "user_message__text")
+                .order_by("-created_at", "-id"))
+    running = [t for t in rows if t.status in Trace.ACTIVE][:limit]
+    return running, [t for t in rows if t.status not in Trace.ACTIVE][:limit]
+
+
 def trace_get_or_404(membership: Membership, queryset: QuerySet[Trace] | None = None, **lookup: Any) -> Trace:
     """One trace of the membership's team that it may see; any other is a 404."""
     qs = Trace.objects.all() if queryset is None else queryset
