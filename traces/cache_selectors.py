@@ -139,12 +139,15 @@ def cache_losses(*, team: Team, filters: CostFilters, resolved: Resolved,
         traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
                   else traces.filter(api_key__isnull=True))
     # The latest turns first, on the (team, -created_at) index; their steps by (trace, seq).
+    traces = traces.order_by("-created_at", "-id")
     turns = {pk: (conversation_id, agent_id or 0) for pk, conversation_id, agent_id in
-             traces.order_by("-created_at", "-id").values_list("pk", "conversation_id", "agent_id")[:limit + 1]}
+             traces.values_list("pk", "conversation_id", "agent_id")[:limit + 1]}
     losses = CacheLosses(partial=len(turns) > limit)
     if losses.partial:
         turns.pop(next(reversed(turns)))
-    steps = Step.objects.filter(trace_id__in=list(turns), kind=Step.Kind.LLM_REQUEST, status=FINISHED_OK)
+    # The sample's traces again, as a subquery: a list of thousands of ids costs more to bind.
+    steps = Step.objects.filter(trace_id__in=traces.values("pk")[:limit], kind=Step.Kind.LLM_REQUEST,
+                                status=FINISHED_OK)
     if filters.model:
         steps = steps.filter(model=filters.model)
     # The price of each request by its id, from a small table of the few prices used (joining
