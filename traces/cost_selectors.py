@@ -273,6 +273,13 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
     model = ConversationCostRollup if by == "conversation" else CostRollup
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
+    if limit is not None and len(keys) == 1:
+        # The largest ``limit`` by cost alone first (the conversations' index holds it), then
+        # every amount of those only: summing nine amounts of a month's rows of every
+        # conversation to keep ten took 7-14 ms.
+        top = (rows.values(*keys).annotate(cost_only=Sum("cost_units"))
+               .order_by("-cost_only", *keys).values_list(keys[0], flat=True)[:limit])
+        rows = rows.filter(**{f"{keys[0]}__in": list(top)})
     grouped = rows.values(*keys).annotate(**_sums()).order_by("-cost_units", *keys)
     grouped = list(grouped[:limit] if limit is not None else grouped)
     names = _names(by, [g[keys[0]] for g in grouped], team, membership) if by != "model" else {}

@@ -473,6 +473,10 @@ class ConversationCostRollup(CostAmounts):
         constraints = [models.UniqueConstraint(
             fields=["team", "day", "conversation_id", "agent_id", "user_id", "provider", "model"],
             name="convcostrollup_unique_key")]
+        # The costs page's most expensive conversations of a range: their costs summed in
+        # conversation order from the index alone (no table row read, no sort of the range).
+        indexes = [models.Index(fields=["team", "conversation_id", "day", "cost_units"],
+                                name="convcostrollup_team_conv_cost")]
 
     def __str__(self) -> str:
         return f"{self.day} conversation {self.conversation_id}"
