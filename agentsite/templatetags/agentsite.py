@@ -3,7 +3,16 @@ from __future__ import annotations
 from django import template
 from django.urls import NoReverseMatch, reverse
 
+from agentsite.links import link as _link
+
 register = template.Library()
+
+
+@register.simple_tag
+def link(name: str, *args) -> str:
+    """``{% url name arg ... %}`` for the links of rows, rendered many times on a page: the same
+    address, without walking the URL patterns for each (``agentsite.links``)."""
+    return _link(name, *args)
 
 
 @register.simple_tag(takes_context=True)
