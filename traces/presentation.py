@@ -72,12 +72,19 @@ def state_diff(state: TrajectoryState, previous: TrajectoryState | None) -> dict
     return diff
 
 
-def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None) -> list[TrajectoryState]:
+_UNREAD: Any = object()
+
+
+def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None,
+                    previous: TrajectoryState | None = _UNREAD) -> list[TrajectoryState]:
     """Attach ``state.diff``. When only later states are given (a live update), the one before
-    the first is loaded so its diff is right."""
-    previous: TrajectoryState | None = None
-    if states and trace is not None and states[0].iteration > 1:
-        previous = trace.trajectory_states.filter(iteration__lt=states[0].iteration).order_by("-iteration").first()
+    the first is loaded so its diff is right, unless the caller read it (``previous``, None:
+    there is none)."""
+    if previous is _UNREAD:
+        previous = None
+        if states and trace is not None and states[0].iteration > 1:
+            previous = (trace.trajectory_states.filter(iteration__lt=states[0].iteration)
+                        .order_by("-iteration").first())
     for state in states:
         state.diff = state_diff(state, previous)
         previous = state

@@ -268,18 +268,20 @@ def trace_steps(trace: Trace, *, after_seq: int = 0, limit: int = STEP_CHUNK) ->
     return steps
 
 
-def trace_states(trace: Trace, *, before: int | None = None, limit: int = STATE_CHUNK) -> tuple[list[TrajectoryState], bool]:
-    """The latest ``limit`` states (before iteration ``before``), oldest first, and whether
-    earlier ones exist."""
+def trace_states(trace: Trace, *, before: int | None = None,
+                 limit: int = STATE_CHUNK) -> tuple[list[TrajectoryState], TrajectoryState | None]:
+    """The latest ``limit`` states (before iteration ``before``), oldest first, and the state
+    before the first of them (None when there is none: no earlier states to load). One query:
+    that state is read with them, for the first one's diff."""
     qs = trace.trajectory_states.all()
     if before:
         qs = qs.filter(iteration__lt=before)
     rows = list(qs.order_by("-iteration")[: limit + 1])
-    earlier = len(rows) > limit
+    previous = rows[limit] if len(rows) > limit else None
     states = rows[:limit][::-1]
-    for state in states:
+    for state in (*states, *([previous] if previous else [])):
         state.trace = trace
-    return states, earlier
+    return states, previous
 
 
 def trace_changes(trace: Trace, *, since: int) -> tuple[list[Step] | None, list[TrajectoryState]]:
