@@ -164,14 +164,17 @@ def budget_scope(*, user_id: int | None, api_key_id: int | None = None) -> Q:
 
 
 def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None = None,
-                  today: date | None = None) -> list[BudgetState]:
+                  today: date | None = None, related: bool = True) -> list[BudgetState]:
     """The enabled budgets that apply to ``user_id`` in the team, through ``api_key_id`` when
     the turn came through a key (``budget_scope``), with the spend of their current period: one
     query when the team has none, two otherwise (the budgets, then their spends summed in one
-    pass over the month's roll-ups)."""
-    budgets = list(Budget.objects.filter(team_id=team_id, enabled=True)
-                   .filter(budget_scope(user_id=user_id, api_key_id=api_key_id))
-                   .select_related("user", "api_key", "route_down_provider").order_by("period", "-user_id"))
+    pass over the month's roll-ups). ``related``: with the rows a turn acts on (the key, the
+    cheaper route's provider, the person); a page that only shows the budgets goes without."""
+    budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
+               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id)).order_by("period", "-user_id"))
+    if related:
+        budgets = budgets.select_related("user", "api_key", "route_down_provider")
+    budgets = list(budgets)
     if not budgets:
         return []  # most teams: no spend to add up
     spent = _spends(team_id, budgets, today=today or timezone.localdate())
@@ -203,7 +206,9 @@ def request_budget_states(request: Any) -> list[BudgetState]:
     key = (team.pk, user.pk)
     read = getattr(request, "_budget_states", None)
     if read is None or read[0] != key:
-        read = request._budget_states = (key, budget_states(team_id=team.pk, user_id=user.pk))
+        # A page's budgets are the team's and the person's (never a key's): nothing related
+        # to read with them.
+        read = request._budget_states = (key, budget_states(team_id=team.pk, user_id=user.pk, related=False))
     return read[1]
 
 
