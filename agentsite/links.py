@@ -4,8 +4,9 @@
 40-70 µs a link, which a page of sixty conversations and twenty turns with six links each pays
 a couple of hundred times. An address whose arguments are all UUIDs is the same string with
 only the UUIDs changed, so ``link`` reverses a name once per process (per script prefix and URL
-configuration) with stand-in UUIDs and afterwards puts the real ones in their places. Anything
-else (other arguments, a pattern that does not show a UUID as it is) goes through ``reverse``.
+configuration) with stand-in UUIDs and afterwards puts the real ones in their places (an address
+without arguments is kept as it is). Anything else (other arguments, a pattern that does not
+show a UUID as it is) goes through ``reverse``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def _split(name: str, count: int) -> tuple[str, ...] | None:
 
 def link(name: str, *args: Any) -> str:
     """``reverse(name, args=args)``, the same string, without walking the patterns again when
-    every argument is a UUID."""
-    if not args or not all(isinstance(arg, uuid.UUID) for arg in args):
+    every argument is a UUID (or there is none)."""
+    if not all(isinstance(arg, uuid.UUID) for arg in args):
         return reverse(name, args=args)
     key = (name, len(args), get_script_prefix(), get_urlconf())
     try:

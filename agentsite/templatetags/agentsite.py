@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django import template
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
 
 from agentsite.links import link as _link
 
@@ -19,7 +19,7 @@ def link(name: str, *args) -> str:
 def nav_item(context, url_name: str, label: str) -> dict:
     """A navigation entry: a link when the page exists, else a disabled item."""
     try:
-        url = reverse(url_name)
+        url = _link(url_name)
     except NoReverseMatch:
         return {"label": label, "url": "", "active": False}
     request = context.get("request")

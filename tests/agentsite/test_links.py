@@ -15,7 +15,7 @@ def test_a_link_is_the_address_reverse_gives():
         first, second = uuid.uuid4(), uuid.uuid4()
         assert link("trace_detail", first) == reverse("trace_detail", args=[first])
         assert link("message_edit", first, second) == reverse("message_edit", args=[first, second])
-    assert link("home") == reverse("home")
+    assert link("home") == reverse("home") and link("costs") == reverse("costs")
 
 
 def test_other_arguments_go_through_reverse_and_fail_as_it_does():
