@@ -136,6 +136,9 @@ class Trace(TokenBuckets):
             models.Index(fields=["team", "-cost_usd"], name="trace_team_cost"),
             # The list's model filter, and its menu: one index step per distinct model.
             models.Index(fields=["team", "model"], name="trace_team_model"),
+            # A member's traces (those of the conversations they may see): counted and listed
+            # from the index without reading each of the team's traces (16 -> 2 ms at 10,000).
+            models.Index(fields=["team", "conversation", "-created_at"], name="trace_team_conversation"),
         ]
 
     def __str__(self) -> str:
