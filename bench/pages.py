@@ -14,7 +14,8 @@ owner's conversation of 20 turns run for real (``turn_start`` then ``turn_run`` 
 demo model with the calculator: a tool call each), and two generated traces of 50 and 2,000
 steps for the inspector.
 
-Each page is requested signed in as the owner, through Django's whole request stack with the
+Each page is requested signed in as the owner (and the trace list as a member too: the
+traces of their own conversations and of the shared ones), through Django's whole request stack with the
 test client (no network): ``DEBUG`` off, the static files collected into the scratch directory
 with the production storage (hashed names, compressed), as ``collectstatic`` leaves them for
 daphne. Printed per page: the median and 90th percentile of server time, the median CPU time of
@@ -240,22 +241,25 @@ def main(argv: list[str] | None = None) -> int:
 
     client = Client()
     client.force_login(owner)
+    member = Client()  # a member sees their own conversations' traces and the shared ones
+    member.force_login(users[1])
     today = timezone.localdate()
     costs = reverse("costs")
     pages = [
-        ("home", reverse("home"), PAGE_MS),
-        (f"conversation, {TURNS} turns", reverse("conversation", args=[conversation.uuid]), PAGE_MS),
-        ("trace list", reverse("traces"), PAGE_MS),
-        *((f"inspector, {steps:,} steps", reverse("trace_detail", args=[trace.uuid]), PAGE_MS)
+        ("home", reverse("home"), PAGE_MS, client),
+        (f"conversation, {TURNS} turns", reverse("conversation", args=[conversation.uuid]), PAGE_MS, client),
+        ("trace list", reverse("traces"), PAGE_MS, client),
+        ("trace list, a member's", reverse("traces"), PAGE_MS, member),
+        *((f"inspector, {steps:,} steps", reverse("trace_detail", args=[trace.uuid]), PAGE_MS, client)
           for steps, trace in sampled.items()),
-        ("costs, 7 days", f"{costs}?date_from={today - timedelta(days=6)}&date_to={today}", COSTS_MS),
-        ("costs, 30 days", f"{costs}?date_from={today - timedelta(days=29)}&date_to={today}", COSTS_MS),
+        ("costs, 7 days", f"{costs}?date_from={today - timedelta(days=6)}&date_to={today}", COSTS_MS, client),
+        ("costs, 30 days", f"{costs}?date_from={today - timedelta(days=29)}&date_to={today}", COSTS_MS, client),
     ]
     print(f"\n{'page':<26} {'p50 ms':>8} {'p90 ms':>8} {'CPU ms':>8} {'queries':>8}  target")
     figures, missed = {}, []
     with _measure.profiled("pages", {"bench": os.getpid()}, args.profile):
-        for name, url, limit in pages:
-            timed, queries, sql = _measure_page(client, url, args.runs)
+        for name, url, limit, who in pages:
+            timed, queries, sql = _measure_page(who, url, args.runs)
             query_limit = None if name.startswith("costs") else PAGE_QUERIES
             ok = timed.p50_ms <= limit and (query_limit is None or queries <= query_limit)
             if not ok:
