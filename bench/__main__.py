@@ -10,7 +10,9 @@ of hostile model output through the parser, sanitizer and scrubbers; hostile rou
 api (200 streaming completions at once through the OpenAI-compatible API, beside the chat's path),
 otel (what exporting spans costs a turn), compare (the compare page for two 10,000-step traces
 that differ at step 7,000), fork (a fork at step 5,000 of a 10,000-step turn), gateway
-(``/v1/chat/completions`` beside LiteLLM's proxy at 1 to 200 concurrent, both modes).
+(``/v1/chat/completions`` beside LiteLLM's proxy at 1 to 200 concurrent, both modes), pages
+(home, a conversation, the trace list, the inspector and the costs page on a team with 10,000
+traces: server time, CPU and queries per page).
 
 Every benchmark prints the machine's load at start and its CPU per unit of work beside its
 times, and reports its headline CPU figures; at the end this prints what moved further than the
@@ -46,6 +48,7 @@ BENCHES = {
     "compare": "bench.compare",
     "fork": "bench.fork",
     "gateway": "bench.gateway",
+    "pages": "bench.pages",
 }
 
 

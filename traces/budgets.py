@@ -164,16 +164,52 @@ def budget_scope(*, user_id: int | None, api_key_id: int | None = None) -> Q:
 
 
 def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None = None,
-                  today: date | None = None) -> list[BudgetState]:
+                  today: date | None = None, related: bool = True) -> list[BudgetState]:
     """The enabled budgets that apply to ``user_id`` in the team, through ``api_key_id`` when
-    the turn came through a key (``budget_scope``), with the spend of their current period, in
-    one query."""
+    the turn came through a key (``budget_scope``), with the spend of their current period: one
+    query when the team has none, two otherwise (the budgets, then their spends summed in one
+    pass over the month's roll-ups). ``related``: with the rows a turn acts on (the key, the
+    cheaper route's provider, the person); a page that only shows the budgets goes without."""
     budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
-               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id)))
-    if not budgets.exists():
+               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id)).order_by("period", "-user_id"))
+    if related:
+        budgets = budgets.select_related("user", "api_key", "route_down_provider")
+    budgets = list(budgets)
+    if not budgets:
         return []  # most teams: no spend to add up
-    rows = with_spend(budgets.select_related("user", "api_key", "route_down_provider"), today=today)
-    return [BudgetState(row, spent_of(row)) for row in rows.order_by("period", "-user_id")]
+    spent = _spends(team_id, budgets, today=today or timezone.localdate())
+    return [BudgetState(budget, spent[budget.pk]) for budget in budgets]
+
+
+def _spends(team_id: int, budgets: list[Budget], *, today: date) -> dict[int, Decimal]:
+    """Each budget's spend in its scope (the team, its person or its API key) and its current
+    period, as ``with_spend`` counts it, summed in one aggregate over the month's roll-ups."""
+    sums = {}
+    for budget in budgets:
+        scope = Q(day=today) if budget.period == Period.DAY else Q()
+        if budget.api_key_id:
+            scope &= Q(api_key_id=budget.api_key_id)
+        elif budget.user_id:
+            scope &= Q(user_id=budget.user_id)
+        sums[f"budget_{budget.pk}"] = Sum("cost_units", filter=scope) if scope else Sum("cost_units")
+    row = (CostRollup.objects.filter(team_id=team_id, day__gte=today.replace(day=1), day__lte=today)
+           .aggregate(**sums))
+    return {budget.pk: units_usd(row[f"budget_{budget.pk}"] or 0) for budget in budgets}
+
+
+def request_budget_states(request: Any) -> list[BudgetState]:
+    """``budget_states`` of the person asking in the request's active team, read once per
+    request: the page's own figures and the site's banner share them."""
+    team, user = getattr(request, "team", None), getattr(request, "user", None)
+    if team is None or not getattr(user, "is_authenticated", False):
+        return []
+    key = (team.pk, user.pk)
+    read = getattr(request, "_budget_states", None)
+    if read is None or read[0] != key:
+        # A page's budgets are the team's and the person's (never a key's): nothing related
+        # to read with them.
+        read = request._budget_states = (key, budget_states(team_id=team.pk, user_id=user.pk, related=False))
+    return read[1]
 
 
 @dataclass
@@ -206,9 +242,6 @@ def budget_decide(states: list[BudgetState], *, estimate: Decimal) -> Verdict:
                    estimate)
 
 
-def budget_banner(*, team_id: int | None, user_id: int | None) -> list[str]:
-    """Lines for the site's banner: the applicable budgets from their warning threshold on."""
-    if not team_id:
-        return []
-    return [s.banner() for s in budget_states(team_id=team_id, user_id=user_id)
-            if s.level() != "ok"]
+def banner_lines(states: list[BudgetState]) -> list[str]:
+    """Lines for the site's banner: the budgets of ``states`` from their warning threshold on."""
+    return [s.banner() for s in states if s.level() != "ok"]

@@ -23,7 +23,7 @@ from agentsite.models import Team
 
 from .cache import CACHE_MIN_TOKENS, CacheExplanation, explain, lost_tokens, lost_usd
 from .cost_selectors import CostFilters, Resolved
-from .models import Step, StepPayload, Trace
+from .models import ModelPrice, Step, StepPayload, Trace
 from .request_history import full_requests
 
 LOSS_SAMPLE = 2_000  # turns
@@ -139,33 +139,45 @@ def cache_losses(*, team: Team, filters: CostFilters, resolved: Resolved,
         traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
                   else traces.filter(api_key__isnull=True))
     # The latest turns first, on the (team, -created_at) index; their steps by (trace, seq).
+    traces = traces.order_by("-created_at", "-id")
     turns = {pk: (conversation_id, agent_id or 0) for pk, conversation_id, agent_id in
-             traces.order_by("-created_at", "-id").values_list("pk", "conversation_id", "agent_id")[:limit + 1]}
+             traces.values_list("pk", "conversation_id", "agent_id")[:limit + 1]}
     losses = CacheLosses(partial=len(turns) > limit)
     if losses.partial:
         turns.pop(next(reversed(turns)))
-    steps = Step.objects.filter(trace_id__in=list(turns), kind=Step.Kind.LLM_REQUEST, status=FINISHED_OK)
+    # The sample's traces again, as a subquery: a list of thousands of ids costs more to bind.
+    steps = Step.objects.filter(trace_id__in=traces.values("pk")[:limit], kind=Step.Kind.LLM_REQUEST,
+                                status=FINISHED_OK)
     if filters.model:
         steps = steps.filter(model=filters.model)
+    # The price of each request by its id, from a small table of the few prices used (joining
+    # the price per request made its rates into Decimals once per request: most of the time).
     rows = sorted(steps.values_list("trace_id", "seq", "input_tokens", "cache_write_tokens",
-                                    "cache_read_tokens", "price__input_per_mtok",
-                                    "price__cache_read_per_mtok", "meta__cache_min_tokens").order_by(),
+                                    "cache_read_tokens", "price_id", "meta__cache_min_tokens").order_by(),
                   key=lambda r: (turns[r[0]][0], r[0], r[1]))
+    rates = {pk: (rate, read_rate) for pk, rate, read_rate in
+             ModelPrice.objects.filter(pk__in={r[5] for r in rows if r[5] is not None})
+             .values_list("pk", "input_per_mtok", "cache_read_per_mtok")} if rows else {}
     losses.requests, losses.turns = len(rows), len(turns)
     last_in_conversation: dict[int, int] = {}
-    by_agent: dict[int, Decimal] = defaultdict(Decimal)
-    for trace_id, _, given, written, read, rate, read_rate, minimum in rows:
+    by_agent: dict[int, Decimal] = {}
+    lost_at: dict[tuple[int, int | None], int] = defaultdict(int)  # (agent, price): tokens
+    for trace_id, _, given, written, read, price_id, minimum in rows:
         conversation_id, agent_id = turns[trace_id]
-        tokens = _prompt((given, written, read))
+        tokens = (given or 0) + (written or 0) + (read or 0)
         before = last_in_conversation.get(conversation_id)
         if before is not None:
-            lost = lost_tokens(previous_tokens=before, prompt_tokens=tokens, read_tokens=int(read or 0),
-                               min_tokens=cache_min_tokens(minimum))
-            by_agent[agent_id] += lost_usd(lost, input_per_mtok=rate, cache_read_per_mtok=read_rate)
-        else:
-            by_agent.setdefault(agent_id, Decimal(0))
+            lost_at[(agent_id, price_id)] += lost_tokens(
+                previous_tokens=before, prompt_tokens=tokens, read_tokens=int(read or 0),
+                min_tokens=cache_min_tokens(minimum))
+        by_agent.setdefault(agent_id, Decimal(0))
         last_in_conversation[conversation_id] = tokens
-    losses.by_agent = dict(by_agent)
+    # A price's dollars are its lost tokens times its rate: summed per price, then priced once
+    # (exact: every term is a whole number of tokens times the same rate).
+    for (agent_id, price_id), tokens in lost_at.items():
+        rate, read_rate = rates.get(price_id, (None, None))
+        by_agent[agent_id] += lost_usd(tokens, input_per_mtok=rate, cache_read_per_mtok=read_rate)
+    losses.by_agent = by_agent
     return losses
 
 

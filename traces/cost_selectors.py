@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
@@ -273,6 +273,13 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
     model = ConversationCostRollup if by == "conversation" else CostRollup
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
+    if limit is not None and len(keys) == 1:
+        # The largest ``limit`` by cost alone first (the conversations' index holds it), then
+        # every amount of those only: summing nine amounts of a month's rows of every
+        # conversation to keep ten took 7-14 ms.
+        top = (rows.values(*keys).annotate(cost_only=Sum("cost_units"))
+               .order_by("-cost_only", *keys).values_list(keys[0], flat=True)[:limit])
+        rows = rows.filter(**{f"{keys[0]}__in": list(top)})
     grouped = rows.values(*keys).annotate(**_sums()).order_by("-cost_units", *keys)
     grouped = list(grouped[:limit] if limit is not None else grouped)
     names = _names(by, [g[keys[0]] for g in grouped], team, membership) if by != "model" else {}
@@ -346,8 +353,11 @@ def cost_filter_choices(*, team: Team, membership: Membership | None = None) -> 
 
 
 def recent_spend(*, team: Team, user_id: int | None, days: int = 7) -> tuple[Decimal, Decimal]:
-    """What the team, and the person, spent over the last ``days`` days (today included)."""
+    """What the team, and the person, spent over the last ``days`` days (today included), in
+    one query."""
     since = timezone.localdate() - timedelta(days=days - 1)
-    rows = CostRollup.objects.filter(team=team, day__gte=since)
-    mine = rows.filter(user_id=user_id) if user_id else rows.none()
-    return cost_totals(rows).cost, cost_totals(mine).cost
+    sums = {"team": Sum("cost_units")}
+    if user_id:
+        sums["mine"] = Sum("cost_units", filter=Q(user_id=user_id))
+    spent = CostRollup.objects.filter(team=team, day__gte=since).aggregate(**sums)
+    return units_usd(spent["team"]), units_usd(spent.get("mine"))

@@ -19,7 +19,7 @@ from agentsite.access import team_required
 from agentsite.models import Membership
 
 from . import cost_selectors as selectors
-from .budgets import budget_states
+from .budgets import request_budget_states
 from .cache_selectors import cache_losses, with_cache_losses
 from .charts import shares, stacked_by_day
 from .models import Trace
@@ -72,7 +72,7 @@ def costs(request: HttpRequest) -> HttpResponse:
                            ("Output", totals.output_tokens, "bucket-output")]),
         "top_traces": selectors.top_traces(membership=request.membership, filters=filters,
                                            resolved=resolved),
-        "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
+        "budgets": request_budget_states(request),
         "choices": selectors.cost_filter_choices(team=team, membership=request.membership),
         "can_correct": request.membership.can_configure,
         "today": timezone.localdate(),

@@ -24,6 +24,9 @@ def timeline_scale(trace: Trace) -> float:
     return float(end or 1.0)
 
 
+FLAGGED_OUTCOMES = ("length", "refusal", "filtered")
+
+
 def decorate_steps(steps: Iterable[Step], *, scale: float) -> None:
     """Bar position and width in percent of the timeline (a visible minimum for instant steps)."""
     scale = max(scale, 1.0)
@@ -40,6 +43,12 @@ def decorate_steps(steps: Iterable[Step], *, scale: float) -> None:
         called = meta.get("tool_calls") or []
         step.tools_called = [c.get("name", "") if isinstance(c, dict) else str(c) for c in called]
         step.decision_url = _decision_url(step)
+        # What the row flags, read from ``meta`` once here: the template's lookup of a key a
+        # step's meta does not have costs three exceptions and a dir() each, nine times a row.
+        outcome = meta.get("outcome")
+        step.flagged_outcome = outcome if outcome in FLAGGED_OUTCOMES else ""
+        step.usage_estimated = bool(meta.get("usage_estimated"))
+        step.unpriced = bool(meta.get("unpriced"))
 
 
 def _decision_url(step: Step) -> str:
@@ -72,12 +81,19 @@ def state_diff(state: TrajectoryState, previous: TrajectoryState | None) -> dict
     return diff
 
 
-def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None) -> list[TrajectoryState]:
+_UNREAD: Any = object()
+
+
+def decorate_states(states: list[TrajectoryState], *, trace: Trace | None = None,
+                    previous: TrajectoryState | None = _UNREAD) -> list[TrajectoryState]:
     """Attach ``state.diff``. When only later states are given (a live update), the one before
-    the first is loaded so its diff is right."""
-    previous: TrajectoryState | None = None
-    if states and trace is not None and states[0].iteration > 1:
-        previous = trace.trajectory_states.filter(iteration__lt=states[0].iteration).order_by("-iteration").first()
+    the first is loaded so its diff is right, unless the caller read it (``previous``, None:
+    there is none)."""
+    if previous is _UNREAD:
+        previous = None
+        if states and trace is not None and states[0].iteration > 1:
+            previous = (trace.trajectory_states.filter(iteration__lt=states[0].iteration)
+                        .order_by("-iteration").first())
     for state in states:
         state.diff = state_diff(state, previous)
         previous = state

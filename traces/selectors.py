@@ -16,6 +16,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -64,6 +65,22 @@ def traces_visible(membership: Membership | None, queryset: QuerySet[Trace] | No
     if membership is None:
         return qs.none()
     return qs.filter(team_id=membership.team_id).filter(trace_visibility(membership))
+
+
+def recent_turns(membership: Membership, *, limit: int) -> tuple[list[Trace], list[Trace]]:
+    """The newest ``limit`` running (queued or running) and finished traces ``membership`` may
+    see, for a list of links, in one query: each active status's newest from the (team, status,
+    -created_at) index, the newest finished from (team, -created_at). (SQLite answers "status IN
+    (queued, running) ORDER BY created_at" by walking every trace of the team.)"""
+    visible = traces_visible(membership).order_by("-created_at", "-id")
+    newest = Q(pk__in=visible.exclude(status__in=Trace.ACTIVE).values("pk")[:limit])
+    for status in Trace.ACTIVE:
+        newest |= Q(pk__in=visible.filter(status=status).values("pk")[:limit])
+    rows = list(Trace.objects.filter(newest).select_related("agent", "user_message")
+                .only("uuid", "status", "created_at", "cost_usd", "agent__name", "user_message__text")
+                .order_by("-created_at", "-id"))
+    running = [t for t in rows if t.status in Trace.ACTIVE][:limit]
+    return running, [t for t in rows if t.status not in Trace.ACTIVE][:limit]
 
 
 def trace_get_or_404(membership: Membership, queryset: QuerySet[Trace] | None = None, **lookup: Any) -> Trace:
@@ -214,12 +231,25 @@ def trace_filter_choices(*, team: Team) -> dict[str, list]:
     return {
         "agents": list(team.agents.order_by("name").values_list("uuid", "name")),
         "users": list(Membership.objects.filter(team=team).order_by("user__username").values_list("user__username", flat=True)),
-        "models": list(
-            Trace.objects.filter(team=team).exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:200]
-        ),
+        "models": trace_models(team_id=team.pk),
         "statuses": Trace.Status.choices,
         "feedback": list(FEEDBACK_FILTERS.items()),
     }
+
+
+def trace_models(*, team_id: int, limit: int = 200) -> list[str]:
+    """The distinct models of the team's traces, in order (the first ``limit``): a loose scan of
+    the (team, model) index that takes one step per model, where ``SELECT DISTINCT`` reads
+    every trace of the team (8 ms at 10,000 traces on SQLite, and growing with them)."""
+    table = connection.ops.quote_name(Trace._meta.db_table)
+    following = f"SELECT MIN(model) FROM {table} WHERE team_id = %s AND model > "  # noqa: S608 - a model's table
+    sql = (f"WITH RECURSIVE found(model, n) AS (SELECT ({following}''), 1 "  # noqa: S608 - values as parameters
+           f"UNION ALL SELECT ({following}found.model), n + 1 FROM found "
+           "WHERE found.model IS NOT NULL AND n < %s) "
+           "SELECT model FROM found WHERE model IS NOT NULL ORDER BY n")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [team_id, team_id, limit])
+        return [model for (model,) in cursor.fetchall()]
 
 
 # -- the inspector --------------------------------------------------------------------------------
@@ -238,18 +268,20 @@ def trace_steps(trace: Trace, *, after_seq: int = 0, limit: int = STEP_CHUNK) ->
     return steps
 
 
-def trace_states(trace: Trace, *, before: int | None = None, limit: int = STATE_CHUNK) -> tuple[list[TrajectoryState], bool]:
-    """The latest ``limit`` states (before iteration ``before``), oldest first, and whether
-    earlier ones exist."""
+def trace_states(trace: Trace, *, before: int | None = None,
+                 limit: int = STATE_CHUNK) -> tuple[list[TrajectoryState], TrajectoryState | None]:
+    """The latest ``limit`` states (before iteration ``before``), oldest first, and the state
+    before the first of them (None when there is none: no earlier states to load). One query:
+    that state is read with them, for the first one's diff."""
     qs = trace.trajectory_states.all()
     if before:
         qs = qs.filter(iteration__lt=before)
     rows = list(qs.order_by("-iteration")[: limit + 1])
-    earlier = len(rows) > limit
+    previous = rows[limit] if len(rows) > limit else None
     states = rows[:limit][::-1]
-    for state in states:
+    for state in (*states, *([previous] if previous else [])):
         state.trace = trace
-    return states, earlier
+    return states, previous
 
 
 def trace_changes(trace: Trace, *, since: int) -> tuple[list[Step] | None, list[TrajectoryState]]:

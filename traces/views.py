@@ -65,15 +65,15 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
     trace = _trace(request, trace_uuid)
     steps = selectors.trace_steps(trace)
     decorate_steps(steps, scale=timeline_scale(trace))
-    states, earlier = selectors.trace_states(trace)
+    states, previous = selectors.trace_states(trace)
     context = {
         "trace": trace,
         "can_act": selectors.trace_can_act(request.membership, trace),
         "admin_notice": selectors.ADMIN_NOTICE if selectors.sees_every_trace(request.membership) else "",
         "steps": steps,
         "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
-        "states": decorate_states(states, trace=trace),
-        "states_before": states[0].iteration if earlier else None,
+        "states": decorate_states(states, trace=trace, previous=previous),
+        "states_before": states[0].iteration if previous else None,
         "feedback": list(trace.feedback.select_related("user")),
         "streaming": selectors.streaming_text(trace) if trace.is_active else None,
     }
@@ -139,9 +139,9 @@ def trace_states_chunk(request: HttpRequest, trace_uuid) -> HttpResponse:
         before = int(request.GET.get("before", "0"))
     except ValueError:
         before = 0
-    states, earlier = selectors.trace_states(trace, before=before)
-    context = {"trace": trace, "states": decorate_states(states, trace=trace),
-               "states_before": states[0].iteration if earlier else None}
+    states, previous = selectors.trace_states(trace, before=before)
+    context = {"trace": trace, "states": decorate_states(states, trace=trace, previous=previous),
+               "states_before": states[0].iteration if previous else None}
     return render(request, "traces/trace_detail.html#state-chunk", context)
 
 

@@ -14,30 +14,27 @@ from agents.models import Provider
 from agentsite.access import team_required
 from agentsite.models import Membership
 from agentsite.selectors import team_member_count
-from traces.budgets import budget_states
+from traces.budgets import request_budget_states
 from traces.cost_selectors import recent_spend
-from traces.models import Trace
-from traces.selectors import traces_visible
+from traces.selectors import recent_turns
 
 RECENT = 6
-ACTIVE = (Trace.Status.QUEUED, Trace.Status.RUNNING)
 
 
 @team_required()
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     team, membership = request.team, request.membership
-    visible = (traces_visible(membership).select_related("agent", "user_message", "conversation")
-               .order_by("-created_at"))
+    running, finished = recent_turns(membership, limit=RECENT)
     week_team, week_mine = recent_spend(team=team, user_id=request.user.pk)
     context = {
         "agents": selectors.agent_choices(team=team),
         "recent": selectors.conversation_list(membership=membership, limit=RECENT),
-        "running": list(visible.filter(status__in=ACTIVE)[:RECENT]),
-        "finished": list(visible.exclude(status__in=ACTIVE)[:RECENT]),
+        "running": running,
+        "finished": finished,
         "week_team": week_team,
         "week_mine": week_mine,
-        "budgets": budget_states(team_id=team.pk, user_id=request.user.pk),
+        "budgets": request_budget_states(request),
         "demo_only": not Provider.objects.filter(team=team).exclude(kind=Provider.Kind.DEMO).exists(),
         "member_count": team_member_count(team),
         "membership_help": Membership.ROLE_HELP[membership.role],

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Substr
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
 from django.utils import timezone
 
 from agents.access import conversations_visible
@@ -25,6 +25,7 @@ from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
+from agentsite.links import link
 from agentsite.models import Membership, Team
 from traces.live import uuid_hex
 from traces.models import Feedback, Step, StepPayload, Trace
@@ -139,7 +140,7 @@ class ToolCard:
     @property
     def decision_url(self) -> str:
         try:
-            return reverse("approval_decision", args=[self.trace_uuid, self.call_id])
+            return link("approval_decision", self.trace_uuid, self.call_id)
         except NoReverseMatch:  # an id the URL cannot carry: decide in the trace instead
             return ""
 

@@ -1,16 +1,25 @@
 from __future__ import annotations
 
 from django import template
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
+
+from agentsite.links import link as _link
 
 register = template.Library()
+
+
+@register.simple_tag
+def link(name: str, *args) -> str:
+    """``{% url name arg ... %}`` for the links of rows, rendered many times on a page: the same
+    address, without walking the URL patterns for each (``agentsite.links``)."""
+    return _link(name, *args)
 
 
 @register.simple_tag(takes_context=True)
 def nav_item(context, url_name: str, label: str) -> dict:
     """A navigation entry: a link when the page exists, else a disabled item."""
     try:
-        url = reverse(url_name)
+        url = _link(url_name)
     except NoReverseMatch:
         return {"label": label, "url": "", "active": False}
     request = context.get("request")

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.models import Conversation, ModelRoute, Provider
 from agentsite.models import AuditEvent
-from traces.budgets import BudgetState, budget_decide, budget_states, money
+from traces.budgets import BudgetState, budget_decide, budget_states, money, request_budget_states
 from traces.models import Budget, CostRollup
 
 from .cost_helpers import priced_demo, run
@@ -141,16 +141,23 @@ def test_the_banner_costs_one_query_and_shows_only_the_viewers_budgets(team_a, a
 
     from traces.context_processors import budget_banner
 
-    request = RequestFactory().get("/")
-    request.team, request.user = team_a, alice
+    def page(user):
+        request = RequestFactory().get("/")
+        request.team, request.user = team_a, user
+        return request
+
+    request = page(alice)
     with django_assert_num_queries(1):
         assert list(budget_banner(request)["budget_banner"]) == []
+    with django_assert_num_queries(0):  # the page's own figures read them: once a request
+        assert request_budget_states(request) == []
     budget(team_a, "1", user=bob)
     spend(team_a, bob, "0.9")
     with django_assert_num_queries(1):
-        assert list(budget_banner(request)["budget_banner"]) == []  # bob's budget is not alice's
-    request.user = bob
-    lines = list(budget_banner(request)["budget_banner"])
+        assert list(budget_banner(page(alice))["budget_banner"]) == []  # bob's budget is not alice's
+    request = page(bob)
+    with django_assert_num_queries(2):  # the budgets, then their spends
+        lines = list(budget_banner(request)["budget_banner"])
     assert lines == ["Your daily budget is 90% used ($0.90 of $1.00); then new requests are refused until it resets."]
 
 

@@ -16,7 +16,7 @@ from agents.models import Conversation
 from agentsite.models import AuditEvent
 from tests.helpers import drain, listen
 from traces.live import inspector_payload
-from traces.models import ConversationCostRollup, CostRollup, ModelPrice, Trace
+from traces.models import Budget, ConversationCostRollup, CostRollup, ModelPrice, Trace
 from traces.rollups import rollups_rebuild
 
 from .cost_helpers import (
@@ -207,10 +207,17 @@ def test_the_page_runs_a_bounded_number_of_queries(team_a, alice, client_for, ma
                              cost_usd=Decimal(n) / 1000, model=f"m{n % 5}")
     CostRollup.objects.bulk_create(rows)
     ConversationCostRollup.objects.bulk_create(conv_rows)
+    Budget.objects.create(team=team_a, period="month", limit_usd=Decimal("5"))
+    Budget.objects.create(team=team_a, user=alice, period="day", limit_usd=Decimal("1"))
     c = client_for(alice)
+    c.get(reverse("costs"))  # the first page after signing in keeps the active team in the session
     for split in ("agent", "conversation"):
-        # 24, and 2 for the money lost to cache misses (the sampled turns, their requests)
-        with django_assert_max_num_queries(26):
+        # Who is asking (3); the totals, a break-down by agent, model, person and key (with the
+        # names of the agents and people), the ten costliest conversations (found by cost,
+        # then summed, then named: 4), the money lost to cache misses (the sampled turns, their
+        # requests), the chart, the costliest traces, the budgets and their spend, the filter
+        # menus (4): 24 for 10 agents, 12 people and 240 conversations.
+        with django_assert_max_num_queries(24):
             response = c.get(reverse("costs"), {"split": split})
         assert response.status_code == 200
     assert response.context["totals"].cost == Decimal(sum(1000 * n for n in range(240))) * Decimal("1e-10")

@@ -88,15 +88,60 @@ def test_list_filters_and_pagination(client_for, alice, conversation, sample_tra
     assert bad.status_code == 200 and b"Use a number" in bad.content and b"Use a date" in bad.content
 
 
-def test_list_and_inspector_queries_are_bounded(client_for, alice, conversation, django_assert_max_num_queries):
+def _budgets(team, user) -> None:
+    from traces.models import Budget
+
+    Budget.objects.create(team=team, period="month", limit_usd=Decimal("5"))
+    Budget.objects.create(team=team, user=user, period="day", limit_usd=Decimal("1"))
+
+
+def test_the_list_reads_each_kind_of_row_once_however_many_traces(
+        client_for, alice, bob, conversation, make_agent, django_assert_max_num_queries):
+    """Who is asking (3); how many traces match, the filter menus (agents, people, models), the
+    budgets and their spend, the page of traces with their agents, people and messages: 10 for
+    a page of 25 from 30 traces of 3 agents and 2 people, so a read per row would show."""
+    from agents.chat.services import conversation_create
+    from traces.models import Feedback
     from traces.sample import make_sample_trace
 
-    traces = [make_sample_trace(conversation=conversation, user=alice, steps=40) for _ in range(3)]
+    agents = [conversation.agent, make_agent(name="Writer"), make_agent(name="Triage")]
+    for n in range(30):
+        person = (alice, bob)[n % 2]
+        chat = conversation_create(team=conversation.team, agent=agents[n % 3], user=person)
+        trace = make_sample_trace(conversation=chat, user=person, steps=2)
+        Trace.objects.filter(pk=trace.pk).update(agent=agents[n % 3], model=f"model-{n % 4}")
+        if n % 5 == 0:
+            Feedback.objects.create(team=conversation.team, trace=trace, user=alice, rating=Feedback.Rating.UP)
+    _budgets(conversation.team, alice)
     c = client_for(alice)
-    with django_assert_max_num_queries(14):
-        assert c.get(reverse("traces")).status_code == 200
-    with django_assert_max_num_queries(14):
-        assert c.get(reverse("trace_detail", args=[traces[0].uuid])).status_code == 200
+    c.get(reverse("traces"))  # the first page after signing in keeps the active team in the session
+    with django_assert_max_num_queries(10):
+        response = c.get(reverse("traces"))
+    html = response.content.decode()
+    assert len(response.context["traces"]) == 25 and "Page 1 of 2 · 30 traces" in html
+    assert response.context["choices"]["models"] == [f"model-{n}" for n in range(4)]
+
+
+def test_the_inspector_reads_each_kind_of_row_once_however_long_the_trace(
+        client_for, alice, bob, conversation, django_assert_max_num_queries):
+    """Who is asking (3); the trace with its agent, conversation, people, message and key; its
+    first chunk of steps, its latest states with the one before them, its ratings, the budgets
+    and their spend, the prices its requests used, the fallbacks a failover used, its forks: 12
+    for 60 steps, 30 states and 2 ratings, so a read per step or state would show."""
+    from traces.models import Feedback
+    from traces.sample import make_sample_trace
+
+    trace = make_sample_trace(conversation=conversation, user=alice, steps=60)
+    for person, rating in ((alice, Feedback.Rating.UP), (bob, Feedback.Rating.DOWN)):
+        Feedback.objects.create(team=conversation.team, trace=trace, user=person, rating=rating)
+    _budgets(conversation.team, alice)
+    c = client_for(alice)
+    url = reverse("trace_detail", args=[trace.uuid])
+    c.get(url)  # the first page after signing in keeps the active team in the session
+    with django_assert_max_num_queries(12):
+        html = c.get(url).content.decode()
+    assert html.count('class="step k-') == 60 and html.count('class="state"') == 20
+    assert "Show earlier iterations" in html and html.count('class="rating-mark') == 2
 
 
 def test_inspector_names_the_fallbacks_a_failover_used(client_for, alice, sample_trace):

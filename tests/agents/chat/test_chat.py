@@ -401,3 +401,29 @@ def live_trace(trace: Trace) -> Trace:
     from traces.services import trace_for_live
 
     return trace_for_live(trace.pk)
+
+
+@turns
+def test_the_page_reads_each_kind_of_row_once_however_long_the_conversation(
+        client_for, conversation, agent, alice, sent_turns, use_redis, django_assert_max_num_queries):
+    """Who is asking (3); the conversation, its turns, their messages and the loose ones, the
+    tool cards' steps and arguments, the model's settings and the price table's stamp (for the
+    context window), the last request (for the meter), the reader's ratings, the sidebar, the
+    budgets and their spend: 16 for 5 turns with a tool call each and 9 conversations in the
+    sidebar, so a read per turn, card or conversation would show."""
+    from traces.models import Budget, Feedback
+
+    for n in range(5):
+        trace = answered(send(conversation, alice, f"What is {n + 12} * {n + 7}?"))
+    Feedback.objects.create(team=agent.team, trace=trace, user=alice, rating=Feedback.Rating.UP)
+    for n in range(8):
+        services.conversation_create(team=agent.team, agent=agent, user=alice, title=f"Other {n}")
+    Budget.objects.create(team=agent.team, period="month", limit_usd=Decimal("5"))
+    Budget.objects.create(team=agent.team, user=alice, period="day", limit_usd=Decimal("1"))
+    c = client_for(alice)
+    url = reverse("conversation", args=[conversation.uuid])
+    c.get(url)  # the first page after signing in keeps the active team in the session
+    with django_assert_max_num_queries(16):
+        html = c.get(url).content.decode()
+    assert html.count('class="tool-card state-ok"') == 5 and html.count('id="answer-') == 5
+    assert html.count('id="side-') == 9 and 'aria-pressed="true"' in html

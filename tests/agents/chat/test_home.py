@@ -98,3 +98,31 @@ def test_charlie_sees_only_team_b(client_for, charlie, agent):
     html = home(client_for(charlie))
     assert "Helper" not in html and "Team B" in html
     assert Agent.objects.filter(team=agent.team).exists()
+
+
+def test_the_page_reads_each_kind_of_row_once_however_many_there_are(
+        client_for, alice, bob, team_a, make_agent, django_assert_max_num_queries):
+    """Who is asking (session, user, memberships: 3), the agents, the recent conversations, the
+    running and finished turns, the week's spend, the budgets and their spend, whether a real
+    model is connected and how many members there are: 11, for 4 agents, 9 conversations and 12
+    turns, so a read per row would show."""
+    agents = [make_agent(name=f"Agent {n}", suggested_prompts=["What is 6 * 7?"]) for n in range(4)]
+    today = timezone.localdate()
+    for n in range(9):
+        chat = conversation_create(team=team_a, agent=agents[n % 4], user=alice)
+        Conversation.objects.filter(pk=chat.pk).update(title=f"Plan {n}")
+        for status in ("completed", "failed", "running" if n < 3 else "completed"):
+            question = chat.messages.create(role="user", text=f"Question {n}", author=alice)
+            Trace.objects.create(team=team_a, conversation=chat, agent=agents[n % 4], user=alice,
+                                 user_message=question, status=status, cost_usd=Decimal("0.25"))
+    CostRollup.objects.create(team=team_a, day=today, provider="p", model="m", agent_id=agents[0].pk,
+                              user_id=alice.pk, cost_units=12_500_000_000, calls=3)
+    Budget.objects.create(team=team_a, period="month", limit_usd=Decimal("2"), mode="warn")
+    Budget.objects.create(team=team_a, user=alice, period="day", limit_usd=Decimal("1"), mode="warn")
+    c = client_for(alice)
+    home(c)  # the first page after signing in keeps the active team in the session
+    with django_assert_max_num_queries(11):
+        html = home(c)
+    assert html.count('class="agent-row"') == 4 and html.count("Plan ") == 6
+    assert html.count('class="row trace-row"') == 9  # the 3 running, the newest 6 finished
+    assert html.count('class="budget-line') == 2 and "budget is used up ($1.25 of $1.00)" in html
