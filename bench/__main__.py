@@ -12,7 +12,8 @@ otel (what exporting spans costs a turn), compare (the compare page for two 10,0
 that differ at step 7,000), fork (a fork at step 5,000 of a 10,000-step turn), gateway
 (``/v1/chat/completions`` beside LiteLLM's proxy at 1 to 200 concurrent, both modes), pages
 (home, a conversation, the trace list, the inspector and the costs page on a team with 10,000
-traces: server time, CPU and queries per page).
+traces: server time, CPU and queries per page), intake (chat messages accepted per second
+while the worker is busy).
 
 Every benchmark prints the machine's load at start and its CPU per unit of work beside its
 times, and reports its headline CPU figures; at the end this prints what moved further than the
@@ -49,6 +50,7 @@ BENCHES = {
     "fork": "bench.fork",
     "gateway": "bench.gateway",
     "pages": "bench.pages",
+    "intake": "bench.intake",
 }
 
 

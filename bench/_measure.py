@@ -326,7 +326,7 @@ def profiled(bench: str, pids: Mapping[str, int | None], directory: str | os.Pat
             continue
         svg = folder / f"{bench}-{name}-{stamp}.svg"
         log = svg.with_suffix(".log")
-        command = [py_spy, "record", "--pid", str(pid), "--format", "flamegraph", "--output", str(svg),
+        command = [py_spy, "record", "--pid", str(pid), "--format", os.environ.get("BENCH_PROFILE_FORMAT", "flamegraph"), "--output", str(svg),
                    "--rate", str(PROFILE_RATE), "--nonblocking"]
         if gil:
             command.append("--gil")

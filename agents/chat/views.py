@@ -154,7 +154,8 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
                   if parent_uuid else turns.LATEST)
         sent = turns.turn_send(conversation=convo, user=request.user, text=text, parent=parent,
                                client_id=request.POST.get("client_id", ""),
-                               attachments=request.POST.getlist("attachments"))
+                               attachments=request.POST.getlist("attachments"),
+                               membership=request.membership, agent=convo.agent)
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:

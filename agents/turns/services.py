@@ -186,17 +186,17 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             sent = _sent_before(conversation, client_id)
             if sent is not None:
                 return SentTurn(sent, resent=True)
-        if new_conversation:
-            parent_id = None
-        elif parent is LATEST:
-            parent_id = (Trace.objects.filter(conversation_id=conversation.pk)
-                         .order_by("-id").values_list("id", flat=True).first())
-        else:
-            parent_id = _parent_in(conversation, parent)
+        parent_turn = None
+        if parent is LATEST and not new_conversation:
+            # With its public id, which the message's announcement names (the rest is deferred).
+            parent_turn = (Trace.objects.filter(conversation_id=conversation.pk).only("id", "uuid")
+                           .order_by("-id").first())
+        elif parent is not LATEST and _parent_in(conversation, parent) is not None:
+            parent_turn = parent
         blocks = RuntimeMessage.user(text).to_dict()["blocks"] + [image_block(a).to_dict() for a in images]
         message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author=user,
-            parent_turn_id=parent_id, client_id=client_id)
+            parent_turn=parent_turn, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
         context = trace_context_meta(traceparent, tracestate)
@@ -240,13 +240,10 @@ def conversation_check_open(conversation: Conversation) -> None:
 
 
 def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
-    message = Message.objects.filter(conversation_id=conversation.pk, client_id=client_id).first()
-    if message is None:
-        return None
-    trace = Trace.objects.filter(user_message=message).order_by("id").first()
-    if trace is not None:
-        trace.user_message = message
-    return trace
+    """The first turn of the message the browser sent before with this id (one query)."""
+    return (Trace.objects.filter(user_message__conversation_id=conversation.pk,
+                                 user_message__client_id=client_id)
+            .select_related("user_message").order_by("id").first())
 
 
 def _parent_in(conversation: Conversation, parent: Trace | None) -> int | None:
