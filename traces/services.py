@@ -257,8 +257,9 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
         if step is None:
             step = Step(trace_id=trace_id, seq=seq, started_at=started_at or timezone.now(),
                         offset_ms=max(int(offset_ms), 0))
-        for name, value in values.items():
-            setattr(step, name, value)
+        changed = [name for name, value in values.items() if created or getattr(step, name) != value]
+        for name in changed:
+            setattr(step, name, values[name])
         moves = rollups.differences(before, rollups.step_share(step))
         # One event for the step, a second when the trace's totals move (the header's cost and
         # the chat's meter follow live); a new step also counts in the header's "Steps" as the
@@ -276,7 +277,7 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
         if created:
             step.save(force_insert=True)
         else:
-            step.save(update_fields=sorted({*values, "event_seq"}))
+            step.save(update_fields=[*changed, "event_seq"])  # only what moved
         if payloads:
             StepPayload.objects.bulk_create(
                 [StepPayload(step=step, kind=kind, content=content, content_type=content_type,
