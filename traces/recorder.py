@@ -181,6 +181,11 @@ class TraceRecorder:
         # The highest step number stored before this run: a step past it is new (not looked for).
         self.stored_upto = 0
         self.step_ids: dict[int, int] = {}  # seq -> the step's row id, once written
+        # A trace whose first run this is holds no steps or states of earlier runs.
+        self.fresh = True
+        self.states_written: set[int] = set()
+        # An allowed call's permission, kept for its finished step's write.
+        self.allowed: dict[str, dict[str, Any]] = {}
         self.step_starts: dict[int, tuple[datetime, int]] = {}  # seq -> its start, as stored
         self.values: dict[int, dict[str, Any]] = {}
         self.llm_open: dict[int, int] = {}      # iteration -> seq of its running model request
@@ -231,6 +236,7 @@ class TraceRecorder:
         return bool(self.trace.step_count or self.attempt > 1 or self.trace.forked_from_id)
 
     def use_stored(self, steps: services.StoredSteps) -> None:
+        self.fresh = False
         stored, self.stored_upto = steps.keyed, steps.last_seq
         self.keys = {key: seq for key, (seq, _) in stored.items()}
         self.values = {seq: values for seq, values in stored.values()}
@@ -468,6 +474,8 @@ class TraceRecorder:
             payloads["arguments"] = payload_json(event.arguments)
         meta: dict[str, Any] = {"output_preview": scrub_secrets(event.output_preview),
                                 "output_chars": len(event.output), **event.meta}
+        if key in self.allowed:
+            meta["permission"] = self.allowed.pop(key)
         # The call's duration leaves out the wait for approval (its own step); the timeline
         # draws the call from when it ran.
         approval = self.keys.get(f"approval:{event.iteration}:{event.call_id}")
@@ -506,11 +514,17 @@ class TraceRecorder:
         })
 
     async def _policy_decided(self, event: ToolPolicyDecided) -> None:
-        """The permission outcome of a call (Claw Code's), on the call's own step."""
+        """The permission outcome of a call (Claw Code's), on the call's own step. An allowed
+        call's goes with its result (one write less per call); a call that asks or is denied
+        shows why at once."""
         policy = {"policy": event.policy, "outcome": event.outcome, "source": event.source}
         if event.reason:
             policy["reason"] = scrub_secrets(event.reason)[:1000]
-        await self._write(f"tool:{event.iteration}:{event.call_id}", {
+        key = f"tool:{event.iteration}:{event.call_id}"
+        if event.outcome == "allow" and key in self.keys:
+            self.allowed[key] = policy
+            return
+        await self._write(key, {
             "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
             "call_id": event.call_id[:200], "meta": {"permission": policy}})
 
@@ -550,10 +564,12 @@ class TraceRecorder:
             state = await self.db(services.state_record, trace_id=self.trace.pk,
                                   attempt=self.attempt, iteration=event.iteration,
                                   fields=json.loads(json.dumps(event.state, default=str)),
-                                  changed=list(event.changed))
+                                  changed=list(event.changed),
+                                  new=self.fresh and event.iteration not in self.states_written)
         except services.TraceNotOwned:
             self.lose()
             return
+        self.states_written.add(event.iteration)
         if state is not None:
             self.trace.event_seq = max(self.trace.event_seq, state.event_seq)
             state.trace = self.trace

@@ -310,10 +310,23 @@ def step_payload_put(*, trace_id: int, seq: int, kind: str, content: str, conten
 
 
 def state_record(*, trace_id: int, attempt: int, iteration: int, fields: dict[str, Any],
-                 changed: list[str]) -> TrajectoryState | None:
-    """Create or update the trajectory state of one iteration; idempotent like ``step_record``."""
+                 changed: list[str], new: bool = False) -> TrajectoryState | None:
+    """Create or update the trajectory state of one iteration; idempotent like ``step_record``
+    (``new``: the caller knows it is not stored yet)."""
+    if new:
+        try:
+            return _state_record(trace_id=trace_id, attempt=attempt, iteration=iteration,
+                                 fields=fields, changed=changed, new=True)
+        except IntegrityError:  # stored after all: update it
+            pass
+    return _state_record(trace_id=trace_id, attempt=attempt, iteration=iteration, fields=fields,
+                         changed=changed, new=False)
+
+
+def _state_record(*, trace_id: int, attempt: int, iteration: int, fields: dict[str, Any],
+                  changed: list[str], new: bool) -> TrajectoryState | None:
     with transaction.atomic():
-        state = TrajectoryState.objects.filter(trace_id=trace_id, iteration=iteration).first()
+        state = None if new else TrajectoryState.objects.filter(trace_id=trace_id, iteration=iteration).first()
         if state is not None and state.fields == fields and state.changed == changed:
             return None
         event_seq = event_bump(trace_id, attempt)

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -67,6 +67,25 @@ def trace_conversation_lock(trace_id: int) -> int | None:
         return (Conversation.objects.select_for_update(of=("self",)).filter(traces__id=trace_id)
                 .values_list("pk", flat=True).first())
     return Trace.objects.filter(pk=trace_id).values_list("conversation_id", flat=True).first()
+
+
+def _claim(trace_id: int, *, worker: str, now: datetime) -> bool:
+    """``queued -> running`` unless an earlier turn of the conversation is queued or running
+    (turns of a conversation run one at a time, in the order they were sent). A resumed trace
+    keeps its first start: time limits and offsets count from it. One statement, written out:
+    the hottest write of a claim, which the ORM took a millisecond to build (its subquery)."""
+    table = connection.ops.quote_name(Trace._meta.db_table)
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET status = %s, attempts = attempts + 1, "  # noqa: S608 - the model's table, values as parameters
+            f"started_at = COALESCE(started_at, %s), heartbeat_at = %s, worker = %s, error = '', "
+            f"error_kind = '', event_seq = event_seq + 1 WHERE id = %s AND status = %s AND NOT EXISTS "
+            f"(SELECT 1 FROM {table} ahead WHERE ahead.conversation_id = {table}.conversation_id "
+            f"AND (ahead.status = %s OR (ahead.status = %s AND ahead.id < {table}.id)))",
+            [Status.RUNNING.value, at, at, worker, trace_id, Status.QUEUED.value,
+             Status.RUNNING.value, Status.QUEUED.value])
+        return cursor.rowcount == 1
 
 
 # -- dispatch -----------------------------------------------------------------------------------
@@ -152,18 +171,7 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
     with transaction.atomic():
         if _row_locks() and trace_conversation_lock(trace_id) is None:
             return None
-        # Turns of a conversation run one at a time, in the order they were sent.
-        ahead = Trace.objects.filter(
-            Q(status=Status.RUNNING) | Q(status=Status.QUEUED, pk__lt=OuterRef("pk")),
-            conversation_id=OuterRef("conversation_id"))
-        claimed = (Trace.objects.filter(pk=trace_id, status=Status.QUEUED)
-                   .filter(~Exists(ahead))
-                   # A resumed trace keeps its first start: time limits and offsets count from it.
-                   .update(status=Status.RUNNING, attempts=F("attempts") + 1,
-                           started_at=Coalesce(F("started_at"), Value(now)),
-                           heartbeat_at=now, worker=worker[:200], error="", error_kind="",
-                           event_seq=F("event_seq") + 1))
-        if not claimed:
+        if not _claim(trace_id, worker=worker[:200], now=now):
             return None
     # What the turn runs with, in one query: its conversation and message (its setup and its
     # announcements need no query of their own for them).

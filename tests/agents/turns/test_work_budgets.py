@@ -29,7 +29,7 @@ START_QUERIES = 6
 TURN_QUERIES, TURN_REDIS = 25, 11
 # A further iteration with one tool call: the call's three writes, a model request's, the
 # trajectory state's.
-ITERATION_QUERIES, ITERATION_REDIS = 21, 7
+ITERATION_QUERIES, ITERATION_REDIS = 18, 6
 
 
 @pytest.fixture
