@@ -3,7 +3,9 @@
 Concurrency model. Workers use Celery's thread pool, so every task runs in its own thread and a
 process carries as many turns as it has threads (``CELERY_WORKER_CONCURRENCY``, 50 by default):
 a turn spends nearly all its time waiting on a model, and waiting threads cost little. In its
-thread a turn runs the async runtime with ``asyncio.run``. Django's ORM is synchronous and
+thread a turn runs the async runtime in the thread's own event loop, kept from one turn to the
+next (``thread_loop_run``), so the connections a turn's announcements use (the channel layer's,
+one per loop) are opened once per thread, not once per turn. Django's ORM is synchronous and
 refuses to run inside an event loop, so every query of the turn runs on a single-thread executor
 that the turn has to itself (``TurnDb``): writes stay in order and the turn holds exactly one
 database connection. These executors are pooled per process, so a worker keeps at most one
@@ -32,7 +34,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -181,9 +183,33 @@ def turn_execute(*, trace_id: int, worker: str) -> str:
         if trace is None:
             logger.info("trace %s: nothing to claim", trace_id)
             return ""
-        return asyncio.run(TurnRun(trace=trace, db=db).run())
+        return thread_loop_run(TurnRun(trace=trace, db=db).run())
     finally:
         db.release()
+
+
+_thread_loops = threading.local()
+
+
+def thread_loop_run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end in this thread's event loop, made on the thread's first turn
+    and kept for its next ones. As ``asyncio.run``, what the coroutine left running is
+    cancelled at its end; unlike it, the loop and what is bound to it (the channel layer's Redis
+    connections) stay for the next turn."""
+    loop = getattr(_thread_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _thread_loops.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
 
 
 class RunningTurns:

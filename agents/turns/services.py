@@ -181,7 +181,8 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
         quota_keys = turn_admit(membership=membership, api_key=api_key, request_id=trace_uuid.hex,
                                 tokens=prompt_tokens)
     with transaction.atomic():
-        conversation_lock(conversation.pk)
+        if not new_conversation:  # one created in this transaction is the caller's alone
+            conversation_lock(conversation.pk)
         if client_id:
             sent = _sent_before(conversation, client_id)
             if sent is not None:
