@@ -188,6 +188,25 @@ def turn_execute(*, trace_id: int, worker: str) -> str:
         db.release()
 
 
+class _ThreadLoop:
+    """A thread's event loop, closed when the thread ends (its thread-local goes with it),
+    in that thread, so the channel layer closes its connections there. Were the loop itself
+    left to the garbage collector, its close could come in a thread whose own loop is
+    running, where it cannot run."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        loop = self.loop
+        if loop.is_closed():
+            return
+        if asyncio._get_running_loop() is None:
+            loop.close()
+        else:  # not the loop's own thread: release its selector without running it
+            type(loop).close(loop)
+
+
 _thread_loops = threading.local()
 
 
@@ -196,9 +215,10 @@ def thread_loop_run(coroutine: Coroutine[Any, Any, T]) -> T:
     and kept for its next ones. As ``asyncio.run``, what the coroutine left running is
     cancelled at its end; unlike it, the loop and what is bound to it (the channel layer's Redis
     connections) stay for the next turn."""
-    loop = getattr(_thread_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _thread_loops.loop = asyncio.new_event_loop()
+    held = getattr(_thread_loops, "held", None)
+    if held is None or held.loop.is_closed():
+        held = _thread_loops.held = _ThreadLoop()
+    loop = held.loop
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(coroutine)

@@ -248,9 +248,12 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
     now = now or timezone.now()
     with transaction.atomic():
         if trace is not None:
-            row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at}
+            row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at,
+                   "ephemeral": (trace.conversation.ephemeral
+                                 if Trace.conversation.is_cached(trace) else False)}
         else:
-            row = Trace.objects.filter(pk=trace_id).values("conversation_id", "started_at").first()
+            row = Trace.objects.filter(pk=trace_id).values(
+                "conversation_id", "started_at", ephemeral=F("conversation__ephemeral")).first()
             if row is None:
                 return None
         conversation_lock(row["conversation_id"])
@@ -272,7 +275,8 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
                     text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
             for m in outcome.messages
         ])
-        Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
+        if not row["ephemeral"]:  # a stateless request's conversation is listed nowhere
+            Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
         dispatched = dispatch_next(row["conversation_id"], now)
         if trace is not None:
             for name, value in Trace.objects.filter(pk=trace_id).values(*CLOSED_FIELDS).get().items():

@@ -28,7 +28,7 @@ START_QUERIES = 6
 # Redis: its announcements (one round trip each to a group nobody watches), the text's frames
 # and its end signal. PostgreSQL adds the conversation's row lock at the claim and the close
 # (SQLite's writers take their turns without one).
-TURN_QUERIES, TURN_REDIS = 25, 9
+TURN_QUERIES, TURN_REDIS = 24, 9
 ROW_LOCKS = 2
 # A further iteration with one tool call: the call's three writes, a model request's, the
 # trajectory state's.
