@@ -257,6 +257,27 @@ def _check_addresses(host: str, literal: bool, addresses: list[IPAddress]) -> No
             raise OutboundRefused(f"Refused: {where} is {problem}. {ALLOWLIST_HINT}")
 
 
+def reached_by_allowlist(url: str, *, resolver: SyncResolver = system_resolver) -> bool:
+    """Whether ``url``'s host is an address the policy itself refuses (so only the operator's
+    ``OUTBOUND_ALLOWED_NETWORKS`` lets it be reached: an internal service). A host that does
+    not resolve counts as one."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return True
+    host = parsed.raw_host.decode("ascii", "replace")
+    literal = parse_ip(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            answers = resolver(host, parsed.port or (443 if parsed.scheme == "https" else 80))
+        except (OSError, UnicodeError):
+            return True
+        addresses = [a for a in map(parse_ip, answers) if a is not None]
+    return not addresses or any(address_problem(address) is not None for address in addresses)
+
+
 def base_url_problem(url: str, *, resolver: SyncResolver = system_resolver) -> str | None:
     """Why ``url`` cannot be a model provider's base URL, as a sentence; None when it can.
     http and https are both allowed (a model server on the operator's network speaks http);

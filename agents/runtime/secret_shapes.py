@@ -9,9 +9,11 @@
   ``Set-Cookie`` …) as HTTP, curl ``-v``, JSON or YAML lines: the value, the scheme word kept;
   bearer/basic tokens anywhere;
 * provider keys by prefix: OpenAI, Anthropic, Google, Groq, OpenRouter, Hugging Face, GitHub,
-  GitLab, Slack (tokens and webhook URLs), Stripe, AWS access keys, npm, SendGrid, Google OAuth;
+  GitLab, Slack (tokens and webhook URLs), Stripe, AWS access keys, npm, SendGrid, Google OAuth,
+  Twilio API keys (``SK`` and 32 hex digits);
 * values after key-like names (``secret``, ``token``, ``password``, ``api_key``,
-  ``aws_secret_access_key``, ``client_secret``, ``session``, ``cookie`` …) in ``key=value``,
+  ``aws_secret_access_key``, ``client_secret``, ``session``, ``cookie``, Azure's ``AccountKey``
+  and ``SharedAccessKey`` of connection strings, ``sig`` of SAS URLs …) in ``key=value``,
   ``key: value``, JSON, YAML and env-file shapes, unless the value is plainly not a secret
   (a number, a boolean, a short word, an already masked value).
 
@@ -58,12 +60,14 @@ _PREFIXED = re.compile(
     r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS key ids
     r"|npm_[A-Za-z0-9]{36}"                              # npm
     r"|SG\.[A-Za-z0-9_\-]{16,}+\.[A-Za-z0-9_\-]{16,}+"   # SendGrid
+    r"|SK[0-9a-fA-F]{32}(?![A-Za-z0-9])"                  # Twilio API key
     r")")
 _SLACK_WEBHOOK = re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_\-]++")
 
 _KEY_NAME = (r"(?:[A-Za-z0-9]{1,30}[_.\-])?(?:secret|token|passw(?:or)?d|passphrase|pwd|api[_\-]?key|"
              r"apikey|access[_\-]?key|private[_\-]?key|secret[_\-]?key|client[_\-]?secret|"
-             r"auth[_\-]?token|credentials?|session(?:[_\-]?id)?|cookie|signature|sig)"
+             r"auth[_\-]?token|credentials?|session(?:[_\-]?id)?|cookie|signature|sig|"
+             r"account[_\-]?key|shared[_\-]?access[_\-]?key)"
              r"(?:[_.\-][A-Za-z0-9]{1,30})?")
 _NAMED_VALUE = re.compile(
     rf"""(?i)(?<![A-Za-z0-9])({_KEY_NAME})(["']?[ \t]*(?::|=|=>)[ \t]*["']?)"""

@@ -118,3 +118,55 @@ def test_the_backfill_sends_ended_turns_with_their_live_ids(
     tool = next(s for s in spans if s.name == "execute_tool calculator")
     step = trace.steps.get(kind="tool_call")
     assert tool.span_id == f"{span_id_for(trace.uuid, tool_step_key(step.iteration, step.call_id)):016x}"
+
+
+# -- what a test shows of the receiver's answer (issue 30, F1) ---------------------------------------
+SECRET_BODY = ("upstream says: AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4+/YWJjZA==;"
+               " token sk-proj-4fQ9xW2mZ7rT1vB8nK3pL6sD0hJ5gY2cX9eA7uI4oP1qR8tE3wS6zV0bN5mM2kL9jH4g\n"
+               + "padding " * 200)
+
+
+@pytest.fixture
+def talking_receiver():
+    """A plain HTTP server on loopback that answers every POST 401 with a text body of secrets."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = SECRET_BODY.encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_teams_internal_endpoint_shows_nothing_of_its_answer(settings, talking_receiver):
+    from traces.export import pipeline
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    settings.DEBUG = True  # plain http to the allowlisted address
+    result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver))
+    assert result.status == 401 and not result.ok
+    assert "upstream says" not in result.answer and "Zm9v" not in result.answer
+    assert "not shown: the endpoint is on an internal network" in result.answer
+
+
+def test_the_operators_endpoint_shows_its_answer_short_and_scrubbed(talking_receiver):
+    from traces.export import pipeline
+    result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver,
+                                                                guarded=False))
+    assert result.answer.startswith("401 Unauthorized: upstream says: AccountKey=[REDACTED]")
+    assert "Zm9v" not in result.answer and "sk-proj" not in result.answer
+    assert "\n" not in result.answer and len(result.answer) < 300

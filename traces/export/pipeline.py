@@ -39,7 +39,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from agentsite.outbound import guarded_session
+from agents.runtime.scrub import scrub_secrets
+from agentsite.outbound import guarded_session, reached_by_allowlist
 
 from ..models import Step, StepPayload, Trace, TraceExporter, TrajectoryState
 from ..request_history import conversation_of
@@ -423,10 +424,27 @@ def post_spans(spans: list[ReadableSpan], config: ExportConfig, *, timeout_s: fl
     except requests.RequestException as exc:
         return TestResult(False, None, _reason(exc), (time.perf_counter() - started) * 1000)
     ms = (time.perf_counter() - started) * 1000
-    answer = response.text[:500] if "text" in response.headers.get("content-type", "") or \
-        "json" in response.headers.get("content-type", "") else f"{len(response.content)} bytes"
+    answer = _answer_excerpt(response, config)
     return TestResult(response.ok, response.status_code,
                       f"{response.status_code} {response.reason}" + (f": {answer}" if answer else ""), ms)
+
+
+ANSWER_EXCERPT_CHARS = 200
+
+
+def _answer_excerpt(response: requests.Response, config: ExportConfig) -> str:
+    """What of the receiver's answer the page may show: for a team's endpoint on an internal
+    network (reached only through the operator's allowlist) nothing but its size, so the test
+    cannot be used to read internal services; otherwise the start of a text answer on one
+    line, scrubbed of secrets before it is cut."""
+    size = f"{len(response.content)} bytes"
+    content_type = response.headers.get("content-type", "")
+    if not response.content or not ("text" in content_type or "json" in content_type):
+        return size if response.content else ""
+    if config.guarded and reached_by_allowlist(config.endpoint):
+        return f"{size} (not shown: the endpoint is on an internal network)"
+    text = " ".join(scrub_secrets(response.text[:4000]).split())
+    return text if len(text) <= ANSWER_EXCERPT_CHARS else text[:ANSWER_EXCERPT_CHARS] + "…"
 
 
 def _reason(exc: requests.RequestException) -> str:

@@ -22,6 +22,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from agents.models import Agent, Hook
+from agents.runtime.scrub import scrub_secrets
 from agentsite.admin_site import TeamScopedAdmin, admin_team_ids
 from agentsite.audit import AuditedAdmin, snapshot
 
@@ -149,9 +150,11 @@ class HookAdmin(AuditedAdmin, TeamScopedAdmin):
             raise PermissionDenied
         hook = Hook.objects.get(pk=hook.pk)  # with its secret
         run = hook_test_event(hook=hook)
-        said = " ".join(run.messages) or "no message"
+        # What the hook said is the receiver's: scrubbed whole, then cut.
+        said = scrub_secrets(" ".join(run.messages))[:500] or "no message"
+        detail = scrub_secrets(run.detail)[:200] if run.detail else ""
         text = (f"Test event {run.event}: {run.decision} — {said} ({run.duration_ms:.0f} ms"
-                + (f", {run.detail}" if run.detail else "") + ")")
+                + (f", {detail}" if detail else "") + ")")
         level = {"allow": messages.SUCCESS, "warn": messages.WARNING}.get(run.decision, messages.ERROR)
         self.message_user(request, text, level)
         return redirect(reverse("admin:agents_hook_change", args=[hook.pk]))

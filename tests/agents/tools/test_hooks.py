@@ -72,6 +72,16 @@ async def test_a_bad_answer_fails_the_hook_with_a_clear_message(hook_server, sta
     assert run.outcome == "failed" and says in run.messages[0], run.messages
 
 
+async def test_what_a_bad_answer_began_with_is_scrubbed_before_it_is_cut(hook_server):
+    # The key starts within the 80 characters shown and ends after them: cut first, it would
+    # no longer look like a key and its start would be shown.
+    key = "sk-proj-4fQ9xW2mZ7rT1vB8nK3pL6sD0hJ5gY2cX9eA7uI4oP1qR8tE3wS6zV0bN5mM2kL9jH4g"
+    hook_server.answer = lambda payload: (200, f"Internal error, retry with key {key}".encode())
+    run = await webhook(hook_server.url).run(PRE_TOOL_USE, CALL)
+    assert run.outcome == "failed" and "[REDACTED" in run.messages[0], run.messages
+    assert "4fQ9" not in run.messages[0]
+
+
 async def test_a_slow_webhook_times_out_within_its_limit(hook_server):
     hook_server.delay_s = 3
     started = time.monotonic()
