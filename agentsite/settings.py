@@ -222,16 +222,20 @@ PASSWORD_RESET_BY_EMAIL = bool(EMAIL_URL)
 PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3600)
 
 # -- sign-in throttling (django-axes) ----------------------------------------------------------
-# AXES_FAILURE_LIMIT failed sign-ins for one account, or from one address, lock that account or
-# address out for AXES_COOLOFF_MINUTES. The site operator unlocks early: admin -> Access attempts
-# (superusers), or
-# ``manage.py axes_reset_username <name>`` / ``axes_reset_ip <address>``.
+# AXES_FAILURE_LIMIT failed sign-ins for one account (from one address, or from everywhere)
+# lock that account out for AXES_COOLOFF_MINUTES; other people at the same address (an office,
+# everyone behind one reverse proxy) are not locked out. The site operator unlocks early:
+# admin -> Access attempts (superusers), or ``manage.py axes_reset_username <name>``.
+# TRUSTED_PROXIES: how many reverse proxies stand in front of the web processes (each appends
+# to X-Forwarded-For); the client's address is read from there (agentsite.client_address).
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
                            "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_MINUTES = env.int("AXES_COOLOFF_MINUTES", default=15)
 AXES_COOLOFF_TIME = timedelta(minutes=AXES_COOLOFF_MINUTES)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one over the limit locks
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
+TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", default=0)
+AXES_CLIENT_IP_CALLABLE = "agentsite.client_address.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "agentsite.views.signin_locked_out"
 AXES_VERBOSE = False
