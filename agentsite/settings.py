@@ -149,6 +149,9 @@ else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_MAX > 0:
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
+        # With CONN_HEALTH_CHECKS (above) Django has the pool try each connection as it leaves
+        # it (an empty query) and replace a dead one: after a failover, a PgBouncer restart or
+        # pg_terminate_backend the next piece of work gets a live connection, not an error.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": DATABASE_POOL_TIMEOUT_S,
             # Connections idle this long are closed (down to min_size).

@@ -6,6 +6,8 @@ from django.urls import include, path
 
 from . import health, key_views, views
 
+handler500 = "agentsite.views.server_error"
+
 urlpatterns = [
     path("", include("agents.chat.home")),
     path("healthz", health.healthz, name="healthz"),

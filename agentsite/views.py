@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -12,10 +13,12 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import defaults
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import selectors, services
 from .access import SESSION_KEY, get_for_team_or_404, team_for_user_or_404, team_required
+from .db import DATABASE_LOST_MESSAGE, connection_lost
 from .forms import InvitationForm, LimitsForm, RoleForm, SignupForm, TeamForm
 from .models import Invitation, Membership
 
@@ -243,3 +246,16 @@ def email_configured(view: Any) -> Any:
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: an error the request did not handle. When it is its database connection
+    that broke (a failover, a PgBouncer restart), 503 with ``Retry-After``: nothing of the
+    request was kept, and the next one gets a live connection from the pool."""
+    exc = sys.exc_info()[1]
+    if exc is not None and connection_lost(exc):
+        response = HttpResponse(DATABASE_LOST_MESSAGE, status=503,
+                                content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = "1"
+        return response
+    return defaults.server_error(request)

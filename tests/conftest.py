@@ -31,10 +31,18 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
     worker subprocess (tests marked ``worker``) must all see one database, and an in-memory
     database shared between threads answers "table is locked" instead of waiting."""
     from django.conf import settings
+    from django.db import connections
 
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith(".sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+    # A PostgreSQL connection pool made before the test database exists (anything that asked
+    # for ``connection.pool`` while the suite was collected) would keep connecting to the
+    # database named in DATABASE_URL: the test database gets a pool of its own.
+    for alias in connections:
+        if alias in getattr(type(connections[alias]), "_connection_pools", {}):
+            connections[alias].close()
+            connections[alias].close_pool()
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
@@ -16,6 +17,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from agents.turns.quotas import QuotaExceeded
 from agentsite.api_keys import ApiKeyRefused
+from agentsite.db import DATABASE_LOST_MESSAGE, connection_lost
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
@@ -122,6 +124,14 @@ def install_handlers(api: NinjaAPI) -> None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return error_response(413, f"The request body is larger than the {limit / 1e6:.1f} MB "
                                    "accepted. Send less history.", code="request_too_large")
+
+    @api.exception_handler(DatabaseError)
+    def database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        if not connection_lost(exc):
+            raise exc
+        # Nothing of the request's transaction was kept: sending it again is safe.
+        return error_response(503, DATABASE_LOST_MESSAGE, code="database_unavailable",
+                              headers={"Retry-After": "1"})
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:

@@ -19,7 +19,7 @@ from django.db.models import OuterRef, Subquery
 
 from agents.models import Message
 from agents.turns.signals import ended_signal_wait
-from agentsite.db import db_async
+from agentsite.db import db_async, rereading
 from traces.live import trace_group
 from traces.models import Trace
 
@@ -38,6 +38,7 @@ class TurnTimeout(Exception):
 
 
 @db_async
+@rereading  # a request waiting for its turn outlives a dropped connection
 def _trace(trace_id: int) -> Trace:
     """The trace as its end is told: with its conversation, and the outcome of its last
     answer (``answer_outcome``), in one query."""

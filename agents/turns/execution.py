@@ -68,7 +68,7 @@ from agents.turns.providers import TurnSetupError
 from agents.turns.replay import turn_plan
 from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
-from agentsite.db import releasing
+from agentsite.db import ConnectionLost, releasing
 from traces.models import Trace
 from traces.recorder import TraceRecorder
 from traces.services import (
@@ -101,6 +101,7 @@ DROPPED_MESSAGE = "A hook stopped this message before it reached the model: {rea
 WITHHELD_REPLY = "The reply was withheld by a hook: {reason}"
 LOST_REASON = "This turn was taken over by the reaper or another worker."
 HANDED_BACK = "handed_back"
+CONNECTION_LOST_REASON = "database connection lost"
 # How long a cancelled turn may take to stop before its thread goes on without it.
 STOP_GRACE_S = 2.0
 STATUS_FOR = {
@@ -126,6 +127,9 @@ class TurnDb:
 
     def __init__(self, name: str = "turn-db") -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        # Called (in the turn's loop) when a call's connection broke: the turn being run
+        # hands itself back instead of failing (``TurnRun``).
+        self.on_connection_lost: Callable[[str], bool] | None = None
 
     @classmethod
     def acquire(cls) -> TurnDb:
@@ -161,7 +165,15 @@ class TurnDb:
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         # Pooled connections go back after each call: a turn waiting on its model holds none.
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(releasing(fn), *args, **kwargs))
+        try:
+            return await loop.run_in_executor(self.executor,
+                                              functools.partial(releasing(fn), *args, **kwargs))
+        except ConnectionLost as exc:
+            if self.on_connection_lost is None or not self.on_connection_lost(str(exc)):
+                raise
+            # Raised where the turn's code would take it for a failure of its own (the loop's
+            # catch-all): the turn stops as a hand-back does, by cancellation.
+            raise asyncio.CancelledError(CONNECTION_LOST_REASON) from exc
 
     def close(self) -> None:
         """Close the thread's connections and stop the thread."""
@@ -312,6 +324,7 @@ class TurnRun:
     async def run(self) -> str:
         self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
         RUNNING.add(self)
+        self.db.on_connection_lost = self._connection_lost
         try:
             return await self._run()
         except asyncio.CancelledError:
@@ -319,8 +332,28 @@ class TurnRun:
                 raise
             return await self._hand_back()
         finally:
+            self.db.on_connection_lost = None
             RUNNING.discard(self)
             self.ended.set()
+
+    def _connection_lost(self, detail: str) -> bool:
+        """A database call of this turn lost its connection (in the turn's loop): what it was
+        writing was not kept, so the turn stops and is handed back, to continue from its last
+        recorded step on a new connection, here or on another worker. False (the turn fails
+        with the error) once it was resumed ``TURN_MAX_RESUMES`` times already."""
+        first_line = detail.strip().splitlines()[0] if detail.strip() else ""
+        if self.attempt > settings.TURN_MAX_RESUMES:
+            logger.error("trace %s: the database connection broke (%s) on attempt %s: no more "
+                         "resumptions", self.trace.pk, first_line, self.attempt)
+            return False
+        logger.warning("trace %s: the database connection broke (%s); handing the turn back",
+                       self.trace.pk, first_line)
+        self.handoff_reason = CONNECTION_LOST_REASON
+        self.stop_cause = "handoff"
+        self.recorder.detach()
+        if self.task is not None and not self.task.done() and asyncio.current_task() is not self.task:
+            self.task.cancel()
+        return True
 
     async def _run(self) -> str:
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
@@ -498,6 +531,7 @@ class TurnRun:
         self.task.cancel()
 
     async def _hand_back(self) -> str:
+        self.db.on_connection_lost = None  # from here a lost connection is only an error
         try:
             await self.recorder.save_partials()
             self.handed_back = await self.db(

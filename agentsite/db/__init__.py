@@ -9,9 +9,36 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 T = TypeVar("T")
+
+
+class ConnectionLost(OperationalError):
+    """The database connection broke while a piece of work used it (a failover, a PgBouncer
+    restart, ``pg_terminate_backend``, a network cut): nothing of that piece of work's open
+    transaction was kept, and the same work on a new connection may well succeed. A turn is
+    handed back and continues from its last recorded step; a request is answered 503."""
+
+
+DATABASE_LOST_MESSAGE = ("The connection to the database broke while this request was handled; "
+                         "nothing of it was kept. Send it again in a moment.")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a database call of this thread, means its connection broke
+    (rather than a query that failed on a working connection)."""
+    if isinstance(exc, ConnectionLost):
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    for conn in connections.all(initialized_only=True):
+        if conn.vendor == "sqlite":  # in process: it does not lose its connection
+            continue
+        raw = conn.connection
+        if raw is None or getattr(raw, "closed", False) or getattr(raw, "broken", False):
+            return True
+    return False
 
 
 def connection_release() -> None:
@@ -22,18 +49,48 @@ def connection_release() -> None:
     threads. Without a pool (SQLite), nothing."""
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None and getattr(conn, "pool", None) and not conn.in_atomic_block:
-            conn.close()
+            try:
+                conn.close()
+            except DatabaseError:  # a broken one: the pool discards it (and Django forgets it)
+                pass
 
 
 def releasing(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn``, giving its thread's connection back afterwards (``connection_release``)."""
+    """``fn``, giving its thread's connection back afterwards (``connection_release``); a
+    connection that broke under it raises ``ConnectionLost``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            if not isinstance(exc, ConnectionLost) and connection_lost(exc):
+                raise ConnectionLost(str(exc)) from exc
+            raise
         finally:
             connection_release()
+
+    return wrapper
+
+
+def rereading(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, a read that changes nothing, done once more on a new connection when its
+    connection broke under it (the pool hands out a live one)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            if not connection_lost(exc):
+                raise
+            for conn in connections.all(initialized_only=True):
+                if conn.vendor != "sqlite":
+                    try:
+                        conn.close()
+                    except DatabaseError:
+                        pass
+            return fn(*args, **kwargs)
 
     return wrapper
 
