@@ -6,14 +6,50 @@ old members, list them, expire each member's old messages, then add the message 
 the first two go in one pipeline, so a send to an empty group is one round trip, and the last
 two in one script, so a send to a watched group is two. What is stored, and how it expires, is
 channels_redis's own (version 4: ``channels-redis>=4.2,<5``).
+
+A send has a deadline (``CHANNEL_LAYER_SEND_TIMEOUT_S``): a Redis that hangs (stopped, not
+dead, so no connection error comes) makes it raise ``LayerUnavailable`` instead of holding the
+request or the turn that announced; callers drop the announcement (pages re-sync from the
+database). After such a timeout, sends fail at once for ``STALL_SKIP_S``, so a turn's many
+announcements do not each wait out the deadline; then the next send tries again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from channels_redis import core
+from django.conf import settings
+
+T = TypeVar("T")
+# After a send timed out, how long sends of this process fail without trying.
+STALL_SKIP_S = 5.0
+
+
+class LayerUnavailable(Exception):
+    """Redis did not answer the channel layer in time (or recently did not)."""
+
+
+_stalled_until = 0.0
+
+
+async def _deadline(operation: Awaitable[T], what: str) -> T:
+    global _stalled_until  # noqa: PLW0603 - one process-wide state, on purpose
+    if time.monotonic() < _stalled_until:
+        if asyncio.iscoroutine(operation):
+            operation.close()
+        raise LayerUnavailable(f"{what}: Redis did not answer a moment ago; skipped")
+    timeout = getattr(settings, "CHANNEL_LAYER_SEND_TIMEOUT_S", 2.0)
+    try:
+        return await asyncio.wait_for(operation, timeout)
+    except TimeoutError as exc:
+        _stalled_until = time.monotonic() + STALL_SKIP_S
+        core.logger.warning("channel layer: Redis did not answer %s within %s s; sends skip "
+                            "it for %s s", what, timeout, STALL_SKIP_S)
+        raise LayerUnavailable(f"{what}: Redis did not answer within {timeout:g} s") from exc
 
 # channels_redis's group send script, with each member's expired messages removed first.
 GROUP_SEND_LUA = """
@@ -34,8 +70,14 @@ GROUP_SEND_LUA = """
 
 
 class RedisChannelLayer(core.RedisChannelLayer):
+    async def send(self, channel: str, message: dict[str, Any]) -> None:
+        await _deadline(super().send(channel, message), "a send")
+
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
-        """Send ``message`` to every member of ``group``."""
+        """Send ``message`` to every member of ``group``, within the deadline."""
+        await _deadline(self._group_send(group, message), "a group send")
+
+    async def _group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
         key = self._group_key(group)
         connection = self.connection(self.consistent_hash(group))

@@ -182,6 +182,9 @@ CHANNEL_LAYERS = {
         },
     },
 }
+# How long an announcement waits for Redis before it is dropped (agentsite.channel_layer): a hung
+# Redis must not hold a send or a turn; pages re-sync from the database.
+CHANNEL_LAYER_SEND_TIMEOUT_S = env.float("CHANNEL_LAYER_SEND_TIMEOUT_S", default=1.0)
 if env.bool("CHANNEL_LAYER_IN_MEMORY", default=False):
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -3,6 +3,9 @@ members get what is sent, capacity and expiry hold, and an empty group costs one
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 from asgiref.sync import async_to_sync
 
@@ -48,3 +51,97 @@ def test_a_send_to_an_empty_group_is_one_round_trip_and_to_a_member_two(layer):
 
     empty, watched, message = async_to_sync(go)()
     assert (empty, watched) == (1, 2) and message["n"] == 1
+
+
+# -- a Redis that hangs (stopped, not dead) -------------------------------------------------------
+@pytest.fixture
+def freezable_redis(tmp_path):
+    """An embedded Redis of this test's own, and a way to freeze it (SIGSTOP) and thaw it."""
+    import os
+    import signal
+    from contextlib import contextmanager
+
+    from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+
+    server = EmbeddedRedis(port=free_port(), data_dir=tmp_path / "redis")
+    with open(tmp_path / "redis.log", "w") as log:
+        server.start(Printer(log, color=False))
+        server.wait_ready()
+
+        @contextmanager
+        def frozen():
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                yield
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+
+        try:
+            yield server.url, frozen
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+            server.stop(timeout=5)
+
+
+def test_a_hung_redis_makes_sends_give_up_within_their_deadline_then_skip(
+        freezable_redis, settings, monkeypatch):
+    from agentsite import channel_layer
+
+    url, frozen = freezable_redis
+    settings.CHANNEL_LAYER_SEND_TIMEOUT_S = 0.5
+    monkeypatch.setattr(channel_layer, "_stalled_until", 0.0)
+    monkeypatch.setattr(channel_layer, "STALL_SKIP_S", 1.0)
+    layer = RedisChannelLayer(hosts=[url], prefix="asgi-frozen")
+
+    async def timed_send(group):
+        started = time.monotonic()
+        try:
+            await layer.group_send(group, {"type": "live.event"})
+            return "sent", time.monotonic() - started
+        except channel_layer.LayerUnavailable:
+            return "unavailable", time.monotonic() - started
+
+    async def go():
+        results = [await timed_send("before")]  # connected while Redis answers
+        with frozen():
+            results.append(await timed_send("during"))  # waits out the deadline
+            results.append(await timed_send("during"))  # skipped at once
+        await asyncio.sleep(1.1)
+        results.append(await timed_send("after"))  # thawed: tries again and gets through
+        await layer.flush()
+        return results
+
+    results = async_to_sync(go)()
+    assert [r for r, _ in results] == ["sent", "unavailable", "unavailable", "sent"], results
+    assert 0.4 < results[1][1] < 1.5 and results[2][1] < 0.05
+
+
+@pytest.mark.django_db
+def test_a_message_sent_while_redis_hangs_is_stored_and_answered_in_seconds(
+        freezable_redis, settings, monkeypatch, client_for, alice, conversation, sent_turns,
+        django_capture_on_commit_callbacks):
+    from channels.layers import channel_layers
+    from django.urls import reverse
+
+    from agentsite import channel_layer
+    from traces.models import Trace
+
+    url, frozen = freezable_redis
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "agentsite.channel_layer.RedisChannelLayer",
+                                           "CONFIG": {"hosts": [url]}}}
+    channel_layers.backends.clear()
+    monkeypatch.setattr(channel_layer, "_stalled_until", 0.0)
+    client = client_for(alice)
+    try:
+        with frozen():
+            started = time.monotonic()
+            with django_capture_on_commit_callbacks(execute=True):
+                response = client.post(reverse("message_send", args=[conversation.uuid]),
+                                       {"text": "still there?"}, HTTP_HX_REQUEST="true")
+            took = time.monotonic() - started
+    finally:
+        channel_layers.backends.clear()
+    assert response.status_code == 200
+    assert took < settings.CHANNEL_LAYER_SEND_TIMEOUT_S + 2, took
+    trace = Trace.objects.get()
+    assert trace.user_message.text == "still there?" and sent_turns == [trace.pk]
