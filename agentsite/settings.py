@@ -408,6 +408,9 @@ TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=2.0)
 # A turn whose worker died continues from its last recorded step at most this many times; then
 # it ends ``interrupted`` and asks the person to send again.
 TURN_MAX_RESUMES = env.int("TURN_MAX_RESUMES", default=3)
+# A model's stream that has started and then sends nothing for this long (at most a quarter of
+# the agent's step timeout) is stalled: retried, then failed over, as a cut stream is.
+MODEL_STREAM_IDLE_TIMEOUT_S = env.float("MODEL_STREAM_IDLE_TIMEOUT_S", default=30.0)
 # What a worker does with its running turns on a warm shutdown (SIGTERM): "handoff" hands them
 # back at once to be resumed by another worker (production); "wait" lets them finish, up to
 # their time limit (``manage.py dev``, where no other worker would take them).

@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings
+
 from agents.models import Agent, Provider
 from agents.runtime.events import Retry
 from agents.runtime.providers import build_provider
+from agents.runtime.providers._http import HttpProvider
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.providers.reliable import ReliableProvider
 from agentsite.crypto import SecretUnreadable, decrypt
@@ -77,4 +80,11 @@ def reliable_provider(*, agent: Agent, primary: Provider,
             warnings.append(f"Fallback skipped: {exc}")
             continue
         used.append({"provider": name, "model": model})
+    # A stream that stops sending is given up on well within the step's time, so its retries
+    # and the fallbacks still fit in it.
+    idle = min(settings.MODEL_STREAM_IDLE_TIMEOUT_S, max(agent.step_timeout_s / 4, 1.0))
+    for slot in slots:
+        provider = slot[0] if isinstance(slot, tuple) else slot
+        if isinstance(provider, HttpProvider):
+            provider.stream_idle_s = idle
     return ReliableProvider(slots, on_retry=on_retry, name=primary.name), used, warnings

@@ -8,6 +8,7 @@ token is masked as well.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -223,6 +224,14 @@ def cut_off_error(*, provider: str, model: str, partial_text: str = "") -> Provi
                          partial_text=partial_text)
 
 
+def stalled_error(*, provider: str, model: str, idle_s: float) -> ProviderError:
+    """A stream that stopped sending (the connection open, no data for ``idle_s``): like a cut
+    stream, the same request may well succeed, here or on a fallback."""
+    return ProviderError(f"The provider's answer stalled: its stream sent nothing for {idle_s:g} s. "
+                         "Try again.", retryable=True, kind=ErrorKind.TIMEOUT, provider=provider,
+                         model=model)
+
+
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
@@ -257,6 +266,9 @@ class HttpProvider(Provider):
         # The transport of the client made here (the platform passes one that enforces its
         # outbound-network policy).
         self._transport = transport
+        # Once a stream has started, the longest it may send nothing before it counts as
+        # stalled (``stream_lines``); None: only the request's read timeout.
+        self.stream_idle_s: float | None = None
         super().__init__(name=name, capabilities=capabilities)
 
     def __repr__(self) -> str:
@@ -297,6 +309,26 @@ class HttpProvider(Provider):
             raise malformed_error("the body was not a JSON object", provider=self.name,
                                   model=model)
         return data
+
+    async def stream_lines(self, response: httpx.Response, model: str) -> AsyncIterator[str]:
+        """``response``'s lines; after the first, each within ``stream_idle_s`` or the stream
+        is stalled (``stalled_error``, retryable). The first may take the request's timeout (a
+        long prompt is read before anything is sent)."""
+        lines = response.aiter_lines()
+        idle = self.stream_idle_s
+        first = True
+        while True:
+            try:
+                if first or not idle:
+                    line = await anext(lines)
+                else:
+                    line = await asyncio.wait_for(anext(lines), idle)
+            except StopAsyncIteration:
+                return
+            except TimeoutError as exc:
+                raise stalled_error(provider=self.name, model=model, idle_s=idle or 0) from exc
+            first = False
+            yield line
 
     @asynccontextmanager
     async def open_stream(self, url: str, payload: dict[str, Any],

@@ -378,7 +378,7 @@ class AnthropicProvider(HttpProvider):
         try:
             async with self.open_stream(self.url, self.payload(request, stream=True),
                                         request.model) as response:
-                async for event in iter_sse(response.aiter_lines()):
+                async for event in iter_sse(self.stream_lines(response, request.model)):
                     data = loads_object(event.data)
                     if data is None:
                         continue

@@ -436,7 +436,7 @@ class OpenAIProvider(HttpProvider):
         try:
             async with self.open_stream(self.url, self.payload(request, stream=True),
                                         request.model) as response:
-                async for event in iter_sse(response.aiter_lines()):
+                async for event in iter_sse(self.stream_lines(response, request.model)):
                     if event.data.strip() == "[DONE]":
                         finished = True
                         break

@@ -384,7 +384,8 @@ class ReliableProvider(Provider):
     One instance serves one turn: an endpoint that could not be reached (a connection error or
     a timeout, after its retries) is skipped by the turn's later requests, and by other turns
     while it cools down in ``cool_downs``. Skipping never empties the plan: when every target
-    is to be skipped, each is tried once anyway."""
+    is to be skipped, each is tried anyway, with its retries. A cool-down only ever makes a
+    turn try an alternative first."""
 
     kind = "reliable"
 
@@ -557,11 +558,12 @@ class _Run:
         self.last_error: Exception | None = None
         self.previous: dict[int, tuple[int, str]] = {}  # step -> its last server error
         self.skips = self._skips()
-        # Every target is to be skipped: try each once anyway rather than fail unseen.
+        # Every target is to be skipped: none is, rather than fail unseen, and each gets its
+        # full retries (another turn's failures must not take this turn's retries away).
         self.last_resort = len(self.skips) == len(self.plan)
         if self.last_resort:
             self.skips = {}
-        self.attempts = 1 if self.last_resort else owner.max_retries + 1
+        self.attempts = owner.max_retries + 1
 
     def _key(self, step: int) -> str:
         return self.owner.endpoint(self.plan[step].provider)

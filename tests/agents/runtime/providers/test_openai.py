@@ -673,3 +673,36 @@ def test_payload_round_trips_through_json():
     req = ChatRequest(model="gpt-4o", messages=[Message(Role.USER, [TextBlock("é")])],
                       tools=[CALC])
     assert json.loads(json.dumps(p.payload(req, stream=True)))["messages"][0]["content"] == "é"
+
+
+# -- a stream that stalls ----------------------------------------------------------------------------
+async def test_a_stream_that_stops_sending_is_a_retryable_stall_within_its_idle_time():
+    server, stream = endless_server()
+    p = provider(server)
+    p.stream_idle_s = 0.3
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as caught:
+        await collect(p, request())
+    assert time.monotonic() - started < 2
+    error = caught.value
+    assert error.retryable and error.kind == ErrorKind.TIMEOUT and "stalled" in error.message
+    assert error.partial_text == "Hi"  # what came before the stall is kept for the record
+    await asyncio.wait_for(stream.closed.wait(), 2)
+
+
+async def test_a_stalled_stream_is_retried_then_failed_over():
+    from agents.runtime.providers.reliable import CoolDowns, ReliableProvider
+
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    stalling_server, _ = endless_server()
+    stalling = provider(stalling_server, name="stalling")
+    stalling.stream_idle_s = 0.1
+    fallback = provider(FakeLLMServer(sse_response(sse(chunk({"content": "From the fallback"},
+                                                             finish="stop")))), name="fallback")
+    wrapper = ReliableProvider([stalling, fallback], sleep=no_wait, cool_downs=CoolDowns())
+    events = [e async for e in wrapper.stream(request())]
+    response = events[-1].response
+    assert response.text == "From the fallback" and response.provider == "fallback"
+    assert len(stalling_server.requests) == 3  # the stall was retried before the failover

@@ -192,7 +192,7 @@ async def test_an_unreachable_endpoint_cools_down_across_turns_and_comes_back():
     assert back.calls == ["m1"] and fallback.calls == []
 
 
-async def test_when_every_target_cools_down_each_is_tried_once_anyway():
+async def test_when_every_target_cools_down_each_is_tried_anyway_with_its_retries():
     cool_downs = CoolDowns(clock=FakeClock())
     down = FakeProvider("only", refused())
     with pytest.raises(ProviderError):
@@ -206,6 +206,22 @@ async def test_when_every_target_cools_down_each_is_tried_once_anyway():
     assert (await wrapper.chat(request())).text == "I am back"
     assert back.calls == ["m1"] and log.events == []
     assert cool_downs.cooling("fake||only") is None  # it answered: no longer cooling down
+
+
+async def test_another_turns_failures_do_not_take_this_turns_retries():
+    # One turn gives up on the only provider (it cools down); the next turn meets a one-time
+    # server error there and a cut stream: it retries them as it would have anyway.
+    cool_downs = CoolDowns(clock=FakeClock())
+    down = FakeProvider("only", refused())
+    with pytest.raises(ProviderError):
+        await ReliableProvider([down], sleep=FakeSleep(), cool_downs=cool_downs).chat(request())
+    assert cool_downs.cooling("fake||only") is not None
+
+    flaky = FakeProvider("only", server_error(said=" once"), "answered after a retry")
+    sleep = FakeSleep()
+    wrapper = ReliableProvider([flaky], sleep=sleep, cool_downs=cool_downs)
+    assert (await wrapper.chat(request())).text == "answered after a retry"
+    assert flaky.calls == ["m1", "m1"] and sleep.waits == [0.5]
 
 
 # -- the final error ---------------------------------------------------------------------------------
