@@ -5,8 +5,9 @@ message, approval and audit entry, so on sign-up (alone or from an invitation) i
   markup, spaces, zero-width or bidirectional-override characters;
 * of one script (``confusable_homoglyphs``): no Latin ``alice`` with a Cyrillic ``а``;
 * not a look-alike of an existing name: names are compared by a skeleton (NFKC, case folded,
-  each character replaced by the Latin letter it can be mistaken for), so ``АLICE`` in
-  Cyrillic, ``alice`` in full-width letters or ``Alice`` are all taken once ``alice`` is.
+  combining marks dropped, each character replaced by the ASCII letter it can be mistaken for),
+  so ``АLICE`` in Cyrillic, ``alice`` in full-width letters, ``Alice``, ``alıce`` with a dotless
+  ``ı`` and ``alicé`` are all taken once ``alice`` is.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ _VALIDATOR = UnicodeUsernameValidator()
 
 
 def skeleton(name: str) -> str:
-    """What ``name`` looks like: NFKC, case folded, look-alikes replaced by Latin letters."""
-    text = unicodedata.normalize("NFKC", name).casefold()
+    """What ``name`` looks like: NFKC, case folded, accents and other combining marks dropped,
+    look-alikes replaced by the ASCII letter they can be taken for, of any script, Latin's own
+    included (``ı``, dotless, is ``i``; ``ɑ`` is ``a``)."""
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", name).casefold())
     out = []
     for char in text:
-        found = confusables.is_confusable(char, preferred_aliases=["latin"], greedy=True) if not char.isascii() else False
+        if unicodedata.category(char) == "Mn":  # é is e with an accent: it looks like e
+            continue
+        found = confusables.is_confusable(char, greedy=True) if not char.isascii() else False
         latin = next((h["c"] for f in (found or []) for h in f["homoglyphs"] if h["c"].isascii()), None)
         out.append(latin.casefold() if latin else char)
     return "".join(out)

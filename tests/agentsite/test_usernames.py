@@ -35,6 +35,26 @@ def test_look_alikes_of_an_existing_name_are_taken(name):
     assert "looks the same" in username_problem(name, existing=["cocoa"])
 
 
+@pytest.mark.parametrize(("name", "existing"), [
+    ("al\u0131ce", "alice"),      # Latin dotless ı
+    ("b\u0131b", "bib"),
+    ("demo\u0131", "demoi"),
+    ("alic\u00e9", "alice"),      # é: what NFKC makes of alice + U+0301
+    ("\u0251lice", "alice"),      # Latin alpha
+])
+def test_look_alikes_within_latin_are_taken_too(name, existing):
+    assert "looks the same" in username_problem(name, existing=[existing])
+
+
+def test_signup_refuses_a_dotless_i_look_alike_and_a_combining_accent(client, alice, settings):
+    settings.OPEN_SIGNUP = True
+    for name in ("al\u0131ce", "alice\u0301"):
+        response = client.post(reverse("signup"), {"username": name, "password1": "a-Long-pass-123!",
+                                                   "password2": "a-Long-pass-123!", "team_name": "X"})
+        assert response.status_code == 200 and "looks the same" in response.content.decode(), name
+    assert get_user_model().objects.filter(username__startswith="al").count() == 1
+
+
 @pytest.mark.parametrize("name", ["alice", "josé", "Дмитрий", "山田", "o'neil".replace("'", "_"), "ana.maria+test@x"])
 def test_ordinary_names_of_any_script_pass(name):
     assert username_problem(name, existing=["bob"]) is None
