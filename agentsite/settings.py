@@ -411,6 +411,9 @@ TURN_MAX_RESUMES = env.int("TURN_MAX_RESUMES", default=3)
 # A model's stream that has started and then sends nothing for this long (at most a quarter of
 # the agent's step timeout) is stalled: retried, then failed over, as a cut stream is.
 MODEL_STREAM_IDLE_TIMEOUT_S = env.float("MODEL_STREAM_IDLE_TIMEOUT_S", default=30.0)
+# An agent's history is compacted once it is estimated at this fraction of the model's context
+# window (or at the agent's own threshold, if lower).
+COMPACTION_WINDOW_FRACTION = env.float("COMPACTION_WINDOW_FRACTION", default=0.5)
 # What a worker does with its running turns on a warm shutdown (SIGTERM): "handoff" hands them
 # back at once to be resumed by another worker (production); "wait" lets them finish, up to
 # their time limit (``manage.py dev``, where no other worker would take them).

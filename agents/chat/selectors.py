@@ -18,13 +18,13 @@ from django.urls import NoReverseMatch
 from django.utils import timezone
 
 from agents.access import conversations_visible
-from agents.chat.windows import context_window
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import conversation_active_traces, path_messages
+from agents.turns.windows import context_window
 from agentsite.links import link
 from agentsite.models import Membership, Team
 from traces.live import uuid_hex

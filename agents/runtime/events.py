@@ -203,7 +203,9 @@ class LoopDetected(Event):
 @dataclass(kw_only=True, slots=True)
 class Compacted(Event):
     kind: ClassVar[str] = "compaction"
-    reason: str  # "threshold" or "context_overflow"
+    # "threshold", "context_overflow" (the provider refused it as too long) or
+    # "context_window" (shortened before it was sent)
+    reason: str
     removed_message_count: int
     summary: str = ""
 

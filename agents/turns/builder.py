@@ -54,6 +54,7 @@ from agents.turns.routing import (
     route_turn,
 )
 from agents.turns.selectors import conversation_history_rows, turn_branch_before
+from agents.turns.windows import answer_reserve, context_window
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
 from traces.budgets import budget_scope
@@ -115,11 +116,23 @@ def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
 
 
 def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | None = None,
-                streaming: bool = True) -> TurnConfig:
+                streaming: bool = True, provider_kind: str | None = None) -> TurnConfig:
     """The loop's configuration for ``agent`` answering with ``model``. ``model_settings``: what the
     provider configures for the model (its longest answer, when the agent sets none);
-    ``streaming``: whether the model streams (off: one request per answer, no deltas)."""
+    ``streaming``: whether the model streams (off: one request per answer, no deltas);
+    ``provider_kind``: the kind of the provider answering (by default the agent's), for the
+    catalogue's context window of the model."""
     configured = model_settings or ModelSettings()
+    kind = (provider_kind if provider_kind is not None
+            else agent.provider.kind if agent.provider_id else "")
+    # Kept with the team's configuration: the catalogue's windows change with releases, not
+    # between turns.
+    window = kept(agent.team_id, ("window", kind, model, configured.context_window),
+                  lambda: context_window(model, configured.context_window, provider_kind=kind,
+                                         team_id=agent.team_id))
+    # Compaction starts well before the window is full (as ZeroClaw's, at a fraction of it).
+    threshold = min(agent.compaction_threshold_tokens,
+                    max(int(window * settings.COMPACTION_WINDOW_FRACTION), 1))
     return TurnConfig(
         model=model,
         system_prompt=agent.system_prompt,
@@ -128,11 +141,13 @@ def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | Non
         dispatcher=agent.tool_dispatcher,
         temperature=agent.temperature,
         max_tokens=agent.max_output_tokens or configured.max_output_tokens,
+        context_window=window,
+        answer_reserve=answer_reserve(window, agent.max_output_tokens or configured.max_output_tokens),
         stream=streaming,
         history_max_messages=agent.history_max_messages,
         compaction=CompactionSettings(enabled=agent.compaction_enabled,
                                       preserve_recent=agent.compaction_preserve_recent,
-                                      max_estimated_tokens=agent.compaction_threshold_tokens),
+                                      max_estimated_tokens=threshold),
         trajectory_states=agent.trajectory_states,
         inject_trajectory_state=agent.inject_trajectory_state,
         approval_timeout_s=float(agent.approval_timeout_s),
@@ -303,7 +318,8 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
                                            {"role": "user", "content": user_text}]))
     config = turn_config(agent, choice.model,
                          model_settings=choice.provider.settings_for(choice.model),
-                         streaming=provider.capabilities_for(choice.model).streaming)
+                         streaming=provider.capabilities_for(choice.model).streaming,
+                         provider_kind=choice.provider.kind)
     config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     if sampled is None:

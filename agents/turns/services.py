@@ -34,6 +34,7 @@ from agents.turns.providers import TurnSetupError, runtime_provider
 from agents.turns.quotas import turn_admit
 from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
+from agents.turns.windows import ESTIMATE_MARGIN, agent_window
 from agentsite.access import membership_for
 from agentsite.models import ApiKey, Membership, Team
 from traces.export.ids import parse_traceparent
@@ -85,6 +86,30 @@ def message_text_clean(text: str, *, images: int = 0) -> str:
             f"Your message is {len(text):,} characters long; the limit is {MAX_MESSAGE_CHARS:,}. "
             "Shorten it or send it in parts.")
     return text
+
+
+# A message estimated below this fits every model's window: it is not looked at further.
+FITS_ANY_WINDOW_TOKENS = 1_000
+
+
+def message_fits_check(agent: Agent, conversation: Conversation, text: str) -> None:
+    """A ValidationError, before anything is stored, for a message that cannot fit the context
+    window of the conversation's model beside the agent's system prompt and the room kept for
+    the answer, however much of the history is left out: sent, it would fail this turn and
+    every later one (the history keeps it). It says how long the message may be."""
+    tokens = estimate_tokens([{"role": "user", "content": text}])
+    if tokens < FITS_ANY_WINDOW_TOKENS:
+        return
+    model = conversation.model_override or agent.model
+    window, reserve = agent_window(agent, model)
+    room = window - reserve - estimate_tokens([{"role": "system", "content": agent.system_prompt}])
+    if tokens * ESTIMATE_MARGIN <= room:
+        return
+    fits = max(int(room / ESTIMATE_MARGIN), 0)
+    raise ValidationError(
+        f"Your message is about {tokens:,} tokens long; {model} reads at most {window:,} tokens "
+        f"at once, answer included, so a message here can be about {fits:,} tokens "
+        f"(some {fits * 4:,} characters). Shorten it or send it in parts.")
 
 
 def trace_context_meta(traceparent: str = "", tracestate: str = "") -> dict[str, str]:
@@ -170,6 +195,7 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     text = message_text_clean(text, images=len(images))
     if images:
         _check_vision(conversation, agent, len(images))
+    message_fits_check(agent, conversation, text)
     if client_id:
         sent = _sent_before(conversation, client_id)
         if sent is not None:

@@ -137,3 +137,46 @@ async def test_a_streamed_turn_reports_tokens_for_every_model_request_or_flags_t
         # Either the server's own counts, or an estimate that says it is one.
         assert server_counts or request.usage_estimated, (request.iteration, usage)
     assert [m.role for m in result.history][-3:] == [Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+
+
+# -- a context window that is too small ----------------------------------------------------------
+LONG = "The quick brown fox jumps over the lazy dog. " * 1_000  # about 10k tokens: over 8,192
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_prompt_over_the_servers_window_is_an_overflow_that_names_the_window(stream):
+    from agents.runtime.loop.model_step import window_from_error
+    from agents.runtime.providers.base import ErrorKind, ProviderError
+
+    request = ChatRequest(model=MODEL, messages=[Message.user(LONG)], max_tokens=16)
+    with pytest.raises(ProviderError) as caught:
+        await ask(request, stream=stream)
+    error = caught.value
+    # Streamed, the server sends an empty 200: the provider asks again unstreamed for its words.
+    assert error.kind == ErrorKind.CONTEXT_OVERFLOW, error.message
+    assert window_from_error(error.message) == 8192
+
+
+async def test_later_turns_work_after_one_too_big_for_the_window():
+    # The admin set the window too large (65,536; the server holds 8,192): a turn with a huge
+    # message fails saying why, and the next turns still answer, the huge one left out.
+    provider = OpenAIProvider(URL, API_KEY, timeout=120)
+    history: list[Message] = []
+    config = TurnConfig(model=MODEL, system_prompt="Answer briefly.", max_tokens=24,
+                        temperature=0, context_window=65_536, answer_reserve=24)
+    try:
+        big = await run_turn(provider=provider, config=config, history=history,
+                             user_message=LONG, tools=[], observer=RecordingObserver())
+        assert big.status.value == "failed" and "8,192" in big.error, big.error
+        history = big.history
+        for question in ("What is 5 + 5?", "Say hello."):
+            config = TurnConfig(model=MODEL, system_prompt="Answer briefly.", max_tokens=24,
+                                temperature=0, context_window=65_536, answer_reserve=24)
+            result = await run_turn(provider=provider, config=config, history=history,
+                                    user_message=question, tools=[],
+                                    observer=RecordingObserver())
+            assert result.status.value == "completed", result.error
+            assert result.text.strip()
+            history = result.history
+    finally:
+        await provider.aclose()

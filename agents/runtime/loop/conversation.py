@@ -180,6 +180,26 @@ class Conversation:
                                                outcome.summary))
         return True
 
+    def shorten(self) -> bool:
+        """For a request estimated over the model's context window, before it is sent: what
+        ``recover`` does, and failing that the oldest earlier turns dropped, down to this turn's
+        own messages (the person's message and what answered it so far), which stay. False when
+        nothing could be taken away."""
+        if self.recover():
+            return True
+        ours = next((i for i, m in enumerate(self.history) if m is self.user), len(self.history))
+        dropped = history_ops.emergency_history_trim(self.history, len(self.history) - ours)
+        if not dropped:  # too few to take a third of: every earlier turn goes
+            earlier = [m for m in self.history[:ours] if m.role is not Role.SYSTEM]
+            if not earlier:
+                return False
+            self.history = [*(m for m in self.history[:ours] if m.role is Role.SYSTEM),
+                            *self.history[ours:]]
+            dropped = len(earlier)
+        self.after_history_change()
+        self.compactions.append(CompactionInfo("context_window", dropped, ""))
+        return True
+
     def after_history_change(self, *, rebuild_wire: bool = True) -> None:
         close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
         self.checked = None

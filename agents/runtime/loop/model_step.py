@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -76,14 +77,23 @@ def estimate_request_usage(request: ChatRequest, output: str) -> Usage:
                  output_tokens=count(output))
 
 
+def _written(message: Message) -> str:
+    """What the model wrote, for the estimate of its output: its text and reasoning, and each
+    call's name with its arguments as sent (the raw text, when it was not valid JSON, rather
+    than the empty arguments it was read as)."""
+    parts = []
+    for block in message.blocks:
+        if isinstance(block, ToolUseBlock) and block.arguments_error:
+            parts.append(block.name + block.arguments_error)
+        else:
+            parts.append(content_text(Message(message.role, [block])))
+    return "".join(parts)
+
+
 def response_id(raw: object) -> str:
     """The provider's id of an answer (OpenAI's ``chatcmpl-…``, Anthropic's ``msg_…``), when
     its payload has one: the trace keeps it, so an answer can be found in the provider's logs."""
     return str(raw.get("id") or "")[:200] if isinstance(raw, dict) else ""
-
-
-def _has_content(response: ChatResponse) -> bool:
-    return bool(content_text(response.message).strip())
 
 
 def assistant_message(response: ChatResponse, parsed: ParsedResponse) -> Message:
@@ -107,6 +117,23 @@ class _Stream:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+
+# Estimates count about four characters a token; a model's own tokenizer may count more.
+ESTIMATE_MARGIN = 1.1
+# How providers name their window in an overflow error: llama.cpp ("exceed context window of
+# 4096"), OpenAI and vLLM ("maximum context length is 8192 tokens"), others.
+_WINDOW_IN_ERROR = re.compile(
+    r"(?i)(?:context window of|maximum context length is|context length is(?: only)?|"
+    r"context size(?: is)?|n_ctx(?:_slot)?\s*[=:]?)\s*(\d{3,7})")
+
+
+def window_from_error(text: str) -> int | None:
+    """The context window an overflow error names, if it names one."""
+    match = _WINDOW_IN_ERROR.search(text or "")
+    return int(match.group(1)) if match else None
+# How many times a request over the window is shortened before the turn gives up.
+FIT_ATTEMPTS = 6
 
 
 class ModelStep:
@@ -141,23 +168,71 @@ class ModelStep:
         if self.hooks is not None:
             self.apply_decision(await self.hooks.before_llm_call(iteration, self.usage))
         await self.conversation.maybe_compact()
+        await self.fit_window(with_tools=with_tools, extra=extra)
         recovered = False
         while True:
             request = self.build_request(with_tools=with_tools, extra=extra)
             try:
                 return await self.call_model(iteration, request, with_tools=with_tools)
             except ProviderError as exc:
-                if (exc.kind == ErrorKind.CONTEXT_OVERFLOW and not recovered
-                        and self.conversation.recover()):
+                if exc.kind == ErrorKind.CONTEXT_OVERFLOW and not recovered:
                     recovered = True
-                    info = self.conversation.compactions[-1]
-                    await self.observer.emit(Compacted(
-                        reason="context_overflow", removed_message_count=info.removed_message_count,
-                        summary=info.summary))
-                    continue
+                    # The provider may say its window (smaller than configured): the request
+                    # is fitted to that one, earlier turns left out as needed.
+                    learned = self.learn_window(exc)
+                    if self.conversation.recover():
+                        info = self.conversation.compactions[-1]
+                        await self.observer.emit(Compacted(
+                            reason="context_overflow",
+                            removed_message_count=info.removed_message_count,
+                            summary=info.summary))
+                        await self.fit_window(with_tools=with_tools, extra=extra)
+                        continue
+                    if learned:
+                        await self.fit_window(with_tools=with_tools, extra=extra)
+                        continue
                 status, message, kind = failure or (TurnStatus.FAILED, exc.message or str(exc),
                                                      "provider")
                 raise EndTurn(status, message, kind, details=exc.trace_details) from exc
+
+    def learn_window(self, error: ProviderError) -> bool:
+        """Take the context window an overflow error names, when it is smaller than the one
+        configured (or none was): True when it was."""
+        found = window_from_error(error.message or str(error))
+        current = self.cfg.context_window
+        if found is None or (current is not None and found >= current):
+            return False
+        self.cfg.context_window = found
+        self.cfg.answer_reserve = (min(self.cfg.max_tokens, found // 2) if self.cfg.max_tokens
+                                   else found // 8)
+        return True
+
+    async def fit_window(self, *, with_tools: bool, extra: Message | None) -> None:
+        """A request estimated over the model's context window (less the room kept for the
+        answer, with a margin for the estimate) is never sent: the history is shortened first
+        (``Conversation.shorten``, each time reported as a compaction), and when this turn's
+        own messages alone are too long the turn ends saying so."""
+        window = self.cfg.context_window
+        if not window:
+            return
+        room = window - self.cfg.answer_reserve
+        for attempt in range(FIT_ATTEMPTS + 1):
+            estimate = self.estimate_input_tokens(self.build_request(with_tools=with_tools,
+                                                                     extra=extra))
+            if estimate * ESTIMATE_MARGIN <= room:
+                return
+            if attempt == FIT_ATTEMPTS or not self.conversation.shorten():
+                break
+            info = self.conversation.compactions[-1]
+            await self.observer.emit(Compacted(
+                reason="context_window", removed_message_count=info.removed_message_count,
+                summary=info.summary))
+        raise EndTurn(
+            TurnStatus.FAILED,
+            f"This turn no longer fits the model's context window: its request would be about "
+            f"{estimate:,} tokens, and {self.model} reads at most {window:,} at once, "
+            f"{self.cfg.answer_reserve:,} of them kept for the answer. Start a new conversation, "
+            "or ask for less at once.", "context_overflow")
 
     def apply_decision(self, decision: LlmCallDecision | None) -> None:
         if decision is None:
@@ -331,8 +406,9 @@ class ModelStep:
         """Never a silent zero: a server that reported no usage for an answer with content is
         counted by estimate, and answers voided by a restart are added to it; either way
         ``usage_estimated`` says so."""
-        if response.usage.is_zero() and _has_content(response):
-            output = content_text(response.message) or stream.text
+        if response.usage.is_zero():
+            # An empty answer too: the request was read, its input counts.
+            output = _written(response.message) or stream.text
             response.usage = estimate_request_usage(request, output)
             response.usage_estimated = True
         if not stream.voided.is_zero():

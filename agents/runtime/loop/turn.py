@@ -64,6 +64,7 @@ EXHAUSTION_PROMPT = (
     "done."
 )
 EXHAUSTED_ERROR = "Agent exceeded maximum tool iterations ({max})"
+EMPTY_SUMMARY = "asked to answer without tools, the model sent an empty answer"
 LOOP_ABORT_ERROR = "Agent loop aborted by loop detector: {message}"
 # The name the loop logged under before it became a package; log filters know it.
 logger = logging.getLogger("agents.runtime.loop")
@@ -254,7 +255,9 @@ class Turn:
             await self.append_answer(self.iteration,
                                      Message(Role.ASSISTANT, blocks, response.usage))
             return await self.complete(response.text, TurnStatus.MAX_ITERATIONS)
-        return await self.stop(TurnStatus.MAX_ITERATIONS, message, "max_iterations")
+        # What the model sent is said as it is: an empty answer, not only the limit.
+        return await self.stop(TurnStatus.MAX_ITERATIONS, f"{message}; {EMPTY_SUMMARY}",
+                               "max_iterations")
 
     async def stop(self, status: TurnStatus, message: str, kind: str, *,
                    details: str = "") -> TurnResult:

@@ -54,6 +54,10 @@ class TurnConfig:
     dispatcher: str = "auto"  # "auto" | "native" | "xml"
     temperature: float | None = None
     max_tokens: int | None = None
+    # The model's context window and the part of it kept for the answer: a request estimated
+    # over the rest is shortened before it is sent (None: not checked).
+    context_window: int | None = None
+    answer_reserve: int = 0
     history_max_messages: int = 50  # 0: no cap
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     trajectory_states: bool = True
@@ -119,7 +123,9 @@ class TurnHooks:
 
 @dataclass(slots=True)
 class CompactionInfo:
-    reason: str  # "threshold" or "context_overflow"
+    # "threshold", "context_overflow" (the provider refused it as too long) or
+    # "context_window" (shortened before it was sent)
+    reason: str
     removed_message_count: int
     summary: str = ""
 

@@ -53,6 +53,7 @@ from .base import (
     Capabilities,
     ChatRequest,
     ChatResponse,
+    ErrorKind,
     Outcome,
     ProviderError,
     StreamDone,
@@ -433,10 +434,14 @@ class OpenAIProvider(HttpProvider):
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         state = _StreamState()
         finished = False
+        events = 0
+        opened = False
         try:
             async with self.open_stream(self.url, self.payload(request, stream=True),
                                         request.model) as response:
+                opened = True
                 async for event in iter_sse(self.stream_lines(response, request.model)):
+                    events += 1
                     if event.data.strip() == "[DONE]":
                         finished = True
                         break
@@ -448,9 +453,26 @@ class OpenAIProvider(HttpProvider):
                     for item in state.feed(chunk):
                         yield item
         except ProviderError as exc:
-            # A connection cut or an error chunk mid-answer: the caller may keep what came.
-            exc.partial_text = exc.partial_text or state.partial_text
-            raise
+            if not (opened and events == 0 and exc.kind == ErrorKind.NETWORK):
+                # A connection cut or an error chunk mid-answer: the caller may keep what came.
+                exc.partial_text = exc.partial_text or state.partial_text
+                raise
+        if events == 0:
+            # Accepted, then nothing (an empty 200, or the connection closed before a byte):
+            # llama-cpp-python's server answers a prompt too long for its window so, and the
+            # same request unstreamed with the error that says so. Ask that way once, so the
+            # error is the server's own (an overflow is then handled as one). A connection the
+            # server closed under the stream may still be in the pool: a second try gets a new one.
+            try:
+                response = await self.chat(request)
+            except ProviderError as exc:
+                if exc.kind != ErrorKind.NETWORK:
+                    raise
+                response = await self.chat(request)
+            if response.text:
+                yield StreamText(response.text)
+            yield StreamDone(response)
+            return
         if state.finish_reason is None and not finished:
             raise cut_off_error(provider=self.name, model=request.model,
                                 partial_text=state.partial_text)

@@ -61,6 +61,11 @@ _CONTEXT_HINTS = (
     "context window of this model", "maximum context length", "context length exceeded",
     "too many tokens", "token limit exceeded", "prompt is too long", "input is too long",
     "prompt exceeds max length",
+    # Beyond the reference runtime's list: llama.cpp ("Requested tokens (5718) exceed context
+    # window of 4096"), OpenAI's error code, vLLM and Anthropic's other wordings.
+    "exceed context window", "exceeds context window", "context_length_exceeded",
+    "context window exceeded", "model's context length", "maximum model length",
+    "exceed context limit", "exceeds context limit",
 )
 _TOOL_SCHEMA_HINTS = (
     "tool call validation failed", "was not in request", "not found in tool list",

@@ -12,7 +12,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.chat import live, selectors, services
-from agents.chat.windows import DEFAULT_CONTEXT_WINDOW, context_window
 from agents.models import Conversation, Message, ProviderModel
 from agents.runtime.commands import HELP_TEXT
 from agents.runtime.history import estimate_tokens
@@ -21,6 +20,7 @@ from agents.turns import services as turn_services
 from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
 from agents.turns.tasks import turn_run
+from agents.turns.windows import DEFAULT_CONTEXT_WINDOW, context_window
 from traces.models import Step, StepPayload, Trace
 
 turns = pytest.mark.django_db(transaction=True)

@@ -25,6 +25,7 @@ from agents.runtime.events import (
     TrajectoryStateRecorded,
     TurnError,
 )
+from agents.runtime.history import estimate_tokens
 from agents.runtime.loop import (
     DENIED_OUTPUT,
     EXHAUSTION_PROMPT,
@@ -538,7 +539,8 @@ async def test_exhaustion_without_a_summary_reports_the_limit():
     provider = FakeScriptedProvider([calls(("step", {})), answer("")])
     result, _ = await turn(provider, tools=[tool("step")], cfg=config(max_tool_iterations=1))
     assert result.status is TurnStatus.MAX_ITERATIONS
-    assert result.error == "Agent exceeded maximum tool iterations (1)"
+    assert result.error == ("Agent exceeded maximum tool iterations (1); asked to answer without "
+                            "tools, the model sent an empty answer")
 
 
 async def test_exhaustion_in_xml_mode_drops_the_tool_protocol():
@@ -659,6 +661,48 @@ async def test_a_second_context_overflow_fails_the_turn():
     result, _ = await turn(provider, history=history)
     assert result.status is TurnStatus.FAILED
     assert result.error_kind == "provider" and result.error == "prompt is too long"
+
+
+async def test_a_request_over_the_window_is_shortened_before_it_is_sent():
+    # Nothing over the compaction threshold, but a 4k window: the earlier turns go, this
+    # turn's message stays, and the one request sent fits.
+    history = big_history(6, 1_600)  # about 4.8k estimated tokens
+    provider = FakeScriptedProvider([answer("fits now")])
+    cfg = config(context_window=4_096, answer_reserve=512,
+                 compaction=CompactionSettings(enabled=False))
+    result, observer = await turn(provider, history=history, message="and now?", cfg=cfg)
+    assert result.status is TurnStatus.COMPLETED and result.text == "fits now"
+    assert len(provider.requests) == 1
+    sent = provider.requests[0]
+    assert sent.messages[-1].text.endswith("and now?")
+    assert estimate_tokens(sent.messages) * 1.1 <= 4_096 - 512
+    assert observer.of(Compacted) and observer.of(Compacted)[0].reason == "context_window"
+
+
+async def test_a_turn_whose_own_message_cannot_fit_ends_without_a_request():
+    provider = FakeScriptedProvider([answer("never")])
+    cfg = config(context_window=4_096, answer_reserve=512)
+    result, _ = await turn(provider, history=big_history(2, 100), message="x" * 20_000, cfg=cfg)
+    assert result.status is TurnStatus.FAILED and result.error_kind == "context_overflow"
+    assert "reads at most 4,096" in result.error
+    assert provider.requests == []
+
+
+async def test_an_overflow_naming_a_smaller_window_fits_the_retry_to_it():
+    # Configured as 32k, the server holds 4k and says so: the retry leaves the earlier turns
+    # out (a huge message among them) and the turn answers; no later turn inherits the size.
+    history = [Message.user("y" * 12_000), Message.assistant("That is long."),
+               *big_history(2, 200)]
+    overflow = ProviderError("Requested tokens (5718) exceed context window of 4096",
+                             retryable=False, kind=ErrorKind.CONTEXT_OVERFLOW)
+    provider = FakeScriptedProvider([overflow, answer("10")])
+    cfg = config(context_window=32_768, answer_reserve=4_096,
+                 compaction=CompactionSettings(enabled=False))
+    result, _ = await turn(provider, history=history, message="What is 5 + 5?", cfg=cfg)
+    assert result.status is TurnStatus.COMPLETED and result.text == "10"
+    retried = provider.requests[1]
+    assert estimate_tokens(retried.messages) * 1.1 <= 4_096 - 512
+    assert retried.messages[-1].text.endswith("What is 5 + 5?")
 
 
 async def test_compaction_triggers_above_the_threshold():

@@ -125,6 +125,31 @@ async def test_an_answer_without_usage_is_estimated_and_flagged(stream):
     assert result.usage == finished.usage
 
 
+async def test_an_empty_answer_without_usage_still_counts_its_input_by_estimate():
+    provider = FakeScriptedProvider([answer("", usage=Usage())])
+    _, observer = await turn(provider)
+    finished = observer.of(LlmRequestFinished)[0]
+    assert finished.usage_estimated and finished.usage.input_tokens > 0
+    assert finished.usage.output_tokens == 0
+
+
+async def test_a_call_with_unreadable_arguments_is_estimated_by_what_was_sent():
+    from agents.runtime.messages import Message, ToolUseBlock
+    from agents.runtime.providers.base import ChatResponse
+
+    raw = '{"zone": "Europe/Paris, or perhaps ' + "the long way round " * 25  # cut, not JSON
+    block = ToolUseBlock(id="c1", name="current_time", input={},
+                         arguments_error=f"The arguments were not valid JSON: {raw}")
+    provider = FakeScriptedProvider([
+        ChatResponse(message=Message(Role.ASSISTANT, [block]), usage=Usage(), model="fake-model",
+                     provider="fake", stop_reason="tool_use"),
+        answer("done")])
+    _, observer = await turn(provider)
+    finished = observer.of(LlmRequestFinished)[0]
+    assert finished.usage_estimated
+    assert finished.usage.output_tokens >= len(raw) // 4
+
+
 async def test_reported_usage_is_kept_and_not_flagged():
     provider = FakeScriptedProvider([answer("Hi.", usage=Usage(input_tokens=7, output_tokens=2))])
 

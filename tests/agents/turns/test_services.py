@@ -37,10 +37,30 @@ def test_turn_start_refuses_an_empty_message(conversation, alice, sent_turns, te
 
 
 def test_turn_start_refuses_a_message_over_the_limit_and_takes_one_at_it(conversation, alice, sent_turns):
+    provider = conversation.agent.provider
+    provider.context_window = 65_536  # the demo model's own 8,192 would not hold it
+    provider.save()
     with pytest.raises(ValidationError, match="32,001 characters long; the limit is 32,000"):
         turn_start(conversation=conversation, user=alice, text="x" * (MAX_MESSAGE_CHARS + 1))
     trace = turn_start(conversation=conversation, user=alice, text="x" * MAX_MESSAGE_CHARS)
     assert len(trace.user_message.text) == MAX_MESSAGE_CHARS
+
+
+def test_a_message_that_cannot_fit_the_models_window_is_refused_before_anything_is_stored(
+        conversation, alice, sent_turns):
+    provider = conversation.agent.provider
+    provider.context_window = 4_096
+    provider.save()
+    long = "The quick brown fox jumps over the lazy dog. " * 450  # about 5k tokens
+    with pytest.raises(ValidationError) as caught:
+        turn_start(conversation=conversation, user=alice, text=long)
+    message = " ".join(caught.value.messages)
+    assert "reads at most 4,096 tokens" in message and "Shorten it" in message
+    assert not Trace.objects.exists() and sent_turns == []
+    # what the sentence says fits, fits
+    fits = int(message.split("can be about ")[1].split(" tokens")[0].replace(",", ""))
+    trace = turn_start(conversation=conversation, user=alice, text="x" * int(fits * 4 * 0.95))
+    assert trace.status == Trace.Status.QUEUED
 
 
 def test_a_viewer_cannot_chat_and_nor_can_another_team(conversation, vera, charlie, sent_turns):

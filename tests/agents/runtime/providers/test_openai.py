@@ -706,3 +706,21 @@ async def test_a_stalled_stream_is_retried_then_failed_over():
     response = events[-1].response
     assert response.text == "From the fallback" and response.provider == "fallback"
     assert len(stalling_server.requests) == 3  # the stall was retried before the failover
+
+
+async def test_an_empty_stream_is_asked_again_unstreamed_to_get_the_servers_own_error():
+    # llama-cpp-python's server answers a prompt over its window with an empty 200 stream.
+    overflow = {"error": {"message": "This model's maximum context length is 8192 tokens. "
+                                     "However, you requested 10047 tokens.",
+                          "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    server = FakeLLMServer(sse_response(b""), json_response(400, overflow))
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider(server), request())
+    assert caught.value.kind == ErrorKind.CONTEXT_OVERFLOW
+    assert [b.get("stream", False) for b in server.bodies] == [True, False]
+
+
+async def test_an_empty_stream_whose_unstreamed_request_answers_is_that_answer():
+    server = FakeLLMServer(sse_response(b""), json_response(200, completion({"content": "Hi."})))
+    events = await collect(provider(server), request())
+    assert events[-1].response.text == "Hi." and len(server.requests) == 2
