@@ -220,6 +220,8 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
         self.message_user(request, f"“{server.name}”: {len(result.created)} new, "
                                    f"{len(result.updated)} changed, {len(result.deleted)} removed "
                                    "tool(s).", messages.SUCCESS)
+        for warning in result.warnings:
+            self.message_user(request, f"“{server.name}”: {warning}", messages.WARNING)
 
     # -- actions ----------------------------------------------------------------------------------
     @admin.action(description="Refresh the tools of the selected servers", permissions=["change"])

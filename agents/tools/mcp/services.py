@@ -18,6 +18,7 @@ again for ``RETRY_AFTER_FAILURE_S``.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -75,11 +76,68 @@ class Refresh:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    # What was cut to size, one sentence each (shown in the admin with the refresh).
+    warnings: list[str] = field(default_factory=list)
 
 
-def _schema(tool: RemoteTool) -> dict[str, Any]:
+# A server's words go to the model with every request of every agent that uses its tools: past
+# these sizes they are cut (a 100 KB description is some 25,000 tokens a request).
+DESCRIPTION_MAX_CHARS = 2_000
+SCHEMA_MAX_CHARS = 16_000
+SCHEMA_DESCRIPTION_MAX_CHARS = 300
+INSTRUCTIONS_MAX_CHARS = 4_000
+CUT_NOTE = " … [cut by agentsite: the server sent {chars:,} characters]"
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + CUT_NOTE.format(chars=len(text)), True
+
+
+def _tokens(chars: int) -> str:
+    return f"about {max(chars // 4, 1):,} tokens"
+
+
+def _short_descriptions(value: Any) -> Any:
+    """``value`` (a JSON schema) with every ``description`` cut to a few hundred characters."""
+    if isinstance(value, dict):
+        return {k: (_cut(v, SCHEMA_DESCRIPTION_MAX_CHARS)[0] if k == "description" and isinstance(v, str)
+                    else _short_descriptions(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_short_descriptions(v) for v in value]
+    return value
+
+
+def _schema(tool: RemoteTool, warnings: list[str] | None = None) -> dict[str, Any]:
     schema = tool.input_schema or dict(EMPTY_SCHEMA)
-    return schema if schema_problem(schema) is None else dict(EMPTY_SCHEMA)
+    if schema_problem(schema) is not None:
+        return dict(EMPTY_SCHEMA)
+    size = len(json.dumps(schema, ensure_ascii=False))
+    if size <= SCHEMA_MAX_CHARS:
+        return schema
+    shorter = _short_descriptions(schema)
+    kept = len(json.dumps(shorter, ensure_ascii=False))
+    if kept <= SCHEMA_MAX_CHARS:
+        if warnings is not None:
+            warnings.append(f"“{tool.name}”: its parameters' descriptions were cut ({size:,} → "
+                            f"{kept:,} characters, {_tokens(size - kept)} a request saved).")
+        return shorter
+    if warnings is not None:
+        warnings.append(f"“{tool.name}”: its parameters' schema is {size:,} characters (over "
+                        f"{SCHEMA_MAX_CHARS:,}, {_tokens(size)} a request): the model gets it "
+                        "without parameters.")
+    return dict(EMPTY_SCHEMA)
+
+
+def _description(tool: RemoteTool, warnings: list[str]) -> str:
+    text = tool.description or tool.title or ""
+    cut, was_cut = _cut(text, DESCRIPTION_MAX_CHARS)
+    if was_cut:
+        warnings.append(f"“{tool.name}”: its description was cut from {len(text):,} to "
+                        f"{DESCRIPTION_MAX_CHARS:,} characters ({_tokens(len(text) - len(cut))} "
+                        "a request saved).")
+    return cut
 
 
 def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
@@ -110,8 +168,9 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
         for remote in found.tools:
             name = tool_name(server.name, remote.name, taken)
             taken.add(name)
-            values = {"name": name, "description": remote.description or remote.title,
-                      "parameters": _schema(remote), "annotations": remote.annotations,
+            values = {"name": name, "description": _description(remote, result.warnings),
+                      "parameters": _schema(remote, result.warnings),
+                      "annotations": remote.annotations,
                       "idempotent": bool(remote.annotations.get("readOnlyHint")),
                       "timeout_s": server.timeout_s,
                       "max_response_bytes": server.max_result_bytes}
@@ -139,7 +198,11 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
             info[ADVERTISED_TTL_KEY] = found.ttl_s
         server.protocol_version = found.protocol_version
         server.server_info = info
-        server.instructions = found.instructions
+        server.instructions, cut = _cut(found.instructions or "", INSTRUCTIONS_MAX_CHARS)
+        if cut:
+            result.warnings.append(f"The server's instructions were cut from "
+                                   f"{len(found.instructions):,} to {INSTRUCTIONS_MAX_CHARS:,} "
+                                   "characters.")
         server.last_refreshed_at = timezone.now()
         server.last_error = ""
         server.save(update_fields=["protocol_version", "server_info", "instructions",

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Annotated
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
+from pydantic import Field
 
 from agents.models import McpServer, Tool
 from agents.runtime.tools import ToolError
@@ -179,3 +181,39 @@ def test_a_private_url_is_refused_on_save_unless_allowlisted(team_a, settings) -
     assert not form.is_valid() and "private address" in str(form.errors["url"])
     settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.0.0/8"]
     assert McpServerForm(data=data).is_valid()
+
+
+# -- a server whose words are too long (issue 30, F7) ---------------------------------------------
+def test_a_huge_description_and_schema_are_cut_with_a_note(team_a, loopback):
+    from mcp.server.mcpserver import MCPServer
+
+    from agents.tools.mcp.services import DESCRIPTION_MAX_CHARS, SCHEMA_MAX_CHARS
+    from tests.agents.tools.mcp.servers import running
+
+    wordy = MCPServer("wordy", instructions="Read all of this. " * 1_000)
+    huge_description = "Counts things. " + "Really. " * 12_500  # about 100 KB
+
+    @wordy.tool(description=huge_description)
+    def count(things: str) -> str:
+        return str(len(things))
+
+    @wordy.tool(description="Takes options.")
+    def configure(option: Annotated[str, Field(description="An option. " * 3_000)]) -> str:
+        return option
+
+    with running(wordy.streamable_http_app()) as url:
+        server = http_server(team_a, url, name="wordy")
+        result = mcp_server_refresh(server)
+    assert result.ok, result.error
+    count_row = Tool.objects.get(mcp_server=server, remote_name="count")
+    assert len(count_row.description) < DESCRIPTION_MAX_CHARS + 100
+    assert count_row.description.endswith(f"[cut by agentsite: the server sent {len(huge_description):,} characters]")
+    configure_row = Tool.objects.get(mcp_server=server, remote_name="configure")
+    assert len(json.dumps(configure_row.parameters)) <= SCHEMA_MAX_CHARS
+    assert "option" in configure_row.parameters["properties"]  # the parameter is kept, its words cut
+    server.refresh_from_db()
+    assert len(server.instructions) < 4_100
+    said = " ".join(result.warnings)
+    assert "“count”: its description was cut" in said and "tokens a request saved" in said
+    assert "“configure”: its parameters' descriptions were cut" in said
+    assert "instructions were cut" in said
