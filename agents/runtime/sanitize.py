@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "MALFORMED_REPLY",
     "sanitize_channel_response",
+    "bidi_visible",
     "sanitize_response",
     "strip_isolated_tool_json_artifacts",
     "strip_think_tags_inline",
@@ -292,6 +293,19 @@ def sanitize_channel_response(response: str, known_tools: Iterable[str] = ()) ->
     return scrub_secrets(redact_leaks(text))
 
 
+# Bidirectional embeddings, overrides and isolates: in a tool's output or an answer they reorder
+# what is shown ("safe‮txt.exe" reads as "safeexe.txt"). They are shown as what they are.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def bidi_visible(text: str) -> str:
+    """``text`` with each bidirectional control character written out (``[U+202E]``), so it
+    cannot reorder what is displayed around it."""
+    if not text or not _BIDI_CONTROLS.search(text):
+        return text
+    return _BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
+
+
 def sanitize_response(text: str, known_tools: Iterable[str] = ()) -> str:
     """The reply a user sees for a model's final text. Never raises; never empty for a
     non-empty reply (``MALFORMED_REPLY`` instead)."""
@@ -303,4 +317,4 @@ def sanitize_response(text: str, known_tools: Iterable[str] = ()) -> str:
         return MALFORMED_REPLY if isinstance(text, str) and _trim(text) else ""
     if not _trim(result) and _trim(text):
         return MALFORMED_REPLY
-    return result
+    return bidi_visible(result)

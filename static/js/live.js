@@ -53,6 +53,12 @@
   // (saved by the worker every couple of seconds) before the held frames are applied.
   // The box's text is kept as a string (``_raw``, its length in data-chars) and painted: as
   // markdown in the chat's answers (stream-md.js), as plain text elsewhere.
+  // Bidirectional controls written out, as the server does (agents.runtime.sanitize.bidi_visible):
+  // in streamed text they would reorder what is shown around them ("safe\u202etxt.exe").
+  var bidi = /[\u202a-\u202e\u2066-\u2069]/g;
+  window.agentsiteBidiVisible = function (text) {
+    return text.replace(bidi, function (c) { return "[U+" + c.charCodeAt(0).toString(16).toUpperCase() + "]"; });
+  };
   function rawOf(box) {
     if (box._raw === undefined) { box._raw = box.textContent; }
     return box._raw;
@@ -61,7 +67,7 @@
     box._raw = text;
     box.setAttribute("data-chars", String(text.length));
     if (box.classList.contains("stream-text") && window.agentsiteStreamRender) { window.agentsiteStreamRender(box); }
-    else { box.textContent = text; }
+    else { box.textContent = window.agentsiteBidiVisible(text); }
   }
   function joinText(box, offset, text, partialUrl, step) {
     var have = rawOf(box).length;

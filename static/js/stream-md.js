@@ -31,13 +31,16 @@
   var options = { ALLOWED_TAGS: policy.tags, ALLOWED_ATTR: policy.attributes.concat(["target", "rel"]),
                   ALLOW_DATA_ATTR: false };
 
+  // Bidirectional controls written out (live.js's agentsiteBidiVisible, loaded beside).
+  function bidiVisible(text) { return window.agentsiteBidiVisible ? window.agentsiteBidiVisible(text) : text; }
+
   // Renders ``box._raw`` into the box at most every 120 ms (long answers are not re-parsed on
   // every frame); the text stays the source of truth for offsets and gap filling.
   window.agentsiteStreamRender = function (box) {
     if (box._mdTimer) { return; }
     box._mdTimer = setTimeout(function () {
       box._mdTimer = null;
-      box.innerHTML = purify.sanitize(md.render(box._raw || ""), options);
+      box.innerHTML = purify.sanitize(md.render(bidiVisible(box._raw || "")), options);
       box.classList.add("md");
     }, box._mdRendered ? 120 : 0);
     box._mdRendered = true;

@@ -35,6 +35,7 @@ from ..hooks import (
     run_hooks,
 )
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
+from ..sanitize import bidi_visible
 from ..scrub import scrub_secrets
 from ..tools import ALLOW, ASK, DENY, Tool, ToolError, ToolResult
 from ..tracecontext import traceparent_scope
@@ -343,8 +344,9 @@ class ToolStep:
 
     async def finish_call(self, iteration: int, call: ToolUseBlock, outcome: _Outcome,
                           seconds: float) -> ToolResultBlock:
-        # Every output, failures included, is scrubbed before it reaches history or an event.
-        output = history_ops.truncate_tool_result(scrub_secrets(outcome.output),
+        # Every output, failures included, is scrubbed before it reaches history or an event,
+        # and its bidirectional controls written out (they would reorder what pages show).
+        output = history_ops.truncate_tool_result(bidi_visible(scrub_secrets(outcome.output)),
                                                   self.cfg.max_tool_output_chars)
         error = scrub_secrets(outcome.error) if outcome.error else None
         if call.id not in self.started:

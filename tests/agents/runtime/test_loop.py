@@ -1032,3 +1032,12 @@ def test_loop_detector_sees_ping_pong_and_no_progress():
     verdicts = [detector.record("search", {"q": i}, "no results") for i in range(7)]
     assert [v[0] if v else None for v in verdicts] == [None, None, None, None, "warning", "block",
                                                       "break"]
+
+
+async def test_bidirectional_controls_in_tool_output_and_answers_are_written_out():
+    provider = FakeScriptedProvider([calls(("files", {})), answer("Open safe\u202etxt.exe now")])
+    result, observer = await turn(provider, tools=[tool("files", "report\u2067.pdf\u2069 and safe\u202etxt.exe")])
+    [block] = all_results(result)
+    assert block.output == "report[U+2067].pdf[U+2069] and safe[U+202E]txt.exe"
+    assert observer.of(ToolFinished)[0].output == block.output
+    assert result.text == "Open safe[U+202E]txt.exe now"
