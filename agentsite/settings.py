@@ -411,6 +411,12 @@ TURN_MAX_RESUMES = env.int("TURN_MAX_RESUMES", default=3)
 # A model's stream that has started and then sends nothing for this long (at most a quarter of
 # the agent's step timeout) is stalled: retried, then failed over, as a cut stream is.
 MODEL_STREAM_IDLE_TIMEOUT_S = env.float("MODEL_STREAM_IDLE_TIMEOUT_S", default=30.0)
+# Image uploads: per person per minute; megabytes kept per conversation and per team; pixels
+# per image (read from its header; Pillow refuses a decompression bomb on its own).
+UPLOADS_PER_MINUTE = env.int("UPLOADS_PER_MINUTE", default=20)
+UPLOAD_CONVERSATION_MAX_MB = env.int("UPLOAD_CONVERSATION_MAX_MB", default=100)
+UPLOAD_TEAM_MAX_MB = env.int("UPLOAD_TEAM_MAX_MB", default=2048)
+UPLOAD_MAX_PIXELS = env.int("UPLOAD_MAX_PIXELS", default=40_000_000)
 # An agent's history is compacted once it is estimated at this fraction of the model's context
 # window (or at the agent's own threshold, if lower).
 COMPACTION_WINDOW_FRACTION = env.float("COMPACTION_WINDOW_FRACTION", default=0.5)

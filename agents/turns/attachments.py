@@ -6,12 +6,17 @@ bytes reach the runtime only when a turn's request is built."""
 from __future__ import annotations
 
 import base64
+import io
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db.models import Q, Sum
 from django.utils import timezone
+from PIL import Image
 
 from agents.access import conversation_act_check
 from agents.models import Attachment, Conversation
@@ -41,8 +46,47 @@ def sniff_image(head: bytes) -> str | None:
     return None
 
 
+def _pixels_problem(data: bytes, media_type: str) -> str | None:
+    """Why the image cannot be taken for its size in pixels (its header read, not decoded;
+    Pillow refuses a decompression bomb itself), or None."""
+    limit = settings.UPLOAD_MAX_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return f"The image is too large in pixels; the limit is {limit / 1e6:.0f} megapixels."
+    except (OSError, ValueError, SyntaxError):
+        return "The image could not be read: attach a PNG, JPEG, GIF or WebP image."
+    if width * height > limit:
+        return (f"The image is {width:,} × {height:,} pixels; the limit is {limit / 1e6:.0f} "
+                "megapixels.")
+    return None
+
+
+def _upload_limits_check(conversation: Conversation, user: Any, size: int) -> None:
+    """Per person, uploads per minute; per conversation and per team, megabytes of images kept."""
+    now = timezone.now()
+    per_minute = settings.UPLOADS_PER_MINUTE
+    recent = Attachment.objects.filter(uploaded_by=user, created_at__gte=now - timedelta(minutes=1))
+    if recent.count() >= per_minute:
+        raise ValidationError(f"You attached {per_minute} images in the last minute; wait a moment "
+                              "before attaching more.")
+    totals = Attachment.objects.filter(team_id=conversation.team_id).aggregate(
+        team=Sum("size"), conversation=Sum("size", filter=Q(conversation=conversation)))
+    for scope, limit_mb in (("conversation", settings.UPLOAD_CONVERSATION_MAX_MB),
+                            ("team", settings.UPLOAD_TEAM_MAX_MB)):
+        if (totals[scope] or 0) + size > limit_mb * 1024 * 1024:
+            raise ValidationError(f"This {scope} holds {limit_mb:,} MB of images already, its limit"
+                                  + (": start a new conversation to attach more." if scope == "conversation"
+                                     else ": ask an admin to delete old conversations."))
+
+
 def attachment_create(*, conversation: Conversation, user: Any, upload: Any) -> Attachment:
-    """Store an uploaded image for the next message of ``conversation`` (who may write in it)."""
+    """Store an uploaded image for the next message of ``conversation`` (who may write in it),
+    within the upload limits: its size in bytes and pixels, uploads per minute per person,
+    megabytes per conversation and per team."""
     conversation_act_check(user, conversation, "attach images in it")
     size = int(getattr(upload, "size", 0) or 0)
     if size > MAX_IMAGE_BYTES:
@@ -54,6 +98,10 @@ def attachment_create(*, conversation: Conversation, user: Any, upload: Any) -> 
     media_type = sniff_image(data[:16])
     if media_type is None:
         raise ValidationError("Attach a PNG, JPEG, GIF or WebP image.")
+    problem = _pixels_problem(data, media_type)
+    if problem:
+        raise ValidationError(problem)
+    _upload_limits_check(conversation, user, len(data))
     name = str(getattr(upload, "name", "") or "")[:200]
     return Attachment.objects.create(team_id=conversation.team_id, conversation=conversation,
                                      uploaded_by=user, media_type=media_type, size=len(data),

@@ -4,6 +4,7 @@ sentence for one that does not."""
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
+from PIL import Image
 
 from agents.chat.services import conversation_create, conversation_share
 from agents.models import Attachment, Message, Provider
@@ -21,7 +23,14 @@ from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
 from traces.models import Trace
 
-PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+def png(width: int = 8, height: int = 8) -> bytes:
+    """A real PNG of that size (Pillow's own encoder)."""
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 80, 40)).save(out, format="PNG")
+    return out.getvalue()
+
+
+PNG = png()
 
 
 def upload(client, conversation, data=PNG, name="cat.png", content_type="image/png"):
@@ -144,3 +153,32 @@ def test_images_never_sent_are_dropped_after_a_day(client_for, alice, conversati
     Attachment.objects.filter(uuid__in=[sent, stale]).update(created_at=timezone.now() - timedelta(days=2))
     assert attachments_unsent_forget() == 1
     assert set(str(u) for u in Attachment.objects.values_list("uuid", flat=True)) == {kept, sent}
+
+
+# -- limits (issue 30, F6) ----------------------------------------------------------------------
+def test_an_image_too_large_in_pixels_is_refused_from_its_header(client_for, alice, conversation):
+    # 20,000 x 20,000 pixels, a little over a megabyte as a PNG: refused without decoding it.
+    out = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(out, format="PNG")
+    assert len(out.getvalue()) < 5 * 1024 * 1024
+    refused = upload(client_for(alice), conversation, data=out.getvalue())
+    assert refused.status_code == 400
+    assert "pixels" in refused.json()["error"] and not Attachment.objects.exists()
+
+
+def test_a_file_that_only_starts_like_an_image_is_refused(client_for, alice, conversation):
+    refused = upload(client_for(alice), conversation, data=b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    assert refused.status_code == 400 and "could not be read" in refused.json()["error"]
+
+
+def test_uploads_per_minute_and_per_conversation_are_limited(client_for, alice, conversation, settings):
+    settings.UPLOADS_PER_MINUTE = 3
+    c = client_for(alice)
+    assert [upload(c, conversation).status_code for _ in range(3)] == [201, 201, 201]
+    fourth = upload(c, conversation)
+    assert fourth.status_code == 400 and "in the last minute" in fourth.json()["error"]
+    Attachment.objects.update(created_at=timezone.now() - timedelta(minutes=2))
+    settings.UPLOAD_CONVERSATION_MAX_MB = 0
+    full = upload(c, conversation)
+    assert full.status_code == 400 and "start a new conversation" in full.json()["error"]
+    assert Attachment.objects.count() == 3
