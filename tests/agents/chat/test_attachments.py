@@ -23,6 +23,7 @@ from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
 from traces.models import Trace
 
+
 def png(width: int = 8, height: int = 8) -> bytes:
     """A real PNG of that size (Pillow's own encoder)."""
     out = io.BytesIO()
