@@ -311,6 +311,12 @@ class TraceRecorder:
                 await self.announce(self.announcements.trace, self.trace)
         return seq
 
+    def has_open_steps(self) -> bool:
+        """Whether a step this recorder wrote was left running or waiting (the turn ended
+        under it)."""
+        return any(v.get("status") in (StepStatus.RUNNING, StepStatus.WAITING)
+                   for v in self.values.values())
+
     def detach(self) -> None:
         """Record nothing more, without taking the trace as lost: the runner is handing the
         turn back (its worker is stopping), and another worker continues from what is recorded."""

@@ -577,7 +577,8 @@ class TurnRun:
         if recorder.lost:
             return None
         closed = await self.db(trace_close, trace_id=self.trace.pk, attempt=self.attempt,
-                               outcome=outcome, trace=self.trace)
+                               outcome=outcome, trace=self.trace,
+                               open_steps=recorder.has_open_steps() or bool(self.plan))
         if closed is None:
             recorder.lose()
             return None

@@ -33,6 +33,7 @@ from traces.rollups import TOTAL_FIELDS
 from traces.services import (
     duration_ms,
     reason_sentence,
+    steps_interrupt,
     trace_for_live,
     trace_owned,
 )
@@ -240,11 +241,14 @@ CLOSED_FIELDS = ("status", "error", "error_kind", "answer", "iterations", "finis
 
 
 def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
-                now: datetime | None = None, trace: Trace | None = None) -> ClosedTurn | None:
-    """End a running trace: the turn's messages, the final state; then dispatch the
-    conversation's next queued trace. None when the attempt no longer owns it. ``trace``: the
-    caller's copy of the trace (with what announcements read), brought up to date; read here
-    otherwise."""
+                now: datetime | None = None, trace: Trace | None = None,
+                open_steps: bool | None = None) -> ClosedTurn | None:
+    """End a running trace: the turn's messages, the final state, and any step still running
+    or waiting ended as interrupted (a finished trace holds no running step); then dispatch
+    the conversation's next queued trace. None when the attempt no longer owns it. ``trace``:
+    the caller's copy of the trace (with what announcements read), brought up to date; read
+    here otherwise. ``open_steps``: whether the caller knows of steps left open (False spares
+    looking for them; None: they are looked for)."""
     now = now or timezone.now()
     with transaction.atomic():
         if trace is not None:
@@ -269,6 +273,8 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             **extra)
         if not closed:
             return None
+        if open_steps is None or open_steps:
+            steps_interrupt(trace_id=trace_id)
         transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
         messages = Message.objects.bulk_create([
             Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,

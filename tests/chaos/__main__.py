@@ -31,9 +31,9 @@ from .run import Options
 from .stack import ROOT, postgres_answers
 
 FULL = {"kills": 30, "redis_restarts": 5, "sigterms": 3, "fault_turns": 50, "settle_s": 60.0,
-        "time_limit_s": 480.0}
+        "redis_freezes": 2, "redis_freeze_s": 60.0, "db_drops": 3, "time_limit_s": 660.0}
 CI = {"kills": 5, "redis_restarts": 1, "sigterms": 1, "fault_turns": 10, "settle_s": 60.0,
-      "time_limit_s": 200.0}
+      "redis_freezes": 1, "redis_freeze_s": 15.0, "db_drops": 2, "time_limit_s": 240.0}
 
 
 def parser() -> argparse.ArgumentParser:

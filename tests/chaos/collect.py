@@ -267,6 +267,36 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
         "start_after_return_s": measures.summary(p["start_after_return_s"] for p in probes),
     }
 
+    # -- a frozen Redis, dropped database connections ------------------------------------------
+    freezes = [e for e in events if e.kind == "redis-freeze"]
+    freeze_probes = []
+    for event in freezes:
+        probe = event.probe[0] if event.probe else None
+        freeze_probes.append(None if probe is None else {
+            "accepted": not probe.error, "error": probe.error[:300],
+            "send_s": round((probe.finished_at or probe.at) - probe.at, 2)})
+    frozen_in_flight = {t for e in freezes for t in e.traces}
+    redis_freeze = {
+        "freezes": len(freezes),
+        "messages_while_frozen": freeze_probes,
+        "in_flight": len(frozen_in_flight),
+        "in_flight_failed": sum(1 for t in frozen_in_flight
+                                if traces.get(t, {}).get("status") in ("failed", "timed_out")),
+        "worker_exits": sum(1 for x in exits for e in freezes if x.name.startswith("chaos")
+                            and e.at <= x.at <= (e.until or e.at)),
+    }
+    drops = [e for e in events if e.kind == "db-drop"]
+    dropped_in_flight = {t for e in drops for t in e.traces}
+    db_drop = {
+        "drops": len(drops), "in_flight": len(dropped_in_flight),
+        "in_flight_completed": sum(1 for t in dropped_in_flight
+                                   if traces.get(t, {}).get("status") == "completed"),
+        # What a lost connection used to do: a final failure of kind "internal".
+        "failed_internal": sorted(t for t in dropped_in_flight
+                                  if traces.get(t, {}).get("status") == "failed"
+                                  and traces[t]["error_kind"] == "internal"),
+    }
+
     # -- the fault scenario ---------------------------------------------------------------------
     fault_rows = [traces[trace_of[s.token]] for s in sends if s.scenario == "faults" and s.token in trace_of]
     fault_statuses = Counter(row["status"] for row in fault_rows)
@@ -287,7 +317,7 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
     integrity["lost_messages"] = sum(lost.values())
     integrity["lost_by_reason"] = dict(lost)
     return {"turns": turns, "killed": killed, "sigterm": sigterm, "redis": redis, "faults": faults,
-            "integrity": integrity,
+            "redis_freeze": redis_freeze, "db_drop": db_drop, "integrity": integrity,
             "exits": [{"name": x.name, "code": x.code, "last_lines": x.last_lines} for x in exits]}
 
 

@@ -51,6 +51,17 @@ ROWS: list[Row] = [
                f"{len(f['redis']['messages_while_down'])}"),
     ("  ... the send took s", lambda f: _s(_summary(p.get("send_s") for p in f["redis"]["messages_while_down"]))),
     ("  ... start s after Redis is back", lambda f: _s(f["redis"]["start_after_return_s"])),
+    ("Redis frozen (SIGSTOP)", lambda f: f["redis_freeze"]["freezes"]),
+    ("  turns in flight / failed", lambda f: f"{f['redis_freeze']['in_flight']} / {f['redis_freeze']['in_flight_failed']}"),
+    ("  message while frozen: the send took s",
+     lambda f: ", ".join("no answer" if p is None else f"{p['send_s']}" + ("" if p["accepted"] else " (refused)")
+                         for p in f["redis_freeze"]["messages_while_frozen"]) or "-"),
+    ("database connections dropped", lambda f: f["db_drop"]["drops"]),
+    ("  turns in flight / completed / failed by it",
+     lambda f: f"{f['db_drop']['in_flight']} / {f['db_drop']['in_flight_completed']} / "
+               f"{len(f['db_drop']['failed_internal'])}"),
+    ("faults injected (of planned)",
+     lambda f: ", ".join(f"{k} {v['injected']}/{v['planned']}" for k, v in f["injections"].items())),
     ("fault turns (30 % failing requests)", lambda f: f["faults"]["turns"]),
     ("  completed / ended cleanly / stuck",
      lambda f: f"{f['faults']['completed']} / {f['faults']['ended_cleanly']} / {f['faults']['stuck']}"),

@@ -60,6 +60,12 @@ class Options:
     stop_timeout_s: float = 30.0
     redis_down_s: float = 3.0
     redis_watch_s: float = 10.0
+    # Redis stopped (SIGSTOP: hung, not dead) this many times, this long each.
+    redis_freezes: int = 1
+    redis_freeze_s: float = 20.0
+    # Every database connection terminated (PostgreSQL only: pg_terminate_backend) with turns in
+    # flight, this many times.
+    db_drops: int = 2
     kill_delay_max_s: float = 3.0
     keep: bool = False
 
@@ -175,6 +181,14 @@ class ChaosRun:
         self.watch = HandBackWatch()
         self.deadline = self.started + options.time_limit_s - options.settle_s - 30
         self._say = say
+        # Each fault kind: how many were planned and how many were made (a run that ran out of
+        # time before its faults must not pass as if it had met them).
+        self.planned = {"kills": options.kills, "sigterms": options.sigterms,
+                        "redis_restarts": options.redis_restarts,
+                        "redis_freezes": options.redis_freezes,
+                        "db_drops": options.db_drops if options.db == "postgres" else 0,
+                        "fault_turns": options.fault_turns}
+        self.injected = dict.fromkeys(self.planned, 0)
 
     def say(self, text: str) -> None:
         self._say(f"[chaos {self.o.db} {time.monotonic() - self.started:6.1f}s] {text}")
@@ -300,6 +314,7 @@ class ChaosRun:
                  f"({self.o.fault_rate:.0%} of requests fail)")
         ids = [s.trace_id for s in (self.send("faults", self.world.faulty)
                                     for _ in range(self.o.fault_turns)) if s.trace_id]
+        self.injected["fault_turns"] = len(ids)
         self.wait_settled(ids, timeout=min(120.0, max(self.time_left(), 30.0)))
 
     def kills(self) -> None:
@@ -324,6 +339,7 @@ class ChaosRun:
             self.watch.add(at, name, victims)
             self.events.append(Event("sigkill", at, name, victims, landing,
                                      recorded_calls=self.recorded_calls(victims)))
+            self.injected["kills"] += 1
             self.say(f"kill {number}/{self.o.kills}: {name}, {len(victims)} turn(s) in flight "
                      f"({', '.join(sorted(landing.values())) or 'none'})")
             self.stack.start_worker(slot)
@@ -351,6 +367,7 @@ class ChaosRun:
                                      stop_s=round(stop_s, 2), forced=not exited,
                                      recorded_calls=self.recorded_calls(victims),
                                      recorded_at=time.time()))
+            self.injected["sigterms"] += 1
             self.say(f"sigterm {number}/{self.o.sigterms}: {name}, {len(victims)} turn(s) in flight; "
                      + (f"exited after {stop_s:.1f} s" if exited else
                         f"still running after {self.o.stop_timeout_s:g} s: SIGKILL"))
@@ -390,9 +407,69 @@ class ChaosRun:
             sent = probe[0] if probe else None
             answer = ("no answer within 30 s" if sent is None else
                       f"send raised {sent.error[:120]}" if sent.error else "accepted")
+            self.injected["redis_restarts"] += 1
             self.say(f"redis {number}/{self.o.redis_restarts}: down {back - at:.1f} s with "
                      f"{len(in_flight)} turn(s) active; message while down: {answer}; "
                      f"exited: {', '.join(g.name for g in exited) or 'none'}")
+
+    def redis_freezes(self) -> None:
+        """Redis stopped with SIGSTOP (hung: connections stay open, nothing answers) for
+        ``redis_freeze_s`` with turns in flight, a message sent meanwhile; then SIGCONT."""
+        for number in range(1, self.o.redis_freezes + 1):
+            if self.time_left() <= 0:
+                self.say(f"redis freeze: out of time after {number - 1}")
+                return
+            self.stack.check_exits()
+            self.top_up()
+            self.pick_victim()
+            in_flight = self.in_flight_ids(agent=None)
+            at = time.time()
+            self.stack.freeze_redis()
+            probe: list[Sent] = []
+            sender = threading.Thread(target=self._probe, args=(probe,), daemon=True, name="probe")
+            try:
+                sender.start()
+                time.sleep(self.o.redis_freeze_s)
+            finally:
+                self.stack.thaw_redis()
+            back = time.time()
+            sender.join(timeout=30)
+            event = Event("redis-freeze", at, "", in_flight, back_at=back, probe=probe)
+            self.events.append(event)
+            exited = self.stack.check_exits(restart=False)
+            event.until = time.time()
+            for gone in exited:
+                self._restart(gone.name)
+            self.injected["redis_freezes"] += 1
+            sent = probe[0] if probe else None
+            answer = ("no answer within 30 s" if sent is None else
+                      f"send raised {sent.error[:120]}" if sent.error else
+                      f"answered in {(sent.finished_at or sent.at) - sent.at:.1f} s")
+            self.say(f"redis freeze {number}/{self.o.redis_freezes}: stopped {back - at:.1f} s with "
+                     f"{len(in_flight)} turn(s) active; message meanwhile: {answer}; exited: "
+                     f"{', '.join(g.name for g in exited) or 'none'}")
+
+    def db_drops(self) -> None:
+        """Every connection to the database terminated by the server (what a failover or a
+        PgBouncer restart does), with turns in flight: none of them may fail for it."""
+        if self.planned["db_drops"] == 0:
+            return
+        for number in range(1, self.planned["db_drops"] + 1):
+            if self.time_left() <= 0:
+                self.say(f"db drops: out of time after {number - 1}")
+                return
+            self.stack.check_exits()
+            self.top_up()
+            self.pick_victim()
+            time.sleep(self.rng.uniform(0.2, self.o.kill_delay_max_s))
+            in_flight = self.in_flight_ids(agent=None)
+            at = time.time()
+            terminated = self.stack.terminate_db_connections()
+            self.events.append(Event("db-drop", at, "", in_flight))
+            self.injected["db_drops"] += 1
+            self.say(f"db drop {number}/{self.planned['db_drops']}: {terminated} connection(s) "
+                     f"terminated with {len(in_flight)} turn(s) in flight")
+            time.sleep(2.0)
 
     def _probe(self, out: list[Sent]) -> None:
         from django.db import connection
@@ -433,6 +510,8 @@ class ChaosRun:
             self.kills()
             self.sigterms()
             self.redis_restarts()
+            self.redis_freezes()
+            self.db_drops()
             self.say(f"settling: waiting up to {self.o.settle_s:g} s for every turn to end")
             settled_at = time.monotonic()
             settled = self.wait_settled(timeout=self.o.settle_s)
@@ -442,6 +521,8 @@ class ChaosRun:
         figures = collect(sends=self.sends, events=self.events, server=self.server,
                           exits=self.stack.exits, observed=self.watch.seen)
         figures["settle_s"] = round(time.monotonic() - settled_at, 1)
+        figures["injections"] = {kind: {"planned": planned, "injected": self.injected[kind]}
+                                 for kind, planned in self.planned.items()}
         return figures
 
 

@@ -148,6 +148,26 @@ class ChaosStack:
             self.redis.wait(5)
             self.redis = None
 
+    def freeze_redis(self) -> None:
+        """``SIGSTOP``: Redis hangs, its connections open, nothing answers (``thaw_redis``)."""
+        if self.redis is not None:
+            self.redis.signal_group(signal.SIGSTOP)
+
+    def thaw_redis(self) -> None:
+        if self.redis is not None:
+            self.redis.signal_group(signal.SIGCONT)
+
+    # -- the database ------------------------------------------------------------------------------
+    def terminate_db_connections(self) -> int:
+        """What a failover or a PgBouncer restart does: the server ends every session of the
+        run's database (the harness's own connection included). How many it ended."""
+        import psycopg
+
+        with psycopg.connect(self.pg_admin_url, autocommit=True, connect_timeout=5) as conn:
+            return conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", [self.pg_database]).fetchone()[0]
+
     # -- workers and beat ----------------------------------------------------------------------
     def _python(self) -> list[str]:
         return [sys.executable, "-m", "tests.chaos.worker"]

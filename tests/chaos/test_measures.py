@@ -149,3 +149,16 @@ def test_the_ledger_check_finds_a_roll_up_or_trace_total_that_drifted(make_agent
     drifted = integrity_figures({}, {})
     assert drifted["rollup_drift"] == 1 and "cost_units" in drifted["rollup_drift_rows"][0]
     assert drifted["trace_total_drift"] == 1
+
+
+def test_a_run_that_made_fewer_faults_than_planned_misses_its_target():
+    figures = _figures()
+    figures["injections"] = {"redis_restarts": {"planned": 1, "injected": 0},
+                             "kills": {"planned": 5, "injected": 5}}
+    figures["redis_freeze"] = {"messages_while_frozen": [{"send_s": 7.5, "accepted": True}],
+                               "worker_exits": 0, "in_flight_failed": 0}
+    figures["db_drop"] = {"failed_internal": [12]}
+    missed = " | ".join(measures.targets_missed(figures))
+    assert "redis restarts: 0 of 1 injected" in missed and "kills" not in missed
+    assert "answered after 7.5 s" in missed
+    assert "1 turn(s) failed by a dropped database connection" in missed

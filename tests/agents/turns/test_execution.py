@@ -325,3 +325,24 @@ def test_the_soft_time_limit_ends_the_turn_timed_out_and_keeps_its_steps(
     blocks = [b for m in Message.objects.filter(trace=trace) for b in m.blocks]
     assert {b["id"] for b in blocks if b["type"] == "tool_use"} == {
         b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+
+
+def test_a_turn_that_crashes_under_a_running_step_leaves_no_step_running(
+        conversation, alice, sent_turns, use_redis, monkeypatch):
+    # The loop breaks (a bug, say) while its model request is running: the turn ends failed
+    # and the step it was in ends with it, never left "running" inside a finished trace.
+    from agents.runtime.events import LlmRequestStarted
+    from agents.turns import execution
+
+    async def crashing(**kwargs):
+        await kwargs["observer"].emit(LlmRequestStarted(
+            iteration=1, provider="demo", model="demo", messages_count=1, request={"messages": []}))
+        raise RuntimeError("the loop broke")
+
+    monkeypatch.setattr(execution, "run_turn", crashing)
+    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    assert turn_run(trace.pk) == "failed"
+    steps = list(Trace.objects.get(pk=trace.pk).steps.order_by("seq"))
+    llm = [s for s in steps if s.kind == "llm_request"]
+    assert llm and all(s.status == "error" and "Interrupted" in s.error for s in llm)
+    assert not [s for s in steps if s.status in ("running", "waiting")]
