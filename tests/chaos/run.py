@@ -526,12 +526,18 @@ class ChaosRun:
         return figures
 
 
+HARNESS_APPLICATION = "chaos-harness"
+
+
 def configure_django(env: dict[str, str]) -> None:
     """Django in this process, on the stack's database and Redis. Its own log stays quiet
     below errors: while Redis is down, every announcement of a sent message warns with a
     traceback, which says nothing the figures do not (the workers log in full, to files)."""
     os.environ.update(env)
     os.environ["LOG_LEVEL"] = "ERROR"
+    if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        # Named, so that dropping the stack's connections spares the harness's own.
+        os.environ["DATABASE_URL"] += f"?application_name={HARNESS_APPLICATION}"
     import django
     from django.core.management import call_command
 

@@ -160,13 +160,14 @@ class ChaosStack:
     # -- the database ------------------------------------------------------------------------------
     def terminate_db_connections(self) -> int:
         """What a failover or a PgBouncer restart does: the server ends every session of the
-        run's database (the harness's own connection included). How many it ended."""
+        run's database but the harness's own (named ``chaos-harness``). How many it ended."""
         import psycopg
 
         with psycopg.connect(self.pg_admin_url, autocommit=True, connect_timeout=5) as conn:
             return conn.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()", [self.pg_database]).fetchone()[0]
+                "WHERE datname = %s AND pid <> pg_backend_pid() AND application_name <> %s",
+                [self.pg_database, "chaos-harness"]).fetchone()[0]
 
     # -- workers and beat ----------------------------------------------------------------------
     def _python(self) -> list[str]:
