@@ -13,7 +13,7 @@ help:
 	@echo "make test-unit / make test-e2e   one of the two runs"
 	@echo "make test-llm   the tests against a real llama.cpp server (built once per machine, ~12 min)"
 	@echo "make test-otel  the OpenTelemetry export tests, against a real Arize Phoenix (installed once per machine, ~1 min)"
-	@echo "make chaos  kill workers, restart Redis, fail model requests; SQLite, then PostgreSQL (~15 min)"
+	@echo "make chaos  kill workers, restart and freeze Redis, drop connections, fail model requests; SQLite, then PostgreSQL (~17 min)"
 	@echo "make chaos-ci   the light slice of it that CI runs (SQLite, ~4 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make bench  the benchmarks the project ships, CPU per unit of work against bench/baseline.json"
@@ -71,15 +71,16 @@ test-otel: $(VENV)/.installed-dev
 	$(PY) -m tests.otel.phoenix run -- $(PY) -m pytest tests/otel -p no:cacheprovider $(PYTEST_ARGS)
 
 # The chaos suite (tests/chaos): real workers killed with SIGKILL (30) and stopped with SIGTERM,
-# the embedded Redis killed and restarted (5), 50 turns against a model failing 30 % of
-# requests; SQLite, then PostgreSQL when 127.0.0.1:5432 answers. Fails on a missed target of
-# issue 13 (CHAOS_ASSERT= only reports them). Figures in var/chaos/.
+# the embedded Redis killed and restarted (5) and frozen with SIGSTOP (2 x 60 s), the database's
+# connections terminated (PostgreSQL, 3), 50 turns against a model failing 30 % of requests;
+# SQLite, then PostgreSQL when 127.0.0.1:5432 answers. Fails on a missed target (or a fault
+# planned and not made; CHAOS_ASSERT= only reports them). Figures in var/chaos/.
 CHAOS_ASSERT ?= --assert-targets
 CHAOS_ARGS ?=
 chaos: $(VENV)/.installed-dev
 	$(PY) -m tests.chaos $(CHAOS_ASSERT) $(CHAOS_ARGS)
 
-# The slice CI runs: 5 kills, 1 Redis restart, 1 SIGTERM, 10 fault turns, SQLite only.
+# The slice CI runs: 5 kills, 1 Redis restart, 1 Redis freeze, 1 SIGTERM, 10 fault turns, SQLite only.
 chaos-ci: $(VENV)/.installed-dev
 	$(PY) -m tests.chaos --ci $(CHAOS_ASSERT) $(CHAOS_ARGS)
 
