@@ -192,8 +192,15 @@ class XmlToolDispatcher(ToolDispatcher):
         native = response.message.tool_uses
         if native:  # a provider that returned structured calls anyway
             return _native_calls(text, native, new_id)
+        # A model that writes a tool's result itself is quoting the conversation (results only
+        # ever come from the platform): the calls before its last such block are quoted, not
+        # made, and only what follows it is read for calls.
+        head, text = _quoted_history(text)
+        if head:
+            head, _, _ = _calls_from_text(head, lambda: "quoted", known_tools, drop_unknown=False)
         # Prompt-guided: an unknown name stays a call, so the model is told "Unknown tool".
         cleaned, calls, errors = _calls_from_text(text, new_id, known_tools, drop_unknown=False)
+        cleaned = head + cleaned
         return ParsedResponse(text=cleaned, calls=calls, from_text=bool(calls),
                               parse_issue=detect_tool_call_parse_issue(text, calls),
                               argument_errors=errors)
@@ -221,6 +228,20 @@ class XmlToolDispatcher(ToolDispatcher):
             rendered = "\n".join(render_tool_call(u) for u in uses)
             blocks.append(TextBlock(f"\n{rendered}" if text else rendered))
         return Message(Role.ASSISTANT, blocks, message.usage)
+
+
+_RESULT_END = "</tool_result>"
+
+
+def _quoted_history(text: str) -> tuple[str, str]:
+    """(the part of ``text`` up to the end of its last ``<tool_result>`` block, the rest):
+    ("", text) when the model wrote no result block."""
+    start = text.rfind("<tool_result")
+    if start < 0:
+        return "", text
+    end = text.find(_RESULT_END, start)
+    cut = len(text) if end < 0 else end + len(_RESULT_END)
+    return text[:cut], text[cut:]
 
 
 def select_dispatcher(mode: str, capabilities: Capabilities) -> ToolDispatcher:

@@ -1041,3 +1041,28 @@ async def test_bidirectional_controls_in_tool_output_and_answers_are_written_out
     assert block.output == "report[U+2067].pdf[U+2069] and safe[U+202E]txt.exe"
     assert observer.of(ToolFinished)[0].output == block.output
     assert result.text == "Open safe[U+202E]txt.exe now"
+
+
+async def test_in_prompt_guided_mode_a_call_quoted_with_its_result_is_not_run_again():
+    # The model retells the conversation, call and result included, before its answer: the
+    # quoted call is not made again; a call after the quote still is.
+    log: list[str] = []
+    quoted = ('So far: <tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>\n'
+              '<tool_result name="lookup" status="ok">\nkey-7\n</tool_result>\n')
+    provider = FakeScriptedProvider([
+        answer('<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'),
+        answer(quoted + "Your key is key-7."),
+        answer('<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'),
+        answer(quoted + 'Once more: <tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'),
+        answer("Still key-7."),
+    ])
+    cfg = config(dispatcher="xml")
+    first, _ = await turn(provider, tools=[tool("lookup", "key-7", log=log)], cfg=cfg,
+                          message="what is my key?")
+    assert first.status is TurnStatus.COMPLETED and log == ["start lookup", "end lookup"]
+    assert "key-7" in first.text and "<tool_result" not in first.text
+    log.clear()
+    second, _ = await turn(provider, tools=[tool("lookup", "key-7", log=log)], cfg=cfg,
+                           message="and again?")
+    assert second.status is TurnStatus.COMPLETED
+    assert log == ["start lookup", "end lookup"] * 2  # its own call, then the one after the quote
