@@ -233,19 +233,26 @@ def vet_url(url: httpx.URL, *, resolver: SyncResolver = system_resolver,
     host = url.raw_host.decode("ascii", "replace")
     if not host:
         raise OutboundRefused("The URL has no host.")
+    literal, addresses = _host_addresses(url, resolver)
+    _check_addresses(host, literal, addresses)
+    return addresses
+
+
+def _host_addresses(url: httpx.URL, resolver: SyncResolver) -> tuple[bool, list[IPAddress]]:
+    """(whether the host is an address itself, the addresses it is or resolves to);
+    ``OutboundFailed`` when it does not resolve."""
+    host = url.raw_host.decode("ascii", "replace")
     literal = parse_ip(host)
     if literal is not None:
-        addresses = [literal]
-    else:
-        try:
-            answers = resolver(host, url.port or (443 if url.scheme == "https" else 80))
-        except (OSError, UnicodeError) as exc:
-            raise OutboundFailed(f"Could not resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(a for a in map(parse_ip, answers) if a is not None))
-        if not addresses:
-            raise OutboundFailed(f"Could not resolve {host}.")
-    _check_addresses(host, literal is not None, addresses)
-    return addresses
+        return True, [literal]
+    try:
+        answers = resolver(host, url.port or (443 if url.scheme == "https" else 80))
+    except (OSError, UnicodeError) as exc:
+        raise OutboundFailed(f"Could not resolve {host}: {exc}") from exc
+    addresses = list(dict.fromkeys(a for a in map(parse_ip, answers) if a is not None))
+    if not addresses:
+        raise OutboundFailed(f"Could not resolve {host}.")
+    return False, addresses
 
 
 def _check_addresses(host: str, literal: bool, addresses: list[IPAddress]) -> None:
@@ -262,20 +269,10 @@ def reached_by_allowlist(url: str, *, resolver: SyncResolver = system_resolver) 
     ``OUTBOUND_ALLOWED_NETWORKS`` lets it be reached: an internal service). A host that does
     not resolve counts as one."""
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
+        _, addresses = _host_addresses(httpx.URL(url), resolver)
+    except (httpx.InvalidURL, TypeError, OutboundFailed):
         return True
-    host = parsed.raw_host.decode("ascii", "replace")
-    literal = parse_ip(host)
-    if literal is not None:
-        addresses = [literal]
-    else:
-        try:
-            answers = resolver(host, parsed.port or (443 if parsed.scheme == "https" else 80))
-        except (OSError, UnicodeError):
-            return True
-        addresses = [a for a in map(parse_ip, answers) if a is not None]
-    return not addresses or any(address_problem(address) is not None for address in addresses)
+    return any(address_problem(address) is not None for address in addresses)
 
 
 def base_url_problem(url: str, *, resolver: SyncResolver = system_resolver) -> str | None:
