@@ -10,8 +10,9 @@ channels_redis's own (version 4: ``channels-redis>=4.2,<5``).
 A send has a deadline (``CHANNEL_LAYER_SEND_TIMEOUT_S``): a Redis that hangs (stopped, not
 dead, so no connection error comes) makes it raise ``LayerUnavailable`` instead of holding the
 request or the turn that announced; callers drop the announcement (pages re-sync from the
-database). After such a timeout, sends fail at once for ``STALL_SKIP_S``, so a turn's many
-announcements do not each wait out the deadline; then the next send tries again.
+database). A second timeout within ``STALL_SKIP_S`` of the first means Redis hangs (one slow
+answer on a busy machine does not): sends then fail at once for ``STALL_SKIP_S``, so a turn's
+many announcements do not each wait out the deadline; then the next send tries again.
 """
 
 from __future__ import annotations
@@ -34,21 +35,27 @@ class LayerUnavailable(Exception):
 
 
 _stalled_until = 0.0
+_last_timeout = float("-inf")
 
 
 async def _deadline(operation: Awaitable[T], what: str) -> T:
-    global _stalled_until  # noqa: PLW0603 - one process-wide state, on purpose
+    global _stalled_until, _last_timeout  # noqa: PLW0603 - one process-wide state, on purpose
     if time.monotonic() < _stalled_until:
         if asyncio.iscoroutine(operation):
             operation.close()
         raise LayerUnavailable(f"{what}: Redis did not answer a moment ago; skipped")
-    timeout = getattr(settings, "CHANNEL_LAYER_SEND_TIMEOUT_S", 2.0)
+    timeout = getattr(settings, "CHANNEL_LAYER_SEND_TIMEOUT_S", 1.0)
     try:
         return await asyncio.wait_for(operation, timeout)
     except TimeoutError as exc:
-        _stalled_until = time.monotonic() + STALL_SKIP_S
-        core.logger.warning("channel layer: Redis did not answer %s within %s s; sends skip "
-                            "it for %s s", what, timeout, STALL_SKIP_S)
+        now = time.monotonic()
+        if now - _last_timeout <= STALL_SKIP_S:
+            _stalled_until = now + STALL_SKIP_S
+            core.logger.warning("channel layer: Redis did not answer %s within %s s again; sends "
+                                "skip it for %s s", what, timeout, STALL_SKIP_S)
+        else:
+            core.logger.warning("channel layer: Redis did not answer %s within %s s", what, timeout)
+        _last_timeout = now
         raise LayerUnavailable(f"{what}: Redis did not answer within {timeout:g} s") from exc
 
 # channels_redis's group send script, with each member's expired messages removed first.

@@ -90,6 +90,7 @@ def test_a_hung_redis_makes_sends_give_up_within_their_deadline_then_skip(
     url, frozen = freezable_redis
     settings.CHANNEL_LAYER_SEND_TIMEOUT_S = 0.5
     monkeypatch.setattr(channel_layer, "_stalled_until", 0.0)
+    monkeypatch.setattr(channel_layer, "_last_timeout", float("-inf"))
     monkeypatch.setattr(channel_layer, "STALL_SKIP_S", 1.0)
     layer = RedisChannelLayer(hosts=[url], prefix="asgi-frozen")
 
@@ -105,6 +106,7 @@ def test_a_hung_redis_makes_sends_give_up_within_their_deadline_then_skip(
         results = [await timed_send("before")]  # connected while Redis answers
         with frozen():
             results.append(await timed_send("during"))  # waits out the deadline
+            results.append(await timed_send("during"))  # again: Redis hangs
             results.append(await timed_send("during"))  # skipped at once
         await asyncio.sleep(1.1)
         results.append(await timed_send("after"))  # thawed: tries again and gets through
@@ -112,8 +114,9 @@ def test_a_hung_redis_makes_sends_give_up_within_their_deadline_then_skip(
         return results
 
     results = async_to_sync(go)()
-    assert [r for r, _ in results] == ["sent", "unavailable", "unavailable", "sent"], results
-    assert 0.4 < results[1][1] < 1.5 and results[2][1] < 0.05
+    assert [r for r, _ in results] == ["sent", "unavailable", "unavailable", "unavailable",
+                                       "sent"], results
+    assert 0.4 < results[1][1] < 1.5 and 0.4 < results[2][1] < 1.5 and results[3][1] < 0.05
 
 
 @pytest.mark.django_db
@@ -131,6 +134,7 @@ def test_a_message_sent_while_redis_hangs_is_stored_and_answered_in_seconds(
                                            "CONFIG": {"hosts": [url]}}}
     channel_layers.backends.clear()
     monkeypatch.setattr(channel_layer, "_stalled_until", 0.0)
+    monkeypatch.setattr(channel_layer, "_last_timeout", float("-inf"))
     client = client_for(alice)
     try:
         with frozen():
