@@ -213,9 +213,11 @@ class _ThreadLoop:
         loop = self.loop
         if loop.is_closed():
             return
-        if asyncio._get_running_loop() is None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs here: close it as usual, the layer's flush included
             loop.close()
-        else:  # not the loop's own thread: release its selector without running it
+        else:  # another loop runs in this thread: release this one's selector without running it
             type(loop).close(loop)
 
 
