@@ -13,10 +13,6 @@ def team_members(team: Team) -> QuerySet[Membership]:
     )
 
 
-def team_member_count(team: Team) -> int:
-    return Membership.objects.filter(team=team).count()
-
-
 def team_pending_invitations(team: Team) -> QuerySet[Invitation]:
     return Invitation.objects.pending().filter(team=team).select_related("created_by")
 

@@ -4,6 +4,7 @@ budgets, and, while the team has only the offline demo model, how to connect a r
 
 from __future__ import annotations
 
+from django.db.models import Count, Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
@@ -12,8 +13,7 @@ from django.views.decorators.http import require_GET
 from agents.chat import selectors
 from agents.models import Provider
 from agentsite.access import team_required
-from agentsite.models import Membership
-from agentsite.selectors import team_member_count
+from agentsite.models import Membership, Team
 from traces.budgets import request_budget_states
 from traces.cost_selectors import recent_spend
 from traces.selectors import recent_turns
@@ -35,11 +35,20 @@ def home(request: HttpRequest) -> HttpResponse:
         "week_team": week_team,
         "week_mine": week_mine,
         "budgets": request_budget_states(request),
-        "demo_only": not Provider.objects.filter(team=team).exclude(kind=Provider.Kind.DEMO).exists(),
-        "member_count": team_member_count(team),
+        **_team_facts(team),
         "membership_help": Membership.ROLE_HELP[membership.role],
     }
     return render(request, "home.html", context)
+
+
+def _team_facts(team: Team) -> dict[str, object]:
+    """Whether the team has only the offline demo model, and how many members it has: one
+    query."""
+    real = Provider.objects.filter(team=OuterRef("pk")).exclude(kind=Provider.Kind.DEMO)
+    row = (Team.objects.filter(pk=team.pk)
+           .annotate(members=Count("memberships"), real_model=Exists(real))
+           .values("members", "real_model").get())
+    return {"demo_only": not row["real_model"], "member_count": row["members"]}
 
 
 urlpatterns = [path("", home, name="home")]
