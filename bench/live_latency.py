@@ -37,7 +37,7 @@ from django.utils import timezone  # noqa: E402
 
 from agents.models import Message  # noqa: E402
 from agents.runtime.events import ToolStarted  # noqa: E402
-from agents.turns.execution import TurnDb  # noqa: E402
+from agents.turns.turn_threads import TurnDb  # noqa: E402
 from agentsite.devrunner import free_port  # noqa: E402
 from traces import services  # noqa: E402
 from traces.models import Trace  # noqa: E402

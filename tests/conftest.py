@@ -282,9 +282,9 @@ def _close_turn_db_threads():
     """Turns run in this process keep their database threads (and connections) pooled; close
     them after each test, so no connection outlives the test database."""
     yield
-    execution = sys.modules.get("agents.turns.execution")
-    if execution is not None:
-        execution.TurnDb.close_idle()
+    threads = sys.modules.get("agents.turns.turn_threads")
+    if threads is not None:
+        threads.TurnDb.close_idle()
 
 
 @pytest.fixture

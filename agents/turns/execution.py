@@ -4,10 +4,10 @@ Concurrency model. Workers use Celery's thread pool, so every task runs in its o
 process carries as many turns as it has threads (``CELERY_WORKER_CONCURRENCY``, 50 by default):
 a turn spends nearly all its time waiting on a model, and waiting threads cost little. In its
 thread a turn runs the async runtime in the thread's own event loop, kept from one turn to the
-next (``thread_loop_run``), so the connections a turn's announcements use (the channel layer's,
+next (``turn_threads.thread_loop_run``), so the connections a turn's announcements use (the channel layer's,
 one per loop) are opened once per thread, not once per turn. Django's ORM is synchronous and
 refuses to run inside an event loop, so every query of the turn runs on a single-thread executor
-that the turn has to itself (``TurnDb``): writes stay in order and the turn holds exactly one
+that the turn has to itself (``turn_threads.TurnDb``): writes stay in order and the turn holds exactly one
 database connection. These executors are pooled per process, so a worker keeps at most one
 connection per concurrent turn instead of opening one per turn; when a turn ends, its
 connection is released as at the end of a web request. The event loop thread itself never
@@ -30,18 +30,14 @@ result) is recorded, so the trace reads as if the worker had simply stopped ther
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.models import Message
@@ -68,7 +64,7 @@ from agents.turns.providers import TurnSetupError
 from agents.turns.replay import turn_plan
 from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
-from agentsite.db import ConnectionLost, releasing
+from agents.turns.turn_threads import CONNECTION_LOST_REASON, TurnDb, thread_loop_run
 from traces.models import Trace
 from traces.recorder import TraceRecorder
 from traces.services import (
@@ -101,7 +97,6 @@ DROPPED_MESSAGE = "A hook stopped this message before it reached the model: {rea
 WITHHELD_REPLY = "The reply was withheld by a hook: {reason}"
 LOST_REASON = "This turn was taken over by the reaper or another worker."
 HANDED_BACK = "handed_back"
-CONNECTION_LOST_REASON = "database connection lost"
 # How long a cancelled turn may take to stop before its thread goes on without it.
 STOP_GRACE_S = 2.0
 STATUS_FOR = {
@@ -110,79 +105,6 @@ STATUS_FOR = {
     TurnStatus.FAILED: Status.FAILED,
     TurnStatus.TIMED_OUT: Status.TIMED_OUT,
 }
-
-
-class TurnDb:
-    """A database thread for one turn at a time. ``await db(fn, ...)`` from the loop,
-    ``db.call(fn, ...)`` from synchronous code.
-
-    Threads are kept between turns (``acquire``/``release``), so a worker holds at most as many
-    connections as it runs turns at once and does not open one per turn; on release the
-    thread's connection gets the end-of-request treatment (``close_old_connections``: closed
-    when ``CONN_MAX_AGE`` is over or it is broken, always for SQLite)."""
-
-    _idle: list[TurnDb] = []  # noqa: RUF012 - the process-wide pool, shared on purpose
-    _lock = threading.Lock()
-    MAX_IDLE = 256
-
-    def __init__(self, name: str = "turn-db") -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        # Called (in the turn's loop) when a call's connection broke: the turn being run
-        # hands itself back instead of failing (``TurnRun``).
-        self.on_connection_lost: Callable[[str], bool] | None = None
-
-    @classmethod
-    def acquire(cls) -> TurnDb:
-        with cls._lock:
-            if cls._idle:
-                return cls._idle.pop()
-        return cls()
-
-    def release(self) -> None:
-        try:
-            self.call(close_old_connections)
-        except Exception:  # noqa: BLE001 - a thread whose connection misbehaves is retired
-            logger.warning("could not release a turn's database connection", exc_info=True)
-            self.close()
-            return
-        with self._lock:
-            if len(self._idle) < self.MAX_IDLE:
-                self._idle.append(self)
-                return
-        self.close()
-
-    @classmethod
-    def close_idle(cls) -> None:
-        """Close every pooled thread and its connection (a worker's shutdown; tests)."""
-        with cls._lock:
-            idle, cls._idle = cls._idle, []
-        for db in idle:
-            db.close()
-
-    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        return self.executor.submit(releasing(fn), *args, **kwargs).result()
-
-    async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        # Pooled connections go back after each call: a turn waiting on its model holds none.
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self.executor,
-                                              functools.partial(releasing(fn), *args, **kwargs))
-        except ConnectionLost as exc:
-            if self.on_connection_lost is None or not self.on_connection_lost(str(exc)):
-                raise
-            # Raised where the turn's code would take it for a failure of its own (the loop's
-            # catch-all): the turn stops as a hand-back does, by cancellation.
-            raise asyncio.CancelledError(CONNECTION_LOST_REASON) from exc
-
-    def close(self) -> None:
-        """Close the thread's connections and stop the thread."""
-        try:
-            self.executor.submit(connections.close_all).result(timeout=30)
-        except Exception:  # noqa: BLE001 - a broken connection is closed by the server anyway
-            logger.warning("could not close the turn's database connection", exc_info=True)
-        finally:
-            self.executor.shutdown(wait=True)
 
 
 def turn_execute(*, trace_id: int, worker: str) -> str:
@@ -198,52 +120,6 @@ def turn_execute(*, trace_id: int, worker: str) -> str:
         return thread_loop_run(TurnRun(trace=trace, db=db).run())
     finally:
         db.release()
-
-
-class _ThreadLoop:
-    """A thread's event loop, closed when the thread ends (its thread-local goes with it),
-    in that thread, so the channel layer closes its connections there. Were the loop itself
-    left to the garbage collector, its close could come in a thread whose own loop is
-    running, where it cannot run."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-
-    def __del__(self) -> None:
-        loop = self.loop
-        if loop.is_closed():
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop runs here: close it as usual, the layer's flush included
-            loop.close()
-        else:  # another loop runs in this thread: release this one's selector without running it
-            type(loop).close(loop)
-
-
-_thread_loops = threading.local()
-
-
-def thread_loop_run(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to its end in this thread's event loop, made on the thread's first turn
-    and kept for its next ones. As ``asyncio.run``, what the coroutine left running is
-    cancelled at its end; unlike it, the loop and what is bound to it (the channel layer's Redis
-    connections) stay for the next turn."""
-    held = getattr(_thread_loops, "held", None)
-    if held is None or held.loop.is_closed():
-        held = _thread_loops.held = _ThreadLoop()
-    loop = held.loop
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in left:
-            task.cancel()
-        if left:
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        asyncio.set_event_loop(None)
 
 
 class RunningTurns:

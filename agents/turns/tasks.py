@@ -22,13 +22,13 @@ from django.utils import timezone
 from agents.models import TurnWorker
 from agents.turns.execution import (
     RUNNING,
-    TurnDb,
     turn_execute,
     turns_hand_back,
     turns_handing_back,
 )
 from agents.turns.health import beat_tick_record
 from agents.turns.reaper import trace_reap
+from agents.turns.turn_threads import TurnDb
 from agents.turns.workers import worker_name
 
 logger = logging.getLogger(__name__)

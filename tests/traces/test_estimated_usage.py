@@ -14,9 +14,9 @@ from django.urls import reverse
 from agents.chat.live import step_fragment
 from agents.runtime.events import LlmRequestFinished, LlmRequestStarted
 from agents.runtime.pricing import Usage
-from agents.turns.execution import TurnDb
 from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close
 from agents.turns.services import turn_start
+from agents.turns.turn_threads import TurnDb
 from traces import live
 from traces.models import ConversationCostRollup, CostRollup, Step, Trace
 from traces.recorder import TraceRecorder

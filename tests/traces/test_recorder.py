@@ -23,9 +23,9 @@ from agents.runtime.events import (
 from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.pricing import Usage
 from agents.runtime.providers.demo import DemoProvider
-from agents.turns.execution import TurnDb
 from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
+from agents.turns.turn_threads import TurnDb
 from tests.helpers import listen, receive_all
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.recorder import TraceRecorder, step_cost
