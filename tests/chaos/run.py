@@ -307,6 +307,17 @@ class ChaosRun:
         return self.rng.choice(sorted(self.stack.alive_workers()))
 
     # -- scenarios ----------------------------------------------------------------------------------
+    def next_victim(self, label: str, number: int) -> int | None:
+        """Before the ``number``-th fault of a kind: None when the run is out of time (said,
+        so the shortfall shows); else the stack checked, the turns in flight topped up, and a
+        worker slot running one of them (``pick_victim``)."""
+        if self.time_left() <= 0:
+            self.say(f"{label}: out of time after {number - 1}")
+            return None
+        self.stack.check_exits()
+        self.top_up()
+        return self.pick_victim()
+
     def faults(self) -> None:
         if not self.o.fault_turns:
             return
@@ -319,12 +330,9 @@ class ChaosRun:
 
     def kills(self) -> None:
         for number in range(1, self.o.kills + 1):
-            if self.time_left() <= 0:
-                self.say(f"kills: out of time after {number - 1}")
+            slot = self.next_victim("kills", number)
+            if slot is None:
                 return
-            self.stack.check_exits()
-            self.top_up()
-            slot = self.pick_victim()
             time.sleep(self.rng.uniform(0, self.o.kill_delay_max_s))
             name = self.stack.slots[slot].name
             if self.spent(self.running_on(name)) and self.stack.alive_workers() != [slot]:
@@ -346,12 +354,9 @@ class ChaosRun:
 
     def sigterms(self) -> None:
         for number in range(1, self.o.sigterms + 1):
-            if self.time_left() <= 0:
-                self.say(f"sigterm: out of time after {number - 1}")
+            slot = self.next_victim("sigterm", number)
+            if slot is None:
                 return
-            self.stack.check_exits()
-            self.top_up()
-            slot = self.pick_victim()
             time.sleep(self.rng.uniform(0.5, self.o.kill_delay_max_s))
             name = self.stack.slots[slot].name
             victims = self.running_on(name)
@@ -375,12 +380,8 @@ class ChaosRun:
 
     def redis_restarts(self) -> None:
         for number in range(1, self.o.redis_restarts + 1):
-            if self.time_left() <= 0:
-                self.say(f"redis: out of time after {number - 1}")
+            if self.next_victim("redis", number) is None:
                 return
-            self.stack.check_exits()
-            self.top_up()
-            self.pick_victim()
             time.sleep(self.rng.uniform(0.5, self.o.kill_delay_max_s))
             in_flight = self.in_flight_ids(agent=None)
             at = time.time()
@@ -416,12 +417,8 @@ class ChaosRun:
         """Redis stopped with SIGSTOP (hung: connections stay open, nothing answers) for
         ``redis_freeze_s`` with turns in flight, a message sent meanwhile; then SIGCONT."""
         for number in range(1, self.o.redis_freezes + 1):
-            if self.time_left() <= 0:
-                self.say(f"redis freeze: out of time after {number - 1}")
+            if self.next_victim("redis freeze", number) is None:
                 return
-            self.stack.check_exits()
-            self.top_up()
-            self.pick_victim()
             in_flight = self.in_flight_ids(agent=None)
             at = time.time()
             self.stack.freeze_redis()
@@ -455,12 +452,8 @@ class ChaosRun:
         if self.planned["db_drops"] == 0:
             return
         for number in range(1, self.planned["db_drops"] + 1):
-            if self.time_left() <= 0:
-                self.say(f"db drops: out of time after {number - 1}")
+            if self.next_victim("db drops", number) is None:
                 return
-            self.stack.check_exits()
-            self.top_up()
-            self.pick_victim()
             time.sleep(self.rng.uniform(0.2, self.o.kill_delay_max_s))
             in_flight = self.in_flight_ids(agent=None)
             at = time.time()
