@@ -15,11 +15,14 @@ import pytest
 from agents.runtime.builtin import CurrentTimeTool
 from agents.runtime.events import LlmRequestFinished, RecordingObserver, TextDelta, ToolFinished
 from agents.runtime.loop import TurnConfig, run_turn
+from agents.runtime.loop.model_step import window_from_error
 from agents.runtime.messages import Message, Role, ToolResultBlock
 from agents.runtime.providers.base import (
     ChatRequest,
     ChatResponse,
+    ErrorKind,
     Outcome,
+    ProviderError,
     StreamDone,
     StreamText,
 )
@@ -145,9 +148,6 @@ LONG = "The quick brown fox jumps over the lazy dog. " * 1_000  # about 10k toke
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_prompt_over_the_servers_window_is_an_overflow_that_names_the_window(stream):
-    from agents.runtime.loop.model_step import window_from_error
-    from agents.runtime.providers.base import ErrorKind, ProviderError
-
     request = ChatRequest(model=MODEL, messages=[Message.user(LONG)], max_tokens=16)
     with pytest.raises(ProviderError) as caught:
         await ask(request, stream=stream)

@@ -4,7 +4,9 @@ team's exporter out of reach; a date range of ended turns sent again with the sa
 
 from __future__ import annotations
 
+import http.server
 import io
+import threading
 
 import pytest
 from django.core.management import call_command
@@ -16,6 +18,7 @@ from agents.turns.tasks import turn_run
 from agentsite.models import AuditEvent
 from tests.otel.receiver import OTLPReceiver
 from traces.export import config as export_config
+from traces.export import pipeline
 from traces.export.ids import span_id_for, tool_step_key
 from traces.models import TraceExporter
 
@@ -129,9 +132,6 @@ SECRET_BODY = ("upstream says: AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYm
 @pytest.fixture
 def talking_receiver():
     """A plain HTTP server on loopback that answers every POST 401 with a text body of secrets."""
-    import http.server
-    import threading
-
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server's name
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -154,7 +154,6 @@ def talking_receiver():
 
 
 def test_a_teams_internal_endpoint_shows_nothing_of_its_answer(settings, talking_receiver):
-    from traces.export import pipeline
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     settings.DEBUG = True  # plain http to the allowlisted address
     result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver))
@@ -164,7 +163,6 @@ def test_a_teams_internal_endpoint_shows_nothing_of_its_answer(settings, talking
 
 
 def test_the_operators_endpoint_shows_its_answer_short_and_scrubbed(talking_receiver):
-    from traces.export import pipeline
     result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver,
                                                                 guarded=False))
     assert result.answer.startswith("401 Unauthorized: upstream says: AccountKey=[REDACTED]")

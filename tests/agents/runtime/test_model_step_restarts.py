@@ -16,7 +16,7 @@ from agents.runtime.events import (
     TurnError,
 )
 from agents.runtime.loop import TurnStatus, estimate_request_usage
-from agents.runtime.messages import Role
+from agents.runtime.messages import Message, Role, ToolUseBlock
 from agents.runtime.pricing import Usage
 from agents.runtime.providers.base import (
     ChatRequest,
@@ -134,9 +134,6 @@ async def test_an_empty_answer_without_usage_still_counts_its_input_by_estimate(
 
 
 async def test_a_call_with_unreadable_arguments_is_estimated_by_what_was_sent():
-    from agents.runtime.messages import Message, ToolUseBlock
-    from agents.runtime.providers.base import ChatResponse
-
     raw = '{"zone": "Europe/Paris, or perhaps ' + "the long way round " * 25  # cut, not JSON
     block = ToolUseBlock(id="c1", name="current_time", input={},
                          arguments_error=f"The arguments were not valid JSON: {raw}")

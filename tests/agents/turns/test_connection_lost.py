@@ -6,13 +6,19 @@ running. On SQLite (in process: no connection to lose) these skip."""
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import Client
 
+from agents.api import openai
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from agentsite import middleware
+from agentsite.api_keys import api_key_create
 from agentsite.db import connection_release
 from traces import services as trace_services
 from traces.models import Step, Trace
@@ -125,8 +131,6 @@ def own_connection_dies_before(module, name: str, monkeypatch) -> None:
 
 def test_a_page_whose_connection_breaks_is_answered_503_and_the_next_one_works(
         client_for, alice, monkeypatch):
-    from agentsite import middleware
-
     client = client_for(alice)
     client.raise_request_exception = False
     own_connection_dies_before(middleware, "memberships_for", monkeypatch)
@@ -140,13 +144,6 @@ def test_a_page_whose_connection_breaks_is_answered_503_and_the_next_one_works(
 
 def test_an_api_request_whose_connection_breaks_is_answered_503_in_openais_shape(
         agent, alice, team_a, monkeypatch):
-    import json
-
-    from django.test import Client
-
-    from agents.api import openai
-    from agentsite.api_keys import api_key_create
-
     secret = api_key_create(team=team_a, actor=alice, name="t", scopes=["chat"])[1]
     own_connection_dies_before(openai, "_prepare", monkeypatch)
     response = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(

@@ -11,8 +11,10 @@ from decimal import Decimal
 import pytest
 
 from agents.models import Message
+from agents.runtime.events import LlmRequestStarted
 from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
+from agents.turns import execution
 from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.approvals import waiting_approval
@@ -331,9 +333,6 @@ def test_a_turn_that_crashes_under_a_running_step_leaves_no_step_running(
         conversation, alice, sent_turns, use_redis, monkeypatch):
     # The loop breaks (a bug, say) while its model request is running: the turn ends failed
     # and the step it was in ends with it, never left "running" inside a finished trace.
-    from agents.runtime.events import LlmRequestStarted
-    from agents.turns import execution
-
     async def crashing(**kwargs):
         await kwargs["observer"].emit(LlmRequestStarted(
             iteration=1, provider="demo", model="demo", messages_count=1, request={"messages": []}))

@@ -10,6 +10,7 @@ from typing import Annotated
 import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
+from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from agents.models import McpServer, Tool
@@ -18,6 +19,8 @@ from agents.tools import ToolContext, ToolUnavailable, runtime_tool_for_row
 from agents.tools.mcp.admin import McpServerForm
 from agents.tools.mcp.endpoints import endpoint_for
 from agents.tools.mcp.services import (
+    DESCRIPTION_MAX_CHARS,
+    SCHEMA_MAX_CHARS,
     mcp_refresh_if_stale,
     mcp_server_discover,
     mcp_server_refresh,
@@ -25,6 +28,7 @@ from agents.tools.mcp.services import (
 )
 from agents.tools.services import tools_sync_builtins
 from agentsite.models import AuditEvent
+from tests.agents.tools.mcp.servers import running
 
 pytestmark = pytest.mark.django_db
 
@@ -185,11 +189,6 @@ def test_a_private_url_is_refused_on_save_unless_allowlisted(team_a, settings) -
 
 # -- a server whose words are too long (issue 30, F7) ---------------------------------------------
 def test_a_huge_description_and_schema_are_cut_with_a_note(team_a, loopback):
-    from mcp.server.mcpserver import MCPServer
-
-    from agents.tools.mcp.services import DESCRIPTION_MAX_CHARS, SCHEMA_MAX_CHARS
-    from tests.agents.tools.mcp.servers import running
-
     wordy = MCPServer("wordy", instructions="Read all of this. " * 1_000)
     huge_description = "Counts things. " + "Really. " * 12_500  # about 100 KB
 
