@@ -26,12 +26,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .secret_shapes import scrub_shapes
 
-__all__ = ["LeakDetector", "LeakResult", "redact_leaks", "scrub_credentials", "scrub_secrets"]
+__all__ = ["LeakDetector", "LeakResult", "redact_leaks", "scrub_credentials", "scrub_secrets",
+           "redact", "scrubbed_line"]
 
 # --------------------------------------------------------------------------------------------
 # scrub_credentials
@@ -317,3 +318,24 @@ def scrub_secrets(text: str) -> str:
     if not text:
         return text or ""
     return scrub_credentials(_SHAPES.scan(scrub_shapes(text)).redacted)
+
+
+REDACTED = "[REDACTED]"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with each known secret (the caller's own key or header values) replaced, and
+    anything shaped like a credential masked too (``scrub_secrets``: a remote may echo a key
+    that is not ours)."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return scrub_secrets(text)
+
+
+def scrubbed_line(text: str, limit: int, secrets: Iterable[str] = ()) -> str:
+    """``text`` fit for a one-line report of what a remote answered: ``redact``-ed, whitespace
+    collapsed, and only then cut to ``limit`` characters (a key cut first would no longer look
+    like one)."""
+    text = " ".join(redact(text, secrets).split())
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from agents.runtime.scrub import scrub_secrets
+from agents.runtime.scrub import scrubbed_line
 from agentsite.outbound import guarded_session, reached_by_allowlist
 
 from ..models import Step, StepPayload, Trace, TraceExporter, TrajectoryState
@@ -443,8 +443,9 @@ def _answer_excerpt(response: requests.Response, config: ExportConfig) -> str:
         return size if response.content else ""
     if config.guarded and reached_by_allowlist(config.endpoint):
         return f"{size} (not shown: the endpoint is on an internal network)"
-    text = " ".join(scrub_secrets(response.text[:4000]).split())
-    return text if len(text) <= ANSWER_EXCERPT_CHARS else text[:ANSWER_EXCERPT_CHARS] + "…"
+    # The exporter's own header values (its credentials) are redacted too, should they echo.
+    return scrubbed_line(response.text[:4000], ANSWER_EXCERPT_CHARS,
+                         secrets=[value for _, value in config.headers])
 
 
 def _reason(exc: requests.RequestException) -> str:

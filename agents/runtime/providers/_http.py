@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ._redact import ERROR_DETAIL_LIMIT, redact, sanitize_detail
+from ..scrub import redact
+from ._redact import ERROR_DETAIL_LIMIT, sanitize_detail
 from .base import ErrorKind, Provider, ProviderError
 from .reliable import (
     is_context_window_exceeded,

@@ -22,7 +22,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from agents.models import Agent, Hook
-from agents.runtime.scrub import scrub_secrets
+from agents.runtime.scrub import scrubbed_line
 from agentsite.admin_site import TeamScopedAdmin, admin_team_ids
 from agentsite.audit import AuditedAdmin, snapshot
 
@@ -151,8 +151,8 @@ class HookAdmin(AuditedAdmin, TeamScopedAdmin):
         hook = Hook.objects.get(pk=hook.pk)  # with its secret
         run = hook_test_event(hook=hook)
         # What the hook said is the receiver's: scrubbed whole, then cut.
-        said = scrub_secrets(" ".join(run.messages))[:500] or "no message"
-        detail = scrub_secrets(run.detail)[:200] if run.detail else ""
+        said = scrubbed_line(" ".join(run.messages), 500, [hook.secret()]) or "no message"
+        detail = scrubbed_line(run.detail, 200) if run.detail else ""
         text = (f"Test event {run.event}: {run.decision} — {said} ({run.duration_ms:.0f} ms"
                 + (f", {detail}" if detail else "") + ")")
         level = {"allow": messages.SUCCESS, "warn": messages.WARNING}.get(run.decision, messages.ERROR)

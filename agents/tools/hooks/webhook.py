@@ -46,7 +46,7 @@ from agents.runtime.hooks import (
     HookRun,
     matcher_matches,
 )
-from agents.runtime.scrub import scrub_secrets
+from agents.runtime.scrub import scrubbed_line
 from agentsite.outbound import GuardedTransport, allowed_networks, base_url_problem, parse_ip
 
 MAX_ANSWER_BYTES = 64 * 1024
@@ -210,7 +210,7 @@ class WebhookHook:
         if not isinstance(value, dict):
             run.outcome = "failed"
             run.messages.append(f"Webhook `{self.name}` did not answer with a JSON object "
-                                f"(it began: {scrub_secrets(text[:2000])[:80]!r})")
+                                f"(it began: {scrubbed_line(text[:2000], 80)!r})")
             return
         decision = value.get("decision", "allow")
         if decision not in DECISIONS:
