@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -67,7 +67,10 @@ def tools_section(specs: Sequence[ToolSpec]) -> str:
 
 
 def render_tool_call(call: ToolUseBlock) -> str:
-    payload = json.dumps({"name": call.name, "arguments": call.input}, ensure_ascii=False)
+    """A call as the history shows it in prompt-guided mode, with its id: a model that copies
+    it from the history copies the id too, which is how a quote is told from a new call."""
+    payload = json.dumps({"id": call.id, "name": call.name, "arguments": call.input},
+                         ensure_ascii=False)
     return f"<tool_call>\n{payload}\n</tool_call>"
 
 
@@ -139,7 +142,8 @@ class ToolDispatcher(abc.ABC):
 
     @abc.abstractmethod
     def parse_response(self, response: ChatResponse, *, new_id: Callable[[], str],
-                       known_tools: frozenset[str]) -> ParsedResponse: ...
+                       known_tools: frozenset[str],
+                       earlier: Mapping[str, ToolUseBlock] | None = None) -> ParsedResponse: ...
 
     def to_wire(self, message: Message) -> Message:
         return message
@@ -153,14 +157,16 @@ class NativeToolDispatcher(ToolDispatcher):
     sends_tool_specs = True
 
     def parse_response(self, response: ChatResponse, *, new_id: Callable[[], str],
-                       known_tools: frozenset[str]) -> ParsedResponse:
+                       known_tools: frozenset[str],
+                       earlier: Mapping[str, ToolUseBlock] | None = None) -> ParsedResponse:
         text = response.text
         native = response.message.tool_uses
         if native:
             return _native_calls(text, native, new_id)
         if not known_tools or not _looks_like_call(text):
             return ParsedResponse(text=text)
-        cleaned, calls, errors = _calls_from_text(text, new_id, known_tools)
+        cleaned, calls, _ = _calls_from_text(text, _unset_id, known_tools)
+        calls, errors = _fresh_calls(calls, earlier or {}, new_id, said_more=bool(cleaned.strip()))
         if calls:
             return ParsedResponse(text=cleaned, calls=calls, from_text=True, argument_errors=errors)
         return ParsedResponse(text=text, parse_issue=detect_tool_call_parse_issue(text, []))
@@ -187,20 +193,25 @@ class XmlToolDispatcher(ToolDispatcher):
         return cleaned, calls
 
     def parse_response(self, response: ChatResponse, *, new_id: Callable[[], str],
-                       known_tools: frozenset[str]) -> ParsedResponse:
+                       known_tools: frozenset[str],
+                       earlier: Mapping[str, ToolUseBlock] | None = None) -> ParsedResponse:
+        """``earlier``: the calls already in the conversation, by id. A model quoting the
+        conversation is never taken for one making calls: the calls before a ``<tool_result>``
+        block it wrote itself (results only ever come from the platform), and a call carrying
+        the id of an earlier one with the same name and arguments (the history shows calls
+        with their ids), are quotes, not run. A bare copy with nothing else said is the model
+        asking again: it runs, under a new id."""
         text = response.text
         native = response.message.tool_uses
         if native:  # a provider that returned structured calls anyway
             return _native_calls(text, native, new_id)
-        # A model that writes a tool's result itself is quoting the conversation (results only
-        # ever come from the platform): the calls before its last such block are quoted, not
-        # made, and only what follows it is read for calls.
         head, text = _quoted_history(text)
         if head:
             head, _, _ = _calls_from_text(head, lambda: "quoted", known_tools, drop_unknown=False)
         # Prompt-guided: an unknown name stays a call, so the model is told "Unknown tool".
-        cleaned, calls, errors = _calls_from_text(text, new_id, known_tools, drop_unknown=False)
+        cleaned, calls, _ = _calls_from_text(text, _unset_id, known_tools, drop_unknown=False)
         cleaned = head + cleaned
+        calls, errors = _fresh_calls(calls, earlier or {}, new_id, said_more=bool(cleaned.strip()))
         return ParsedResponse(text=cleaned, calls=calls, from_text=bool(calls),
                               parse_issue=detect_tool_call_parse_issue(text, calls),
                               argument_errors=errors)
@@ -221,16 +232,49 @@ class XmlToolDispatcher(ToolDispatcher):
 
     @staticmethod
     def _assistant_text_form(message: Message, uses: list[ToolUseBlock]) -> Message:
-        blocks: list[Block] = [b for b in message.blocks if not isinstance(b, ToolUseBlock)]
-        text = message.text
-        if "<tool_call" not in text:
-            # Calls that came from a native provider: show them in the form the model writes.
-            rendered = "\n".join(render_tool_call(u) for u in uses)
-            blocks.append(TextBlock(f"\n{rendered}" if text else rendered))
+        """The answer's words, then its calls in the form the protocol shows, with their ids,
+        whatever form the model (or a native provider) wrote them in; calls it only quoted
+        are not shown again."""
+        blocks: list[Block] = []
+        for block in message.blocks:
+            if isinstance(block, TextBlock) and _looks_like_call(block.text):
+                block = TextBlock(parse_tool_calls(block.text)[0])
+            if not isinstance(block, ToolUseBlock) and not (isinstance(block, TextBlock)
+                                                              and not block.text):
+                blocks.append(block)
+        rendered = "\n".join(render_tool_call(u) for u in uses)
+        blocks.append(TextBlock(f"\n{rendered}" if any(isinstance(b, TextBlock) for b in blocks)
+                                else rendered))
         return Message(Role.ASSISTANT, blocks, message.usage)
 
 
 _RESULT_END = "</tool_result>"
+
+
+def _unset_id() -> str:
+    return ""
+
+
+def _fresh_calls(calls: list[ToolUseBlock], earlier: Mapping[str, ToolUseBlock],
+                 new_id: Callable[[], str], *, said_more: bool
+                 ) -> tuple[list[ToolUseBlock], dict[str, str]]:
+    """The calls to make, each under an id of its own: quotes of earlier calls dropped (when
+    the model said anything besides them), and an id the model wrote that is not new (or
+    repeats within the answer) replaced, so two calls never share one."""
+    quotes = [c for c in calls if _quotes(c, earlier)]
+    if quotes and (said_more or len(quotes) < len(calls)):
+        calls = [c for c in calls if c not in quotes]
+    seen: set[str] = set()
+    for call in calls:
+        if not call.id or call.id in earlier or call.id in seen:
+            call.id = new_id()
+        seen.add(call.id)
+    return calls, {c.id: c.arguments_error for c in calls if c.arguments_error}
+
+
+def _quotes(call: ToolUseBlock, earlier: Mapping[str, ToolUseBlock]) -> bool:
+    before = earlier.get(call.id) if call.id else None
+    return before is not None and before.name == call.name and before.input == call.input
 
 
 def _quoted_history(text: str) -> tuple[str, str]:

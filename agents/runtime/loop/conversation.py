@@ -18,7 +18,7 @@ from typing import Any
 from .. import history as history_ops
 from ..dispatch import ToolDispatcher
 from ..events import Compacted, Observer
-from ..messages import ImageBlock, Message, Role, TextBlock, close_dangling_tool_uses
+from ..messages import ImageBlock, Message, Role, TextBlock, ToolUseBlock, close_dangling_tool_uses
 from ..providers.base import ChatRequest
 from .types import INTERRUPTED_OUTPUT, CompactionInfo, CompactionSettings
 
@@ -79,6 +79,10 @@ class Conversation:
     def new_call_id(self) -> str:
         self.next_call += 1
         return f"call_{self.next_call}"
+
+    def calls_by_id(self) -> dict[str, ToolUseBlock]:
+        """The calls already in the conversation (its history as kept), by id."""
+        return {use.id: use for message in self.history for use in message.tool_uses}
 
     def use_dispatcher(self, dispatcher: ToolDispatcher) -> None:
         self.dispatcher = dispatcher

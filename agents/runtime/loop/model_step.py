@@ -332,7 +332,8 @@ class ModelStep:
         self.settle_usage(request, response, stream)
         if with_tools:
             parsed = self.conversation.dispatcher.parse_response(
-                response, new_id=self.conversation.new_call_id, known_tools=self.known)
+                response, new_id=self.conversation.new_call_id, known_tools=self.known,
+                earlier=self.conversation.calls_by_id())
         else:  # the summary request offered no tools; whatever it tries to call is ignored
             parsed = ParsedResponse(text=response.text)
         usage = response.usage

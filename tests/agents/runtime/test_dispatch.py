@@ -115,16 +115,25 @@ def test_xml_wire_form_of_tool_messages():
     assert wire.text == '[Tool results]\n<tool_result name="calc" status="ok">\n42\n</tool_result>\n'
 
 
-def test_xml_wire_form_keeps_raw_call_text_and_renders_native_calls():
+def test_xml_wire_form_shows_every_call_in_the_protocol_form_with_its_id():
+    # Written by the model in any dialect, or returned natively: the history shows the calls
+    # made, each with its id (so a copy of one is recognisable as a quote), and not the ones
+    # the model only quoted.
     xml = XmlToolDispatcher()
-    raw = 'Sure.\n<tool_call>{"name": "calc", "arguments": {}}</tool_call>'
+    raw = ('Sure.\n<tool_call>{"name": "calc", "arguments": {}}</tool_call>\n'
+           '<tool_call>{"id": "call_0", "name": "quoted", "arguments": {}}</tool_call>')
     stored = Message(Role.ASSISTANT, [TextBlock(raw), ToolUseBlock("call_1", "calc", {})])
-    assert xml.to_wire(stored).blocks == [TextBlock(raw)]
+    wire = xml.to_wire(stored)
+    assert wire.tool_uses == []
+    assert wire.text == 'Sure.\n<tool_call>\n{"id": "call_1", "name": "calc", "arguments": {}}\n</tool_call>'
     native = Message(Role.ASSISTANT, [ThinkingBlock("hmm"), TextBlock("Sure."),
                                       ToolUseBlock("toolu_1", "calc", {"x": 1})])
     wire = xml.to_wire(native)
     assert wire.tool_uses == []
-    assert wire.text == 'Sure.\n<tool_call>\n{"name": "calc", "arguments": {"x": 1}}\n</tool_call>'
+    assert wire.text == ('Sure.\n<tool_call>\n{"id": "toolu_1", "name": "calc", "arguments": {"x": 1}}'
+                         '\n</tool_call>')
+    only_calls = Message(Role.ASSISTANT, [ToolUseBlock("call_2", "calc", {})])
+    assert xml.to_wire(only_calls).text == '<tool_call>\n{"id": "call_2", "name": "calc", "arguments": {}}\n</tool_call>'
     assert isinstance(wire.blocks[0], ThinkingBlock)
     plain = Message.user("hi")
     assert xml.to_wire(plain) is plain

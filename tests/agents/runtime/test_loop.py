@@ -792,7 +792,7 @@ async def test_history_from_native_turns_is_rendered_as_text_for_xml_dispatch():
     provider = FakeScriptedProvider([answer("ok")], native=False)
     await turn(provider, history=history, tools=[tool("lookup")])
     sent = provider.requests[0].messages
-    assert '<tool_call>\n{"name": "lookup", "arguments": {"q": 1}}\n</tool_call>' in sent[1].text
+    assert '<tool_call>\n{"id": "n1", "name": "lookup", "arguments": {"q": 1}}\n</tool_call>' in sent[1].text
     assert sent[2].role is Role.USER and sent[2].text.startswith("[Tool results]\n")
 
 
@@ -1066,3 +1066,46 @@ async def test_in_prompt_guided_mode_a_call_quoted_with_its_result_is_not_run_ag
                            message="and again?")
     assert second.status is TurnStatus.COMPLETED
     assert log == ["start lookup", "end lookup"] * 2  # its own call, then the one after the quote
+
+
+async def test_in_prompt_guided_mode_a_call_copied_from_the_history_is_a_quote_not_a_call():
+    # The history shows each call with its id; a model retelling what it did copies the id, and
+    # that call is not made again. A bare copy (nothing else said) is the model asking again.
+    log: list[str] = []
+    copied = '<tool_call>\n{"id": "call_1", "name": "lookup", "arguments": {}}\n</tool_call>'
+    provider = FakeScriptedProvider([
+        answer('<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'),
+        answer("Your key is key-7."),
+        answer(f"Earlier I ran this:\n{copied}\nand your key was key-7."),
+        answer(copied),
+        answer("Still key-7."),
+    ])
+    cfg = config(dispatcher="xml")
+    lookup = tool("lookup", "key-7", log=log)
+    first, _ = await turn(provider, tools=[lookup], cfg=cfg, message="what is my key?")
+    assert log == ["start lookup", "end lookup"]
+    second, _ = await turn(provider, tools=[lookup], cfg=cfg, history=first.history,
+                           message="what did you run?")
+    assert copied in provider.requests[2].messages[1].text  # the history showed the id
+    assert second.status is TurnStatus.COMPLETED and len(log) == 2  # not run again
+    assert "<tool_call" not in second.text and second.text.endswith("your key was key-7.")
+    third, _ = await turn(provider, tools=[lookup], cfg=cfg, history=second.history,
+                          message="check again")
+    assert third.status is TurnStatus.COMPLETED and third.text == "Still key-7."
+    assert len(log) == 4  # asked again: run, under an id of its own
+    ids = [u.id for m in third.history for u in m.tool_uses]
+    assert ids == ["call_1", "call_2"]
+
+
+async def test_an_id_the_model_wrote_is_never_shared_by_two_calls():
+    provider = FakeScriptedProvider([
+        answer('<tool_call>{"id": "x", "name": "lookup", "arguments": {"q": 1}}</tool_call>'
+               '<tool_call>{"id": "x", "name": "lookup", "arguments": {"q": 2}}</tool_call>'),
+        answer('<tool_call>{"id": "x", "name": "lookup", "arguments": {"q": 3}}</tool_call>'),
+        answer("done"),
+    ])
+    result, _ = await turn(provider, tools=[tool("lookup")], cfg=config(dispatcher="xml"))
+    assert result.status is TurnStatus.COMPLETED
+    ids = [u.id for m in result.history for u in m.tool_uses]
+    assert len(ids) == 3 and len(set(ids)) == 3 and ids[0] == "x"
+    assert [b.tool_use_id for b in all_results(result)] == ids
