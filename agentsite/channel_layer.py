@@ -7,10 +7,11 @@ the first two go in one pipeline, so a send to an empty group is one round trip,
 two in one script, so a send to a watched group is two. What is stored, and how it expires, is
 channels_redis's own (version 4: ``channels-redis>=4.2,<5``).
 
-A send has a deadline (``CHANNEL_LAYER_SEND_TIMEOUT_S``): a Redis that hangs (stopped, not
-dead, so no connection error comes) makes it raise ``LayerUnavailable`` instead of holding the
-request or the turn that announced; callers drop the announcement (pages re-sync from the
-database). A second timeout within ``STALL_SKIP_S`` of the first means Redis hangs (one slow
+A send, and joining or leaving a group, has a deadline (``CHANNEL_LAYER_SEND_TIMEOUT_S``): a
+Redis that hangs (stopped, not dead, so no connection error comes) makes it raise
+``LayerUnavailable`` instead of holding the request or the turn that announced; callers drop the
+announcement (pages re-sync from the database), refuse the socket (the page retries) or read
+the database instead of listening. A second timeout within ``STALL_SKIP_S`` of the first means Redis hangs (one slow
 answer on a busy machine does not): sends then fail at once for ``STALL_SKIP_S``, so a turn's
 many announcements do not each wait out the deadline; then the next send tries again.
 """
@@ -79,6 +80,14 @@ GROUP_SEND_LUA = """
 class RedisChannelLayer(core.RedisChannelLayer):
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         await _deadline(super().send(channel, message), "a send")
+
+    async def group_add(self, group: str, channel: str) -> None:
+        """Join ``group``, within the deadline (a socket that cannot join is refused and the
+        page retries; a request following a turn reads the database instead)."""
+        await _deadline(super().group_add(group, channel), "a group join")
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        await _deadline(super().group_discard(group, channel), "a group leave")
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         """Send ``message`` to every member of ``group``, within the deadline."""

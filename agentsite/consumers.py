@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -8,12 +9,16 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from django.contrib.auth import get_user_model
 
 from .access import membership_for
+from .channel_layer import LayerUnavailable
 from .live import RECHECK_INTERVAL_S, user_group
 from .models import Team
+
+logger = logging.getLogger(__name__)
 
 # Close codes in the application range: the browser can tell "not allowed" from a network drop.
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TRY_LATER = 1013  # RFC 6455's "try again later": the browser reconnects
 
 
 @database_sync_to_async
@@ -43,17 +48,30 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
         raise NotImplementedError
 
     async def join(self, *groups: str) -> None:
+        """Accepted once in its groups; refused with "try again later" when the channel layer
+        does not answer (the page reconnects and re-syncs)."""
         user = self.scope["user"]
         self._user_group = user_group(user.pk)
-        for group in (*groups, self._user_group):
-            await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            for group in (*groups, self._user_group):
+                await self.channel_layer.group_add(group, self.channel_name)
+        except LayerUnavailable as exc:
+            logger.warning("socket refused: %s", exc)
+            self._closed = True
+            await self.close(code=CLOSE_TRY_LATER)
+            return
         self._checked_at = time.monotonic()
         await self.accept()
 
     async def leave(self, *groups: str) -> None:
-        for group in (*groups, self._user_group):
-            if group:
-                await self.channel_layer.group_discard(group, self.channel_name)
+        """Out of its groups; a channel layer that does not answer forgets it by itself (group
+        members expire)."""
+        try:
+            for group in (*groups, self._user_group):
+                if group:
+                    await self.channel_layer.group_discard(group, self.channel_name)
+        except LayerUnavailable as exc:
+            logger.info("socket left without leaving its groups: %s", exc)
 
     async def _check(self) -> bool:
         user = self.scope["user"]

@@ -9,6 +9,7 @@ that died): the database says when the turn has ended, the layer only says it so
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -19,6 +20,7 @@ from django.db.models import OuterRef, Subquery
 
 from agents.models import Message
 from agents.turns.signals import ended_signal_wait
+from agentsite.channel_layer import LayerUnavailable
 from agentsite.db import db_async, rereading
 from traces.live import trace_group
 from traces.models import Trace
@@ -64,12 +66,16 @@ async def trace_listening(trace_uuid: Any) -> AsyncIterator[Listener]:
     channel = None
     if layer is not None:
         channel = await layer.new_channel()
-        await layer.group_add(group, channel)
+        try:
+            await layer.group_add(group, channel)
+        except LayerUnavailable:  # Redis does not answer: follow the turn in the database
+            layer = channel = None
     try:
         yield Listener(layer, channel, group)
     finally:
         if layer is not None:
-            await layer.group_discard(group, channel)
+            with contextlib.suppress(LayerUnavailable):
+                await layer.group_discard(group, channel)
 
 
 async def trace_events(trace: Trace, *, timeout_s: float,

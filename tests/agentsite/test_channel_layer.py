@@ -14,10 +14,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import channel_layers
 from django.urls import reverse
 
+from agents.api.turn_stream import trace_listening
 from agentsite import channel_layer
 from agentsite.channel_layer import RedisChannelLayer
 from agentsite.devrunner import EmbeddedRedis, Printer, free_port
-from tests.helpers import work_counted
+from tests.helpers import communicator, session_cookie, work_counted
 from traces.models import Trace
 
 
@@ -145,3 +146,35 @@ def test_a_message_sent_while_redis_hangs_is_stored_and_answered(
     # its announcement was given up, not waited for
     assert any("could not announce" in r.getMessage() and r.exc_info
                and isinstance(r.exc_info[1], channel_layer.LayerUnavailable) for r in caplog.records)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_thread_connections")
+def test_while_redis_hangs_a_socket_is_refused_to_retry_and_a_request_reads_the_database(
+        freezable_redis, settings, alice, sample_trace, fresh_stall_state):
+    # Joining a group has the send's deadline: the page's socket is refused with "try again
+    # later" (it reconnects and re-syncs) instead of hanging, and a request following a turn
+    # is told to read the database instead of listening.
+    url, frozen = freezable_redis
+    settings.CHANNEL_LAYER_SEND_TIMEOUT_S = 0.5
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "agentsite.channel_layer.RedisChannelLayer",
+                                           "CONFIG": {"hosts": [url]}}}
+    channel_layers.backends.clear()
+    cookie = session_cookie(alice)
+
+    async def go():
+        ws = communicator(f"/ws/traces/{sample_trace.uuid}/", cookie=cookie)
+        assert (await ws.connect())[0]  # connected while Redis answers
+        await ws.disconnect()
+        with frozen():
+            refused = await communicator(f"/ws/traces/{sample_trace.uuid}/", cookie=cookie).connect(timeout=5)
+            async with trace_listening(sample_trace.uuid) as listener:
+                listening = listener.layer
+        return refused, listening
+
+    try:
+        refused, listening = async_to_sync(go)()
+    finally:
+        channel_layers.backends.clear()
+    assert refused == (False, 1013) and listening is None
