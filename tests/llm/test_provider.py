@@ -29,6 +29,7 @@ from agents.runtime.providers.base import (
 from agents.runtime.providers.openai import OpenAIProvider
 from agents.runtime.tools import ToolSpec
 from tests.llm.live import API_KEY, LIVE, MODEL, URL, server_streams_usage
+from tests.llm.server import N_CTX
 
 pytestmark = LIVE
 
@@ -143,7 +144,7 @@ async def test_a_streamed_turn_reports_tokens_for_every_model_request_or_flags_t
 
 
 # -- a context window that is too small ----------------------------------------------------------
-LONG = "The quick brown fox jumps over the lazy dog. " * 1_000  # about 10k tokens: over 8,192
+LONG = "The quick brown fox jumps over the lazy dog. " * 1_000  # about 10k tokens: over the window
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -154,11 +155,11 @@ async def test_a_prompt_over_the_servers_window_is_an_overflow_that_names_the_wi
     error = caught.value
     # Streamed, the server sends an empty 200: the provider asks again unstreamed for its words.
     assert error.kind == ErrorKind.CONTEXT_OVERFLOW, error.message
-    assert window_from_error(error.message) == 8192
+    assert window_from_error(error.message) == N_CTX
 
 
 async def test_later_turns_work_after_one_too_big_for_the_window():
-    # The admin set the window too large (65,536; the server holds 8,192): a turn with a huge
+    # The admin set the window too large (65,536; the server holds 4,096): a turn with a huge
     # message fails saying why, and the next turns still answer, the huge one left out.
     provider = OpenAIProvider(URL, API_KEY, timeout=120)
     history: list[Message] = []
@@ -167,7 +168,7 @@ async def test_later_turns_work_after_one_too_big_for_the_window():
     try:
         big = await run_turn(provider=provider, config=config, history=history,
                              user_message=LONG, tools=[], observer=RecordingObserver())
-        assert big.status.value == "failed" and "8,192" in big.error, big.error
+        assert big.status.value == "failed" and f"{N_CTX:,}" in big.error, big.error
         history = big.history
         for question in ("What is 5 + 5?", "Say hello."):
             config = TurnConfig(model=MODEL, system_prompt="Answer briefly.", max_tokens=24,
@@ -180,3 +181,29 @@ async def test_later_turns_work_after_one_too_big_for_the_window():
             history = result.history
     finally:
         await provider.aclose()
+
+
+async def test_a_conversation_longer_than_the_window_keeps_answering():
+    # The window configured as the server's: each message fits, the conversation soon does
+    # not. Every request is fitted before it is sent (compacted or trimmed, by estimate), so
+    # the server never refuses one, and every turn answers.
+    provider = OpenAIProvider(URL, API_KEY, timeout=120)
+    paragraph = "Notes on the garden: the roses need water on Mondays and the ferns like shade. "
+    history: list[Message] = []
+    requests: list[LlmRequestFinished] = []
+    try:
+        for n in range(5):
+            observer = RecordingObserver()
+            config = TurnConfig(model=MODEL, system_prompt="Answer briefly.", max_tokens=24,
+                                temperature=0, context_window=N_CTX, answer_reserve=24)
+            result = await run_turn(provider=provider, config=config, history=history,
+                                    user_message=f"Part {n}. " + paragraph * 60 + " Say OK.",
+                                    tools=[], observer=observer)
+            assert result.status.value == "completed", (n, result.error)
+            history = result.history
+            requests += [e for e in observer.events if isinstance(e, LlmRequestFinished)]
+    finally:
+        await provider.aclose()
+    assert all(r.success for r in requests)
+    # the five messages together are about twice the window: something was left out or summarised
+    assert sum(len(m.text) for m in history) < 5 * len(paragraph) * 60
