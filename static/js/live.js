@@ -733,10 +733,13 @@
   document.addEventListener("htmx:wsOpen", function () {
     chat.socketOpen = true;
     // First open: the page may have been rendered while the trace was running; later opens are
-    // reconnects after a drop. Either way, ask the database what we missed.
+    // reconnects after a drop. Either way, ask the database what we missed. (A conversation
+    // rendered with nothing in flight has missed nothing before its first open.)
     if (mode === "trace") { resyncTrace(); }
     else {
-      if (chat.opened) { resyncConversation(); }
+      if (chat.opened || (chat.messages && chat.messages.querySelector("li.answer.pending"))) {
+        resyncConversation();
+      }
       statusLine("");
       flushOutbox();
     }

@@ -31,6 +31,56 @@ def test_the_home_page_starts_a_conversation_with_its_first_message(login):
     assert not s.watch.errors
 
 
+# The page's socket connects only when the test releases it: what a slow network or a busy
+# server does between a page's render and its subscription.
+LATE_SOCKET = """(() => {
+  const Real = window.WebSocket;
+  const waiting = [];
+  window.__releaseSocket = () => { while (waiting.length) { waiting.shift()(); } };
+  window.WebSocket = function (url, protocols) {
+    const shim = {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3, readyState: 0, binaryType: "blob",
+                  listeners: [], real: null, closed: false,
+                  addEventListener(type, fn) { this.listeners.push([type, fn]); if (this.real) { this.real.addEventListener(type, fn); } },
+                  send(data) { this.real.send(data); },
+                  close(code, reason) { this.closed = true; if (this.real) { this.real.close(code, reason); } }};
+    waiting.push(() => {
+      if (shim.closed) { return; }
+      const real = new Real(url, protocols);
+      shim.real = real;
+      real.binaryType = shim.binaryType;
+      shim.listeners.forEach(([type, fn]) => real.addEventListener(type, fn));
+      real.onopen = (e) => { shim.readyState = 1; if (shim.onopen) { shim.onopen(e); } };
+      real.onclose = (e) => { shim.readyState = 3; if (shim.onclose) { shim.onclose(e); } };
+      real.onerror = (e) => { if (shim.onerror) { shim.onerror(e); } };
+    });
+    return shim;
+  };
+})();"""
+
+
+def test_an_answer_that_ended_before_the_page_subscribed_still_appears(login):
+    # Sent from the home page, the turn is still running when its conversation page renders,
+    # and ends before the page's socket connects: the end was announced to nobody, so the
+    # page asks the database on its first connection.
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    s.page.goto(s.stack.url + "/")
+    s.page.select_option("#home-agent", s.stack.ids["agents"]["Slow"])
+    s.page.fill("#home-text", "What is 3*9?")
+    s.page.press("#home-text", "Enter")
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    assert s.page.locator("li.answer.pending").count() == 1  # rendered while it ran
+    wait_for(lambda: 'data-status="completed"' in s.page.evaluate(
+        "() => fetch(location.href, {credentials: 'same-origin'}).then(r => r.text())"),
+        timeout=30, what="the turn to end on the server")
+    assert s.page.locator("li.answer.pending").count() == 1  # nothing told the page yet
+    s.page.evaluate("() => window.__releaseSocket()")
+    s.wait_for_socket()
+    s.answers("completed").first.wait_for(timeout=10_000)
+    assert s.page.locator("li.answer.pending").count() == 0
+    assert not s.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
