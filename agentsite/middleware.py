@@ -6,6 +6,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from .access import SESSION_KEY, memberships_for
+from .auth_backend import memberships_read_with
 
 
 class ActiveTeamMiddleware:
@@ -24,7 +25,9 @@ class ActiveTeamMiddleware:
         request.memberships = []
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
-            memberships = list(memberships_for(user))
+            memberships = memberships_read_with(user)
+            if memberships is None:
+                memberships = list(memberships_for(user))
             request.memberships = memberships
             wanted = request.session.get(SESSION_KEY)
             chosen = next((m for m in memberships if str(m.team.uuid) == wanted), None)

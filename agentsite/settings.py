@@ -234,7 +234,10 @@ PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3600)
 # admin -> Access attempts (superusers), or ``manage.py axes_reset_username <name>``.
 # TRUSTED_PROXIES: how many reverse proxies stand in front of the web processes (each appends
 # to X-Forwarded-For); the client's address is read from there (agentsite.client_address).
+# The person of a request is read with their teams in one query (agentsite/auth_backend.py);
+# Django's backend stays listed for sessions signed in before it.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "agentsite.auth_backend.MembershipBackend",
                            "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_MINUTES = env.int("AXES_COOLOFF_MINUTES", default=15)

@@ -17,8 +17,8 @@ from django.test import Client
 from agents.api import openai
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
-from agentsite import middleware
 from agentsite.api_keys import api_key_create
+from agentsite.auth_backend import MembershipBackend
 from agentsite.db import connection_release
 from traces import services as trace_services
 from traces.models import Step, Trace
@@ -114,9 +114,10 @@ def test_a_turn_resumed_too_often_fails_with_the_error_rather_than_loop(
 
 
 # -- the web --------------------------------------------------------------------------------------
-def own_connection_dies_before(module, name: str, monkeypatch) -> None:
-    """``module.name`` first has the server terminate the connection it is about to use."""
-    original = getattr(module, name)
+def own_connection_dies_before(owner, name: str, monkeypatch) -> None:
+    """``owner.name`` (of a module or a class) first has the server terminate the connection
+    it is about to use."""
+    original = getattr(owner, name)
 
     def dying(*args, **kwargs):
         with connection.cursor() as cursor:
@@ -126,14 +127,15 @@ def own_connection_dies_before(module, name: str, monkeypatch) -> None:
             own.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(module, name, dying)
+    monkeypatch.setattr(owner, name, dying)
 
 
 def test_a_page_whose_connection_breaks_is_answered_503_and_the_next_one_works(
         client_for, alice, monkeypatch):
     client = client_for(alice)
     client.raise_request_exception = False
-    own_connection_dies_before(middleware, "memberships_for", monkeypatch)
+    # the first read of the request after its session: the person with their teams
+    own_connection_dies_before(MembershipBackend, "get_user", monkeypatch)
     broken = client.get("/")
     assert broken.status_code == 503 and broken["Retry-After"] == "1"
     assert "Send it again" in broken.content.decode()
