@@ -21,8 +21,9 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact, IsNull
 from django.utils import timezone
 
 from .models import Budget, CostRollup
@@ -166,35 +167,30 @@ def budget_scope(*, user_id: int | None, api_key_id: int | None = None) -> Q:
 def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None = None,
                   today: date | None = None, related: bool = True) -> list[BudgetState]:
     """The enabled budgets that apply to ``user_id`` in the team, through ``api_key_id`` when
-    the turn came through a key (``budget_scope``), with the spend of their current period: one
-    query when the team has none, two otherwise (the budgets, then their spends summed in one
-    pass over the month's roll-ups). ``related``: with the rows a turn acts on (the key, the
-    cheaper route's provider, the person); a page that only shows the budgets goes without."""
+    the turn came through a key (``budget_scope``), with the spend of their current period:
+    one query (each budget's spend a subquery over the month's roll-ups). ``related``: with
+    the rows a turn acts on (the key, the cheaper route's provider, the person); a page that
+    only shows the budgets goes without."""
     budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
-               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id)).order_by("period", "-user_id"))
+               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id))
+               .annotate(spent_units=_spent_in_scope(today or timezone.localdate()))
+               .order_by("period", "-user_id"))
     if related:
         budgets = budgets.select_related("user", "api_key", "route_down_provider")
-    budgets = list(budgets)
-    if not budgets:
-        return []  # most teams: no spend to add up
-    spent = _spends(team_id, budgets, today=today or timezone.localdate())
-    return [BudgetState(budget, spent[budget.pk]) for budget in budgets]
+    return [BudgetState(budget, units_usd(budget.spent_units)) for budget in budgets]
 
 
-def _spends(team_id: int, budgets: list[Budget], *, today: date) -> dict[int, Decimal]:
-    """Each budget's spend in its scope (the team, its person or its API key) and its current
-    period, as ``with_spend`` counts it, summed in one aggregate over the month's roll-ups."""
-    sums = {}
-    for budget in budgets:
-        scope = Q(day=today) if budget.period == Period.DAY else Q()
-        if budget.api_key_id:
-            scope &= Q(api_key_id=budget.api_key_id)
-        elif budget.user_id:
-            scope &= Q(user_id=budget.user_id)
-        sums[f"budget_{budget.pk}"] = Sum("cost_units", filter=scope) if scope else Sum("cost_units")
-    row = (CostRollup.objects.filter(team_id=team_id, day__gte=today.replace(day=1), day__lte=today)
-           .aggregate(**sums))
-    return {budget.pk: units_usd(row[f"budget_{budget.pk}"] or 0) for budget in budgets}
+def _spent_in_scope(today: date) -> Coalesce:
+    """A budget's spend in its scope (its API key's, else its person's, else the team's) and
+    its current period (today, or this month), as ``with_spend`` counts it."""
+    rows = (CostRollup.objects.filter(team_id=OuterRef("team_id"), day__gte=today.replace(day=1),
+                                      day__lte=today)
+            .filter(Q(day=today) | ~Q(Exact(OuterRef("period"), Value(Period.DAY))))
+            .filter(Q(IsNull(OuterRef("api_key_id"), True)) | Q(api_key_id=OuterRef("api_key_id")))
+            .filter(Q(IsNull(OuterRef("user_id"), True)) | ~Q(IsNull(OuterRef("api_key_id"), True))
+                    | Q(user_id=OuterRef("user_id"))))
+    total = rows.order_by().values("team_id").annotate(s=Sum("cost_units")).values("s")[:1]
+    return Coalesce(Subquery(total, output_field=BigIntegerField()), 0)
 
 
 def request_budget_states(request: Any) -> list[BudgetState]:

@@ -156,7 +156,7 @@ def test_the_banner_costs_one_query_and_shows_only_the_viewers_budgets(team_a, a
     with django_assert_num_queries(1):
         assert list(budget_banner(page(alice))["budget_banner"]) == []  # bob's budget is not alice's
     request = page(bob)
-    with django_assert_num_queries(2):  # the budgets, then their spends
+    with django_assert_num_queries(1):  # the budgets with their spends
         lines = list(budget_banner(request)["budget_banner"])
     assert lines == ["Your daily budget is 90% used ($0.90 of $1.00); then new requests are refused until it resets."]
 
