@@ -118,10 +118,14 @@ class BudgetState:
 
 
 def money(amount: Decimal) -> str:
-    """Dollars as people read them: $12.50, and small amounts with their digits ($0.0004)."""
+    """Dollars as people read them: $12.50, and small amounts with their digits, as the
+    chat's meter shows them (the ``usd`` filter): $0.2151, $0.0004."""
     if amount >= 1 or amount == amount.quantize(Decimal("0.01")):
         return f"${amount:,.2f}"
-    whole, _, digits = f"{amount:.6f}".rstrip("0").partition(".")
+    text = f"{amount:.4f}"
+    if amount < Decimal("0.01") or Decimal(text) == Decimal(text).quantize(Decimal("0.01")):
+        text = f"{amount:.6f}"  # rounding would hide it: $0.029998 is not $0.03
+    whole, _, digits = text.rstrip("0").partition(".")
     return f"${whole}.{digits.ljust(2, '0')}"
 
 

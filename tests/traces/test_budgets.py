@@ -85,7 +85,7 @@ def test_the_message_never_says_exceeded_while_the_spend_is_under_the_limit(team
     verdict = budget_decide([state], estimate=Decimal("0.0004"))
     assert verdict.action == "block"
     assert verdict.message.startswith(
-        "Budget reached: $0.029832 spent of the team's daily budget of $0.03, and the next model "
+        "Budget reached: $0.0298 spent of the team's daily budget of $0.03, and the next model "
         "request (about $0.0004) would go over it, so it was not made.")
     assert "exceeded" not in verdict.message
     over = budget_decide([BudgetState(row, Decimal("0.031"))], estimate=Decimal("0.0004"))
@@ -249,3 +249,11 @@ def test_admins_set_budgets_in_the_admin_with_checks_and_an_audit_trail(client_f
 def test_members_cannot_set_budgets(client_for, bob, team_a):
     response = client_for(bob).post(reverse("admin:traces_budget_add"), budget_form(team_a))
     assert response.status_code == 302 and not Budget.objects.exists()  # to the admin's login
+
+
+@pytest.mark.parametrize(("amount", "shown"), [
+    ("12.5", "$12.50"), ("1234.5", "$1,234.50"), ("0.5", "$0.50"), ("0.215064", "$0.2151"),
+    ("0.0004", "$0.0004"), ("0.000042", "$0.000042"), ("0", "$0.00"), ("0.029998", "$0.029998"),
+])
+def test_money_shows_amounts_as_the_meter_does(amount, shown):
+    assert money(Decimal(amount)) == shown
