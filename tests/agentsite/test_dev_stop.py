@@ -64,14 +64,12 @@ def test_it_stops_the_web_first_waits_for_the_worker_s_turns_and_stops_redis_las
     runner, notes, output = stack(redis=0, worker=2, web=0.3, running_turns=lambda: (2, 5.0))
     worker = next(c for c in runner.children if c.name == "worker")
 
-    started = time.monotonic()
     runner.shutdown()
 
     assert notes.read_text().split("\n")[:-1] == [
         "web term", "web exit", "worker term", "worker exit", "redis term", "redis exit"]
     assert worker.proc.returncode == 0  # it finished by itself, nobody killed it
     assert "waiting for 2 running turns to finish, up to 15 s (Ctrl-C again stops them now" in output.getvalue()
-    assert time.monotonic() - started < 10
     assert not runner.children and not (runner.state_file.exists())
 
 
@@ -83,8 +81,8 @@ def test_a_worker_past_its_turns_time_limit_is_killed(stack, monkeypatch):
     started = time.monotonic()
     runner.shutdown()
 
-    assert 1.3 < time.monotonic() - started < 6
-    assert worker.proc.returncode == -signal.SIGKILL
+    assert time.monotonic() - started > 1.3  # it waited for the turn first
+    assert worker.proc.returncode == -signal.SIGKILL  # then killed it (it ignores SIGTERM for 60 s)
     assert "waiting for 1 running turn to finish, up to 2 s" in output.getvalue()
     assert notes.read_text().split("\n")[:-1] == ["worker term", "redis term", "redis exit"]
 
@@ -98,13 +96,11 @@ def test_a_second_ctrl_c_stops_the_worker_at_once(stack):
         assert runner.stopping.is_set() and not runner.forced.is_set()
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # the second, later
 
-        started = time.monotonic()
         runner.shutdown()
     finally:
         signal.signal(signal.SIGINT, previous)
 
-    assert time.monotonic() - started < 4
-    assert worker.proc.returncode == -signal.SIGKILL
+    assert worker.proc.returncode == -signal.SIGKILL  # not the 600 s its turn had left
     text = output.getvalue()
     assert "up to 610 s" in text and "SIGINT received again: stopping everything now" in text
 

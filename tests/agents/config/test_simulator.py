@@ -14,6 +14,7 @@ from agents.config.simulator import highlight, routing_simulate
 from agents.models import Conversation, Message, ModelRoute, Provider, RoutingRule
 from agents.turns.routing import route_turn
 from agentsite.models import AuditEvent
+from tests.helpers import SUPERLINEAR_S
 
 SIMULATOR = reverse("routing_simulator")
 BACKTEST = reverse("routing_backtest")
@@ -391,7 +392,7 @@ def test_a_hostile_draft_pattern_cannot_stall_the_backtest_or_the_simulator(clie
     c.get(SIMULATOR)
     response = c.post(SIMULATOR, {"agent": helper.uuid, "message": "a" * 4000 + "x" * 4000})
     assert response.status_code == 200
-    assert time.perf_counter() - started < 3
+    assert time.perf_counter() - started < SUPERLINEAR_S  # with re: hours
 
 
 def test_a_draft_without_a_model_route_is_flagged(client_for, alice, helper, routed, history):

@@ -281,12 +281,11 @@ async def test_a_tools_duration_leaves_out_the_wait_for_approval():
     (ScriptedApprover(True, delay=5), "timeout", "Not approved in time.\nNo one decided"),
     (None, "no approver", "Not approved (no approver).\n"),
 ])
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_a_denied_or_unanswered_approval_is_a_decision_not_to_retry(approver, reason, said):
     provider = FakeScriptedProvider([calls(("deploy", {})), answer("ok")])
-    started = time.perf_counter()
     result, observer = await turn(provider, tools=[tool("deploy", requires_approval=True)],
                                   approver=approver, cfg=config(approval_timeout_s=0.2))
-    assert time.perf_counter() - started < 1.5
     denied = all_results(result)[0]
     assert denied.output.startswith(said) and denied.is_error
     decided = observer.of(ApprovalDecided)[0]
@@ -311,14 +310,13 @@ async def test_cancelling_before_a_step_makes_no_request():
     assert [m.role for m in result.new_messages] == [Role.USER]
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_mid_stream_closes_the_stream_and_keeps_partial_text():
     provider = FakeScriptedProvider([Stall(pieces=["Partial ", "answer"])])
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.1))
-    started = time.perf_counter()
     result, observer = await turn(provider, cancel=token)
     await canceller
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.CANCELLED
     assert provider.streams_opened == 1 and provider.streams_closed == 1
     assert result.new_messages[-1].role is Role.ASSISTANT
@@ -341,14 +339,13 @@ async def test_a_request_that_fails_before_any_text_counts_no_tokens():
     assert finished.usage.total_tokens == 0
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_the_demo_provider_mid_stream_keeps_what_it_said():
     provider = DemoProvider(token_delay_s=0.05)
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.2))
-    started = time.perf_counter()
     result, observer = await turn(provider, cancel=token, message="hello")
     await canceller
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.CANCELLED
     streamed = "".join(e.text for e in observer.of(TextDelta))
     assert streamed and result.new_messages[-1].text == streamed
@@ -362,6 +359,7 @@ async def test_provider_errors_are_scrubbed_before_they_are_reported():
     assert SECRET not in (result.error or "") and SECRET not in events_json(observer)
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_mid_stream_closes_the_http_stream_of_a_real_provider():
     import httpx
 
@@ -386,25 +384,22 @@ async def test_cancelling_mid_stream_closes_the_http_stream_of_a_real_provider()
     provider = OpenAIProvider("https://llm.example/v1", "key", http_client=client)
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.2))
-    started = time.perf_counter()
     result, _ = await turn(provider, cancel=token)
     await canceller
     await client.aclose()
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.CANCELLED
     assert closed == [True]
     assert result.new_messages[-1].text == "Partial"
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_mid_tool_abandons_it_and_answers_every_call():
     provider = FakeScriptedProvider([calls(("slow", {}), ("other", {}))])
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.1))
-    started = time.perf_counter()
     result, observer = await turn(provider, tools=[tool("slow", delay=30), tool("other", delay=30)],
                                   cancel=token)
     await canceller
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.CANCELLED
     results = all_results(result)
     assert [(r.tool_use_id, r.output, r.is_error) for r in results] == [
@@ -413,7 +408,10 @@ async def test_cancelling_mid_tool_abandons_it_and_answers_every_call():
     assert len(observer.of(ToolFinished)) == 2
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_a_tool_that_ignores_cancellation_still_ends_the_turn():
+    returned: list[str] = []
+
     async def stubborn(arguments: dict[str, Any]) -> str:
         end = time.perf_counter() + 3
         while time.perf_counter() < end:
@@ -421,40 +419,38 @@ async def test_cancelling_a_tool_that_ignores_cancellation_still_ends_the_turn()
                 await asyncio.sleep(0.05)
             except asyncio.CancelledError:
                 continue
+        returned.append("finally")
         return "finally"
 
     provider = FakeScriptedProvider([calls(("stubborn", {}))])
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.1))
-    started = time.perf_counter()
     result, _ = await turn(provider, tools=[FunctionTool("stubborn", "", stubborn)], cancel=token)
+    assert returned == []  # the turn ended without waiting for the tool
     await canceller
-    assert time.perf_counter() - started < 1.0
     assert all_results(result)[0].output == "Cancelled by user."
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancelling_while_waiting_for_approval():
     provider = FakeScriptedProvider([calls(("deploy", {}))])
     token = CancelToken()
     canceller = asyncio.create_task(cancel_after(token, 0.1))
-    started = time.perf_counter()
     result, observer = await turn(provider, tools=[tool("deploy", requires_approval=True)],
                                   approver=ScriptedApprover(True, delay=30), cancel=token)
     await canceller
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.CANCELLED
     assert observer.of(ApprovalDecided)[0].reason == "cancelled"
     assert all_results(result)[0].output == "Cancelled by user."
 
 
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_cancel_from_another_thread_is_seen():
     provider = FakeScriptedProvider([Stall(pieces=["…"])])
     token = CancelToken()
     loop = asyncio.get_running_loop()
     loop.call_later(0.1, lambda: loop.run_in_executor(None, token.cancel, "stop"))
-    started = time.perf_counter()
     result, _ = await turn(provider, cancel=token)
-    assert time.perf_counter() - started < 1.0
     assert (result.status, result.error) == (TurnStatus.CANCELLED, "stop")
 
 
@@ -468,11 +464,10 @@ async def test_a_dangling_tool_call_in_the_incoming_history_gets_a_result():
 
 
 # -- timeouts ---------------------------------------------------------------------------------------------
+@pytest.mark.timeout(10)  # a hang guard; what ended the wait is asserted below
 async def test_a_step_that_takes_too_long_times_out():
     provider = FakeScriptedProvider([Stall(pieces=["Thinking"])])
-    started = time.perf_counter()
     result, observer = await turn(provider, cfg=config(step_timeout_s=0.2))
-    assert time.perf_counter() - started < 1.0
     assert result.status is TurnStatus.TIMED_OUT
     assert result.error == "LLM inference step timed out after 0.2s (step_timeout_s)"
     assert provider.streams_closed == 1

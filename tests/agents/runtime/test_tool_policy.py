@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -178,12 +177,11 @@ async def test_a_hooks_permission_override_follows_claw_codes_order(policy, over
     assert (approver.asked == ["calc"]) == (outcome == "ask")
 
 
+@pytest.mark.timeout(20)  # a hang guard: the hook would sleep 30 s
 async def test_a_hook_that_hangs_is_killed_at_its_time_limit():
     runs: list[dict] = []
     hooks = ToolHooks(pre=[CommandHook(command="sleep 30", name="slow", timeout_s=0.5)])
-    started = time.perf_counter()
     _, observer, results = await turn([counting_tool("calc", runs)], tool_hooks=hooks)
-    assert time.perf_counter() - started < 5
     assert observer.of(HookRan)[0].decision == "failed"
     assert len(runs) == 1 and "did not finish within 0.5s" in results[0].output
     assert observer.of(ToolFinished)[0].success

