@@ -5,6 +5,10 @@ what an access log line would otherwise keep: token-like query parameters (``?to
 
 Installed on every handler in ``settings.LOGGING``; a record is rewritten once (its message
 formatted with its arguments, then scrubbed), so a handler added later sees the clean text.
+
+``HealthAnswerFilter`` keeps ``/healthz`` saying "not yet" out of the error log: a 503 there is
+the endpoint's answer to whoever asks (a load balancer, the dev runner waiting for its own
+processes), not a request that failed.
 """
 
 from __future__ import annotations
@@ -44,3 +48,12 @@ class ScrubSecretsFilter(logging.Filter):
             record.exc_text = scrub_log_text(logging.Formatter().formatException(record.exc_info))
         record._secrets_scrubbed = True
         return True
+
+
+class HealthAnswerFilter(logging.Filter):
+    """Drops django.request's "Service Unavailable: /healthz" records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        return not (getattr(record, "status_code", None) == 503
+                    and getattr(request, "path", None) == "/healthz")

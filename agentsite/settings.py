@@ -304,12 +304,15 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     # Every handler scrubs secrets and one-time tokens from what it writes (agentsite.logging).
-    "filters": {"scrub_secrets": {"()": "agentsite.logging.ScrubSecretsFilter"}},
+    "filters": {"scrub_secrets": {"()": "agentsite.logging.ScrubSecretsFilter"},
+                "health_answers": {"()": "agentsite.logging.HealthAnswerFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
                              "filters": ["scrub_secrets"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+        # /healthz answering 503 while the stack starts is its answer, not an error
+        "django.request": {"filters": ["health_answers"]},
         "httpx": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # one line per sign-in otherwise
         "httpcore": {"level": "WARNING"},

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 
@@ -116,3 +117,24 @@ def test_healthz_hides_error_details_in_production(client, db, settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     body = client.get(reverse("healthz")).json()
     assert body["checks"]["redis"]["error"] == "ConnectionError"
+
+
+def test_healthz_saying_not_yet_is_not_logged_as_an_error_and_other_errors_still_are(
+        client, db, settings):
+    # The dev runner asks /healthz until its own processes are up: five "ERROR … Service
+    # Unavailable: /healthz" lines on every start said nothing. Other 5xx are still logged.
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    django_logger = logging.getLogger("django")
+    django_logger.addHandler(handler)
+    try:
+        assert client.get(reverse("healthz")).status_code == 503
+        quiet = list(seen)
+        logging.getLogger("django.request").error("Service Unavailable: %s", "/elsewhere",
+                                                  extra={"status_code": 503})
+    finally:
+        django_logger.removeHandler(handler)
+    assert quiet == []
+    assert [r.getMessage() for r in seen] == ["Service Unavailable: /elsewhere"]
