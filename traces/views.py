@@ -6,7 +6,7 @@ from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -123,8 +123,11 @@ def trace_partial(request: HttpRequest, trace_uuid) -> JsonResponse:
 @team_required()
 @require_GET
 def trace_tree(request: HttpRequest, trace_uuid) -> HttpResponse:
-    """The turn as a tree of spans (iterations, requests, approval waits, parallel calls)."""
+    """The turn as a tree of spans (iterations, requests, approval waits, parallel calls): a
+    part of the trace page, which a link or a reload opened on its own lands on."""
     trace = _trace(request, trace_uuid)
+    if not request.htmx:
+        return redirect(reverse("trace_detail", args=[trace.uuid]) + "#turn-tree")
     steps = list(trace.steps.only(*selectors.STEP_COLUMNS).order_by("seq")[:TREE_MAX_STEPS])
     return render(request, "traces/trace_detail.html#tree",
                   {"trace": trace, "rows": turn_tree(trace, steps), "clipped": len(steps) == TREE_MAX_STEPS})

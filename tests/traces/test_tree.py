@@ -47,9 +47,19 @@ def test_the_tree_nests_iterations_marks_parallel_calls_and_approval_waits(conve
 def test_the_tree_page_is_escaped_and_team_scoped(client_for, alice, charlie, conversation):
     trace = make(conversation, alice)
     Step.objects.filter(trace=trace, seq=6).update(name="<img src=x onerror=alert(1)>")
-    response = client_for(alice).get(reverse("trace_tree", args=[trace.uuid]))
+    response = client_for(alice).get(reverse("trace_tree", args=[trace.uuid]), HTTP_HX_REQUEST="true")
     html = response.content.decode()
     assert response.status_code == 200 and html.count('role="treeitem"') == 11
     assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
     assert html.count("parallel-flag") == 2
     assert client_for(charlie).get(reverse("trace_tree", args=[trace.uuid])).status_code == 404
+    assert client_for(charlie).get(reverse("trace_tree", args=[trace.uuid]),
+                                   HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_the_tree_opened_on_its_own_lands_on_the_trace_page_at_the_tree(client_for, alice, conversation):
+    # A fragment of the trace page: opened from a link or reloaded, it was an unstyled piece.
+    trace = make(conversation, alice)
+    response = client_for(alice).get(reverse("trace_tree", args=[trace.uuid]))
+    assert response.status_code == 302
+    assert response.url == reverse("trace_detail", args=[trace.uuid]) + "#turn-tree"
