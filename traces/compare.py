@@ -97,6 +97,20 @@ class TraceFacts:
     answer: str = ""
     status: str = ""
     usage: dict[str, int] = field(default_factory=dict)
+    # The whole run's model requests and tool calls by tool name, like the other totals (the
+    # steps above may start at a fork point); None: count them among the steps.
+    whole_run: Counter[tuple[str, str]] | None = None
+
+    def counted(self, kind: str, name: str | None = None) -> int:
+        if self.whole_run is not None:
+            return sum(n for (k, tool), n in self.whole_run.items()
+                       if k == kind and (name is None or tool == name))
+        return sum(1 for s in self.steps if s.kind == kind and (name is None or s.name == name))
+
+    def tool_names(self) -> set[str]:
+        if self.whole_run is not None:
+            return {tool for (k, tool), n in self.whole_run.items() if k == TOOL and n}
+        return {s.name for s in self.steps if s.kind == TOOL}
 
 
 @dataclass(slots=True)
@@ -560,8 +574,8 @@ def totals(a: TraceFacts, b: TraceFacts) -> list[TotalRow]:
     rows = [
         _row("Iterations", "iterations", a.iterations, b.iterations),
         _row("Steps", "steps", a.step_count or len(a.steps), b.step_count or len(b.steps)),
-        _row("Model requests", "model_requests", _count(a.steps, LLM), _count(b.steps, LLM)),
-        _row("Tool calls", "tool_calls", _count(a.steps, TOOL), _count(b.steps, TOOL)),
+        _row("Model requests", "model_requests", a.counted(LLM), b.counted(LLM)),
+        _row("Tool calls", "tool_calls", a.counted(TOOL), b.counted(TOOL)),
     ]
     for name in USAGE:
         rows.append(_row(USAGE_LABELS[name], name, int(a.usage.get(name) or 0), int(b.usage.get(name) or 0)))
@@ -571,13 +585,8 @@ def totals(a: TraceFacts, b: TraceFacts) -> list[TotalRow]:
 
 
 def tools_used(a: TraceFacts, b: TraceFacts) -> list[TotalRow]:
-    ca = Counter(s.name for s in a.steps if s.kind == TOOL)
-    cb = Counter(s.name for s in b.steps if s.kind == TOOL)
-    return [_row(name, name, ca.get(name, 0), cb.get(name, 0)) for name in sorted(set(ca) | set(cb))]
-
-
-def _count(steps: Iterable[StepFacts], kind: str) -> int:
-    return sum(1 for s in steps if s.kind == kind)
+    return [_row(name, name, a.counted(TOOL, name), b.counted(TOOL, name))
+            for name in sorted(a.tool_names() | b.tool_names())]
 
 
 def _row(label: str, key: str, a: Any, b: Any) -> TotalRow:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import gc
 import json
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Substr
 
 from . import compare
@@ -54,9 +54,15 @@ def trace_facts(trace: Trace, *, from_seq: int | None = None) -> TraceFacts:
         step = by_seq.get(seq)
         if step is not None:
             step.payloads.add(kind)
+    whole_run = None
+    if from_seq is not None:  # the totals are the whole run's: count what the steps leave out
+        whole_run = Counter({(kind, name): n for kind, name, n in (
+            trace.steps.filter(kind__in=(compare.LLM, compare.TOOL)).order_by()
+            .values_list("kind", "name").annotate(n=Count("id")))})
     return TraceFacts(steps=steps, iterations=trace.iterations, step_count=trace.step_count,
                       duration_ms=trace.duration_ms, cost_usd=trace.cost_usd or Decimal(0),
-                      answer=trace.answer, status=trace.status, usage=trace.usage_dict())
+                      answer=trace.answer, status=trace.status, usage=trace.usage_dict(),
+                      whole_run=whole_run)
 
 
 def heads_loader(a: Trace, b: Trace) -> Callable[[Sequence[StepFacts], Sequence[StepFacts]], None]:

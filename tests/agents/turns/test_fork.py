@@ -450,6 +450,22 @@ def test_a_fork_compared_with_its_parent_is_compared_from_the_fork_point(
     assert f"?a={parent.uuid}&amp;b={same.uuid}" in inspector
 
 
+def test_a_forks_totals_are_whole_run_figures_like_its_steps_and_tokens(
+        counted, alice, client_for, sent_turns, use_redis):
+    # Forked at its last model request, the parent is compared from there on: its model
+    # requests and tool calls are still counted over its whole run, as its steps and tokens are.
+    parent = _finished(counted.agent, alice, "call the counter tool 2 times")
+    last_request = parent.steps.filter(kind="llm_request").order_by("seq").last()
+    fork = _run(fork_start(trace=parent, seq=last_request.seq, user=alice))
+    totals = {row.key: (row.a, row.b) for row in trace_comparison(parent, fork).totals}
+    assert totals["model_requests"] == (3, 1) and totals["tool_calls"] == (2, 0)
+    assert totals["steps"] == (parent.step_count, fork.step_count)
+    tools = {row.key: (row.a, row.b) for row in trace_comparison(parent, fork).tools}
+    assert tools == {"counter": (2, 0)}
+    page = client_for(alice).get(reverse("trace_compare"), {"a": parent.uuid, "b": fork.uuid})
+    assert "Neither run called a tool" not in page.content.decode()
+
+
 def test_a_fork_with_an_edited_message_diverges_at_its_first_request_and_says_how(
         counted, alice, sent_turns, use_redis):
     """The edited message is part of what the fork's first request sends: the comparison names
