@@ -27,5 +27,5 @@ class ConversationConsumer(LiveConsumer):
             await self.send(text_data=delta_frame(payload))
             return
         if payload.get("event") in ("message", "step", "trace"):
-            payload = await database_sync_to_async(chat_payload)(payload)
+            payload = await database_sync_to_async(chat_payload)(payload, self.scope["user"])
         await self.send_json(payload)

@@ -16,6 +16,7 @@ from typing import Any
 
 from agents.models import Message
 from traces import live
+from traces.budgets import banner_lines, budget_states
 from traces.live import Announcement, Announcements, render
 from traces.models import Step, Trace
 
@@ -102,19 +103,26 @@ def message_payload(message: Any) -> dict[str, Any]:
     return payload
 
 
-def chat_answer(trace: Any) -> dict[str, Any]:
-    """The chat's fragments for a turn that ended: its answer (replacing the pending one) and
-    the conversation's meter."""
+def chat_answer(trace: Any, viewer: Any = None) -> dict[str, Any]:
+    """The chat's fragments for a turn that ended: its answer (replacing the pending one), the
+    conversation's meter and, for ``viewer``, the site's budget banner (what the turn spent may
+    have crossed a threshold)."""
     turn, meter = turn_view(trace)
     context = {"turn": turn, "conversation": trace.conversation}
-    return {"answer": render("chat/conversation.html#answer", context),
-            "meter": render("chat/conversation.html#meter", {"meter": meter})}
+    fragments = {"answer": render("chat/conversation.html#answer", context),
+                 "meter": render("chat/conversation.html#meter", {"meter": meter})}
+    if viewer is not None:
+        states = budget_states(team_id=trace.team_id, user_id=viewer.pk, related=False)
+        fragments["banner"] = render("costs/_budget_banner.html",
+                                     {"budget_banner": banner_lines(states)})
+    return fragments
 
 
-def chat_payload(event: dict[str, Any]) -> dict[str, Any]:
-    """An announced event as the conversation's socket sends it, with the chat's fragments
-    rendered from the record now: a tool call's card, a sent message, an ended turn's answer
-    and meter. Other events, and those whose row is gone, go as they are."""
+def chat_payload(event: dict[str, Any], viewer: Any = None) -> dict[str, Any]:
+    """An announced event as the conversation's socket sends it to ``viewer``, with the chat's
+    fragments rendered from the record now: a tool call's card, a sent message, an ended turn's
+    answer, meter and budget banner. Other events, and those whose row is gone, go as they
+    are."""
     kind = event.get("event")
     if kind == "message":
         if event.get("role") != "user" or not event.get("trace"):
@@ -130,7 +138,7 @@ def chat_payload(event: dict[str, Any]) -> dict[str, Any]:
         trace = Trace.objects.select_related(*live.LIVE_RELATED).filter(uuid=event.get("trace")).first()
         if trace is None or trace.conversation_id is None:
             return event
-        return {**event, **chat_answer(trace)}
+        return {**event, **chat_answer(trace, viewer)}
     return event
 
 

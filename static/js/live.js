@@ -461,6 +461,7 @@
           replaceById(payload.meter);
           drawMeter();
         }
+        if (payload.banner) { replaceById(payload.banner); }
       } else {
         chat.finished[payload.trace] = payload;
       }

@@ -427,3 +427,25 @@ def test_the_page_reads_each_kind_of_row_once_however_long_the_conversation(
         html = c.get(url).content.decode()
     assert html.count('class="tool-card state-ok"') == 5 and html.count('id="answer-') == 5
     assert html.count('id="side-') == 9 and 'aria-pressed="true"' in html
+
+
+@turns
+def test_an_ended_turn_brings_the_viewers_budget_banner_with_its_answer(conversation, alice, sent_turns,
+                                                                        use_redis, django_user_model):
+    # What the turn spent may cross a budget's warning threshold: the open page's banner
+    # follows without a reload; it is the viewer's (a budget of bob's is not alice's).
+    from traces.models import Budget, CostRollup
+
+    trace = answered(send(conversation, alice, "What is 2 + 2?"))
+    bob = django_user_model.objects.create_user("bob")
+    event = {"event": "trace", "trace": trace.uuid.hex, "seq": trace.event_seq, "status": "completed"}
+    assert 'class="budget-banner"' not in live.chat_payload(event, alice)["banner"]
+    Budget.objects.create(team=conversation.team, user=alice, period="day", limit_usd=Decimal("1"))
+    Budget.objects.create(team=conversation.team, user=bob, period="day", limit_usd=Decimal("1"))
+    CostRollup.objects.create(team=conversation.team, day=timezone.localdate(), user_id=alice.pk,
+                              provider="Demo", model="demo", calls=1,
+                              cost_units=int(Decimal("0.9") / Decimal("1e-10")))
+    banner = live.chat_payload(event, alice)["banner"]
+    assert banner.startswith('<div id="budget-banner">') and "Your daily budget is 90% used" in banner
+    assert 'class="budget-banner"' not in live.chat_payload(event, bob)["banner"]
+    assert "banner" not in live.chat_payload(event)
