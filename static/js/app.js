@@ -26,22 +26,29 @@
       button.textContent = "Copied";
       setTimeout(function () { button.textContent = label; }, 1500);
     };
+    // Without the clipboard API (plain HTTP), or when it refuses (the page not focused, no
+    // permission): copy the selected text the older way, and say so when that fails too.
+    var bySelection = function () {
+      var copied = false;
+      if (fallbackTarget && fallbackTarget.select) {
+        fallbackTarget.select();
+        copied = document.execCommand("copy");
+      } else {
+        var area = document.createElement("textarea");
+        area.value = text;
+        area.setAttribute("readonly", "");
+        area.className = "visually-hidden";
+        document.body.appendChild(area);
+        area.select();
+        copied = document.execCommand("copy");
+        area.remove();
+      }
+      if (copied) { done(); } else { button.setAttribute("title", "Could not copy: select the text and copy it"); }
+    };
     if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(done);
-    } else if (fallbackTarget && fallbackTarget.select) {
-      fallbackTarget.select();
-      document.execCommand("copy");
-      done();
+      navigator.clipboard.writeText(text).then(done, bySelection);
     } else {
-      var area = document.createElement("textarea");
-      area.value = text;
-      area.setAttribute("readonly", "");
-      area.className = "visually-hidden";
-      document.body.appendChild(area);
-      area.select();
-      document.execCommand("copy");
-      area.remove();
-      done();
+      bySelection();
     }
   }
   document.addEventListener("click", function (event) {

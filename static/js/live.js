@@ -272,25 +272,20 @@
   function leaf() { return chat.messages ? chat.messages.getAttribute("data-leaf") || "" : ""; }
   function setLeaf(hex) { if (chat.messages && hex) { chat.messages.setAttribute("data-leaf", hex); } }
 
+  var codeBlocks = 0;
   function enhance(node) {
     if (!node || !node.querySelectorAll) { return; }
     if (window.htmx) { window.htmx.process(node); }
     node.querySelectorAll(".md pre").forEach(function (pre) {
       if (pre.querySelector(".copy-code")) { return; }
+      // copied by app.js's data-copy, which also copies where the clipboard API is missing
+      var code = pre.querySelector("code") || pre;
+      if (!code.id) { codeBlocks += 1; code.id = "code-block-" + codeBlocks; }
       var button = document.createElement("button");
       button.type = "button";
       button.className = "copy-code";
       button.textContent = "Copy";
-      button.addEventListener("click", function () {
-        var code = pre.querySelector("code");
-        var text = code ? code.textContent : pre.textContent;
-        if (navigator.clipboard && window.isSecureContext) {
-          navigator.clipboard.writeText(text).then(function () {
-            button.textContent = "Copied";
-            setTimeout(function () { button.textContent = "Copy"; }, 1500);
-          });
-        }
-      });
+      button.setAttribute("data-copy", "#" + code.id);
       pre.appendChild(button);
     });
     startCountdowns(node);

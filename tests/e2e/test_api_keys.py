@@ -29,6 +29,7 @@ def test_a_key_is_shown_once_copied_and_then_listed_by_its_prefix(login):
     assert "it will not be shown again" in s.page.locator(".new-key").inner_text()
     assert secret in s.page.locator("#snippet-curl").inner_text()
     assert f'base_url="{s.stack.url}/v1"' in s.page.locator("#snippet-python").inner_text()
+    s.page.bring_to_front()  # the clipboard answers the focused page only
     s.page.click("button[data-copy='#new-key-secret']")
     wait_for(lambda: s.page.evaluate("() => navigator.clipboard.readText()") == secret, what="the key to be copied")
     prefix = secret[: len("ask_") + 8]
