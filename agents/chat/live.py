@@ -110,7 +110,8 @@ def chat_answer(trace: Any, viewer: Any = None) -> dict[str, Any]:
     turn, meter = turn_view(trace)
     context = {"turn": turn, "conversation": trace.conversation}
     fragments = {"answer": render("chat/conversation.html#answer", context),
-                 "meter": render("chat/conversation.html#meter", {"meter": meter})}
+                 "meter": render("chat/conversation.html#meter", {"meter": meter}),
+                 "model": render("chat/conversation.html#model", {"meter": meter})}
     if viewer is not None:
         states = budget_states(team_id=trace.team_id, user_id=viewer.pk, related=False)
         fragments["banner"] = render("costs/_budget_banner.html",

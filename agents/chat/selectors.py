@@ -239,6 +239,8 @@ class Meter:
     context_window: int = 1
     # Model requests whose tokens are estimates (the server reported no usage).
     estimated_calls: int = 0
+    # The model the branch's last turn ran on, when routing chose another than ``model``.
+    last_model: str = ""
 
     @property
     def total_tokens(self) -> int:
@@ -433,6 +435,9 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     # recalled memory included) plus its answer is the better figure; the estimate covers
     # a branch with no request yet and messages added since.
     last_turn = next((row.trace_id for row in reversed(history) if row.trace_id), None)
+    ran_on = next((t.model for t in traces if t.pk == last_turn), "") if last_turn else ""
+    if ran_on and ran_on != model:
+        meter.last_model = ran_on
     measured = 0
     if last_turn is not None:
         step = (Step.objects.filter(trace_id=last_turn, kind=Step.Kind.LLM_REQUEST, success=True)

@@ -456,6 +456,7 @@
           replaceById(payload.meter);
           drawMeter();
         }
+        if (payload.model) { replaceById(payload.model); }
         if (payload.banner) { replaceById(payload.banner); }
       } else {
         chat.finished[payload.trace] = payload;

@@ -449,3 +449,17 @@ def test_an_ended_turn_brings_the_viewers_budget_banner_with_its_answer(conversa
     assert banner.startswith('<div id="budget-banner">') and "Your daily budget is 90% used" in banner
     assert 'class="budget-banner"' not in live.chat_payload(event, bob)["banner"]
     assert "banner" not in live.chat_payload(event)
+
+
+@turns
+def test_the_header_says_when_routing_ran_the_last_turn_on_another_model(conversation, alice, sent_turns,
+                                                                         use_redis, client_for):
+    trace = answered(send(conversation, alice, "What is 2 + 2?"))
+    page = client_for(alice).get(reverse("conversation", args=[conversation.uuid])).content.decode()
+    assert "(last turn:" not in page  # it ran on the conversation's model
+    Trace.objects.filter(pk=trace.pk).update(model="demo-careful")  # where a routing rule sent it
+    page = client_for(alice).get(reverse("conversation", args=[conversation.uuid])).content.decode()
+    assert "(last turn: demo-careful)" in page
+    event = {"event": "trace", "trace": trace.uuid.hex, "seq": trace.event_seq, "status": "completed"}
+    fragment = live.chat_payload(event, alice)["model"]
+    assert fragment.startswith('<span id="chat-model"') and "(last turn: demo-careful)" in fragment
