@@ -274,3 +274,33 @@ def test_the_traces_filters_the_costs_page_and_the_admin_at_desktop_and_phone_wi
     response = viewer.page.goto(viewer.stack.url + "/admin/")
     assert response.status == 403 and "your role does not include it" in viewer.page.inner_text("main")
     assert viewer.page.locator("input[name=password]").count() == 0
+
+
+# Every visible button's label on one line (no "Cha/t"), and nothing wider than the window.
+LAYOUT_PROBE = """() => {
+  const broken = [];
+  for (const el of document.querySelectorAll('.btn, button')) {
+    const box = el.getBoundingClientRect();
+    if (!box.width || !el.innerText.trim() || el.closest('[hidden], .visually-hidden')) { continue; }
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.bottom)));
+    if (tops.size > 1) { broken.push(el.innerText.trim()); }
+  }
+  return {width: document.documentElement.scrollWidth, broken: broken};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_the_main_pages_fit_the_window_and_no_button_label_breaks(login, width):
+    s = login("alice", viewport={"width": width, "height": 844})
+    s.open_chat_with("Helper")
+    s.send("What time is it?")
+    s.answers("completed").first.wait_for()
+    trace = s.answers("completed").first.locator("a.trace-link").get_attribute("href")
+    for path in ("/", "/chat/", "/traces/", trace, "/costs/", "/team/api-keys/", "/team/members/"):
+        s.page.goto(s.stack.url + path)
+        s.page.wait_for_load_state()
+        seen = s.page.evaluate(LAYOUT_PROBE)
+        assert seen["width"] <= width, (path, seen)
+        assert seen["broken"] == [], (path, seen)
