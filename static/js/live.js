@@ -59,6 +59,19 @@
   window.agentsiteBidiVisible = function (text) {
     return text.replace(bidi, function (c) { return "[U+" + c.charCodeAt(0).toString(16).toUpperCase() + "]"; });
   };
+  var STREAM_KEY = "agentsite-stream:";
+  function keptStream(box, text) {
+    var answer = box.closest(".answer");
+    if (!answer) { return text; }
+    try {
+      var key = STREAM_KEY + answer.getAttribute("data-trace");
+      var kept = JSON.parse(sessionStorage.getItem(key) || "null");
+      sessionStorage.removeItem(key);
+      if (kept && kept.step === box.getAttribute("data-step") && typeof kept.text === "string"
+          && kept.text.length > text.length && kept.text.indexOf(text) === 0) { return kept.text; }
+    } catch (e) { /* nothing kept */ }
+    return text;
+  }
   function rawOf(box) {
     if (box._raw === undefined) { box._raw = box.textContent; }
     return box._raw;
@@ -777,8 +790,21 @@
   if (mode === "conversation") {
     enhance(root);
     drawMeter();
-    // an answer being written when the page loaded: its text so far, laid out like the rest
-    root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) { setRaw(box, rawOf(box)); });
+    // an answer being written when the page loaded: its text so far, laid out like the rest;
+    // after a reload, what this tab had already shown of it when the worker's last save (every
+    // couple of seconds) is behind, so that the text does not shrink and then catch up
+    root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) {
+      setRaw(box, keptStream(box, rawOf(box)));
+    });
+    window.addEventListener("pagehide", function () {
+      root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) {
+        var answer = box.closest(".answer");
+        try {
+          sessionStorage.setItem(STREAM_KEY + answer.getAttribute("data-trace"),
+            JSON.stringify({ step: box.getAttribute("data-step"), text: rawOf(box) }));
+        } catch (e) { /* storage full or off: the page catches up from the server */ }
+      });
+    });
   }
   if (mode === "trace") { rescaleBars(); }
   window.scrollTo(0, mode === "conversation" ? document.body.scrollHeight : 0);

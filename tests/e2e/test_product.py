@@ -88,6 +88,7 @@ def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     wait_for(lambda: len(s.streamed()) > 60, timeout=20, what="a good part of the answer")
     before = s.streamed()
     s.page.reload()
+    assert len(s.streamed()) >= len(before)  # it never shrinks (the worker saves it only now and then)
     s.wait_for_socket()
     # the page comes back with the text so far (saved by the worker every couple of seconds)
     # and the live frames continue it without a gap or a repeat
