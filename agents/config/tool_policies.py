@@ -126,6 +126,7 @@ class ToolPolicyTable(forms.CheckboxSelectMultiple):
             "select_id": f"id_{policy_field_name(tool.name)}",
             "options": [(v, label, v == chosen) for v, label in options],
             "effective": policy_label(policy), "effective_policy": policy, "source": source,
+            "team_label": policy_label(tool.policy),
             "role_floor": role_floor_text(tool.min_role),
             "viewer_denied": policy == ToolPolicy.ASK and tool.min_role == Membership.Role.VIEWER,
         }

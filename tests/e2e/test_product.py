@@ -305,3 +305,18 @@ def test_the_main_pages_fit_the_window_and_no_button_label_breaks(login, width):
         seen = s.page.evaluate(LAYOUT_PROBE)
         assert seen["width"] <= width, (path, seen)
         assert seen["broken"] == [], (path, seen)
+
+
+def test_an_agents_applies_column_follows_the_policy_chosen_before_saving(login):
+    s = login("alice")
+    s.page.goto(s.stack.url + "/admin/agents/agent/")
+    s.page.get_by_role("link", name="Helper", exact=True).click()
+    s.page.wait_for_url(re.compile(r"/admin/agents/agent/\d+/change/"))
+    row = s.page.locator("table.tool-policies tr", has=s.page.locator("label", has_text=re.compile(r"^current_time$")))
+    applies = row.locator(".tool-policy-effective")
+    assert "team default" in applies.inner_text()
+    row.locator("select").select_option("deny")
+    assert applies.inner_text() == "Deny (this agent)"
+    row.locator("select").select_option("")
+    assert "(team default)" in applies.inner_text()
+    assert not s.watch.errors

@@ -47,7 +47,8 @@ def test_setting_a_policy_keeps_it_in_the_agent_a_new_version_and_the_audit(clie
     # The change page shows the agent's choice and what applies.
     form = c.get(change_url(helper)).content.decode()
     assert '<option value="deny" selected>Deny</option>' in form
-    assert "Deny <span class=\"quiet\">(this agent)</span>" in form
+    assert ('<span class="effective-label">Deny</span> <span class="quiet effective-source">(this agent)</span>'
+            in form)
     assert "Team default (ask a person)" in form  # memory_forget's team policy
 
 
