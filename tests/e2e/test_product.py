@@ -81,6 +81,29 @@ def test_an_answer_that_ended_before_the_page_subscribed_still_appears(login):
     assert not s.watch.errors
 
 
+def test_an_approval_asked_before_the_page_subscribed_still_shows_its_card(login):
+    # The same, with a turn that reaches a tool call needing a person's approval before the
+    # page's socket connects: the card shows, and approving it finishes the turn.
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    s.page.goto(s.stack.url + "/")
+    s.page.select_option("#home-agent", s.stack.ids["agents"]["Careful"])
+    s.page.fill("#home-text", "What is 2 + 3?")
+    s.page.press("#home-text", "Enter")
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    wait_for(lambda: "state-waiting" in s.page.evaluate(
+        "() => fetch(location.href, {credentials: 'same-origin'}).then(r => r.text())"),
+        timeout=30, what="the call to wait for an approval on the server")
+    s.page.evaluate("() => window.__releaseSocket()")
+    s.wait_for_socket()
+    waiting = s.page.locator(".tool-card.state-waiting")
+    waiting.wait_for(timeout=10_000)
+    waiting.locator("button:has-text('Approve')").click()
+    s.answers("completed").first.wait_for()
+    assert "2 + 3 = 5." in s.answers("completed").first.inner_text()
+    assert not s.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
