@@ -64,6 +64,20 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+# Connections the web process's listening socket holds before it accepts them. Twisted's default
+# (50) overflows when hundreds of requests arrive at once on a busy machine, and the ones over
+# it were reset; the kernel caps it at net.core.somaxconn (4096 on current Linux).
+LISTEN_BACKLOG = 2048
+
+
+def daphne_command(python: str, host: str, port: int) -> list[str]:
+    """The web process: daphne serving the ASGI app on ``host:port``, with a listen backlog
+    that a burst does not overflow."""
+    interface = host.replace(":", "\\:")  # an IPv6 address in a Twisted endpoint string
+    return [python, "-m", "daphne", "-e", f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}",
+            "agentsite.asgi:application"]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -367,7 +381,7 @@ class DevRunner:
             return 130
 
         python = sys.executable
-        self._start(Child("web", [python, "-m", "daphne", "-b", opts.host, "-p", str(opts.port), "agentsite.asgi:application"], cwd=opts.base_dir))
+        self._start(Child("web", daphne_command(python, opts.host, opts.port), cwd=opts.base_dir))
         if opts.worker:
             self._start(Child("worker", worker_argv(opts, python=python), env=worker_env(), cwd=opts.base_dir))
             self._start(Child("beat", beat_argv(opts, python=python), cwd=opts.base_dir))

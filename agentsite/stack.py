@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .devrunner import Child, EmbeddedRedis, Printer, free_port
+from .devrunner import Child, EmbeddedRedis, Printer, daphne_command, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "stack-pass-123"  # noqa: S105 - throwaway accounts of a throwaway database
@@ -119,8 +119,7 @@ class Stack:
         return env
 
     def _web(self) -> Child:
-        return Child("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                             "agentsite.asgi:application"], env=self.env, cwd=ROOT)
+        return Child("web", daphne_command(sys.executable, "127.0.0.1", self.port), env=self.env, cwd=ROOT)
 
     def stop_web(self) -> None:
         """Stop the web process (sockets drop; the worker and Redis stay up)."""

@@ -38,7 +38,7 @@ from django.utils import timezone  # noqa: E402
 from agents.models import Message  # noqa: E402
 from agents.runtime.events import ToolStarted  # noqa: E402
 from agents.turns.turn_threads import TurnDb  # noqa: E402
-from agentsite.devrunner import free_port  # noqa: E402
+from agentsite.devrunner import daphne_command, free_port  # noqa: E402
 from traces import services  # noqa: E402
 from traces.models import Trace  # noqa: E402
 from traces.recorder import TraceRecorder  # noqa: E402
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         env = {**os.environ, "AGENTSITE_VAR_DIR": var_dir, "DEBUG": "1"}
         web = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+            daphne_command(sys.executable, "127.0.0.1", port),
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         _wait_http(f"http://127.0.0.1:{port}/accounts/login/")
