@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Substr
 from django.urls import NoReverseMatch
 from django.utils import timezone
@@ -23,7 +23,7 @@ from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
-from agents.turns.selectors import conversation_active_traces, path_messages
+from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.windows import context_window
 from agentsite.links import link
 from agentsite.models import Membership, Team
@@ -208,10 +208,11 @@ def _card_steps(trace_ids: list[int], call_id: str | None = None) -> tuple[list[
                                kind__in=[Step.Kind.TOOL_CALL, Step.Kind.APPROVAL])
     if call_id is not None:
         rows = rows.filter(call_id=call_id)
-    steps = list(rows.only(*STEP_FIELDS))
-    arguments = dict(StepPayload.objects.filter(step_id__in=[s.pk for s in steps], kind="arguments")
-                     .annotate(head=Substr("content", 1, ARGUMENTS_MAX_CHARS + 1))
-                     .values_list("step_id", "head")) if steps else {}
+    # each step with the start of its arguments, in one query
+    head = (StepPayload.objects.filter(step_id=OuterRef("pk"), kind="arguments")
+            .annotate(head=Substr("content", 1, ARGUMENTS_MAX_CHARS + 1)).values("head")[:1])
+    steps = list(rows.only(*STEP_FIELDS).annotate(arguments_head=Subquery(head)))
+    arguments = {s.pk: s.arguments_head for s in steps if s.arguments_head is not None}
     return steps, arguments
 
 
@@ -330,17 +331,16 @@ def _traces(conversation_id: int) -> list[Trace]:
 
 def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
     """The conversation's branch through the turn with public id ``at`` (its newest leaf), or
-    the newest turn's branch; with its turns, tool cards, versions and meter. Five queries
-    however long the conversation is."""
+    the newest turn's branch; with its turns, tool cards, versions and meter. Three queries
+    (the turns, their messages, their tool calls with the start of their arguments) and the
+    meter's, however long the conversation is."""
     traces = _traces(conversation.pk)
     by_id = {t.pk: t for t in traces}
     tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
     start = next((t.pk for t in traces if str(t.uuid.hex) == uuid_hex(at)), None) if at else None
     leaf_id = tree.latest_leaf(start) if start is not None else tree.latest()
     path = tree.path(leaf_id)
-    rows = path_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
-    loose = list(Message.objects.filter(conversation_id=conversation.pk, trace__isnull=True)
-                 .only(*MESSAGE_FIELDS).order_by("id"))
+    rows, loose = branch_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
     steps, arguments = _card_steps(path) if path else ([], {})
     cards = tool_cards(steps, arguments, {pk: by_id[pk].uuid for pk in path})
     turns = _turn_views(path, by_id, tree, rows, cards)
@@ -359,13 +359,12 @@ def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
     by_id[trace.pk] = trace
     tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
     path = tree.path(trace.pk) if trace.pk in tree else [trace.pk]
-    rows = path_messages(conversation.pk, path, tree, MESSAGE_FIELDS) if trace.pk in tree else []
+    rows, loose = branch_messages(conversation.pk, path if trace.pk in tree else [], tree,
+                                  MESSAGE_FIELDS)
     steps, arguments = _card_steps([trace.pk])
     cards = tool_cards(steps, arguments, {trace.pk: trace.uuid})
     view = _turn_views([trace.pk], by_id, tree, [m for m in rows if m.trace_id == trace.pk
                                                 or m.pk == trace.user_message_id], cards)[0]
-    loose = list(Message.objects.filter(conversation_id=conversation.pk, trace__isnull=True)
-                 .only(*MESSAGE_FIELDS).order_by("id"))
     meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
     return view, meter
 

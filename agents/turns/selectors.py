@@ -87,18 +87,33 @@ def path_messages(conversation_id: int, path: list[int], user_message_of: dict[i
                    fields: tuple[str, ...] | None = None) -> list[Message]:
     """The messages of the turns on ``path``, in path order: each turn's user message, then
     what the turn stored (by id)."""
-    if not path:
-        return []
+    return branch_messages(conversation_id, path, user_message_of, fields, loose=False)[0]
+
+
+def branch_messages(conversation_id: int, path: list[int],
+                    user_message_of: dict[int, int | None] | TurnTree,
+                    fields: tuple[str, ...] | None = None, *, loose: bool = True
+                    ) -> tuple[list[Message], list[Message]]:
+    """``path_messages``, and (``loose``) in the same query the conversation's messages that
+    belong to no turn, oldest first."""
+    if not path and not loose:
+        return [], []
     if isinstance(user_message_of, TurnTree):
         user_message_of = {t: user_message_of.nodes[t].user_message_id for t in path}
     user_ids = {m for m in user_message_of.values() if m}
-    rows = Message.objects.filter(conversation_id=conversation_id).filter(
-        Q(trace_id__in=path) | Q(pk__in=user_ids)).order_by("id")
+    wanted = Q(trace_id__in=path) | Q(pk__in=user_ids)
+    if loose:
+        wanted |= Q(trace__isnull=True)
+    rows = Message.objects.filter(conversation_id=conversation_id).filter(wanted).order_by("id")
     if fields:
         rows = rows.only(*fields)
     by_id: dict[int, Message] = {}
     produced: dict[int, list[Message]] = {}
+    of_no_turn: list[Message] = []
     for row in rows:
+        if row.trace_id is None and row.pk not in user_ids:
+            of_no_turn.append(row)
+            continue
         by_id[row.pk] = row
         if row.trace_id is not None:
             produced.setdefault(row.trace_id, []).append(row)
@@ -108,7 +123,7 @@ def path_messages(conversation_id: int, path: list[int], user_message_of: dict[i
         if mine in by_id:
             ordered.append(by_id[mine])
         ordered.extend(m for m in produced.get(turn, ()) if m.pk != mine and m.pk not in user_ids)
-    return ordered
+    return ordered, of_no_turn
 
 
 def approval_waiting(*, trace: Trace, call_id: str) -> Step | None:

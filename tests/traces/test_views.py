@@ -97,9 +97,10 @@ def _budgets(team, user) -> None:
 
 def test_the_list_reads_each_kind_of_row_once_however_many_traces(
         client_for, alice, bob, conversation, make_agent, django_assert_max_num_queries):
-    """Who is asking (3); how many traces match, the filter menus (agents, people, models), the
-    budgets and their spend, the page of traces with their agents, people and messages: 10 for
-    a page of 25 from 30 traces of 3 agents and 2 people, so a read per row would show."""
+    """Who is asking (the session; the person with their teams); how many traces match, the
+    filter menus (agents, people, models), the budgets with their spend, the page of traces with
+    their agents, people and messages: 8 for a page of 25 from 30 traces of 3 agents and 2
+    people, so a read per row would show."""
     from agents.chat.services import conversation_create
     from traces.models import Feedback
     from traces.sample import make_sample_trace
@@ -115,7 +116,7 @@ def test_the_list_reads_each_kind_of_row_once_however_many_traces(
     _budgets(conversation.team, alice)
     c = client_for(alice)
     c.get(reverse("traces"))  # the first page after signing in keeps the active team in the session
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(8):
         response = c.get(reverse("traces"))
     html = response.content.decode()
     assert len(response.context["traces"]) == 25 and "Page 1 of 2 · 30 traces" in html
@@ -124,10 +125,11 @@ def test_the_list_reads_each_kind_of_row_once_however_many_traces(
 
 def test_the_inspector_reads_each_kind_of_row_once_however_long_the_trace(
         client_for, alice, bob, conversation, django_assert_max_num_queries):
-    """Who is asking (3); the trace with its agent, conversation, people, message and key; its
-    first chunk of steps, its latest states with the one before them, its ratings, the budgets
-    and their spend, the prices its requests used, the fallbacks a failover used, its forks: 12
-    for 60 steps, 30 states and 2 ratings, so a read per step or state would show."""
+    """Who is asking (the session; the person with their teams); the trace with its agent,
+    conversation, people, message and key; its first chunk of steps, its latest states with the
+    one before them, its ratings, the budgets with their spend, the prices its requests used,
+    the fallbacks a failover used, its forks: 10 for 60 steps, 30 states and 2 ratings, so a read
+    per step or state would show."""
     from traces.models import Feedback
     from traces.sample import make_sample_trace
 
@@ -138,7 +140,7 @@ def test_the_inspector_reads_each_kind_of_row_once_however_long_the_trace(
     c = client_for(alice)
     url = reverse("trace_detail", args=[trace.uuid])
     c.get(url)  # the first page after signing in keeps the active team in the session
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(10):
         html = c.get(url).content.decode()
     assert html.count('class="step k-') == 60 and html.count('class="state"') == 20
     assert "Show earlier iterations" in html and html.count('class="rating-mark') == 2

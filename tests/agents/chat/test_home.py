@@ -102,10 +102,10 @@ def test_charlie_sees_only_team_b(client_for, charlie, agent):
 
 def test_the_page_reads_each_kind_of_row_once_however_many_there_are(
         client_for, alice, bob, team_a, make_agent, django_assert_max_num_queries):
-    """Who is asking (session, user, memberships: 3), the agents, the recent conversations, the
-    running and finished turns, the week's spend, the budgets and their spend, and whether a real
-    model is connected with how many members there are (one): 10, for 4 agents, 9 conversations
-    and 12 turns, so a read per row would show."""
+    """Who is asking (the session; the person with their teams: 2), the agents, the recent
+    conversations, the running and finished turns, the week's spend, the budgets with their
+    spend, and whether a real model is connected with how many members there are (one): 8, for
+    4 agents, 9 conversations and 12 turns, so a read per row would show."""
     agents = [make_agent(name=f"Agent {n}", suggested_prompts=["What is 6 * 7?"]) for n in range(4)]
     today = timezone.localdate()
     for n in range(9):
@@ -121,7 +121,7 @@ def test_the_page_reads_each_kind_of_row_once_however_many_there_are(
     Budget.objects.create(team=team_a, user=alice, period="day", limit_usd=Decimal("1"), mode="warn")
     c = client_for(alice)
     home(c)  # the first page after signing in keeps the active team in the session
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(8):
         html = home(c)
     assert html.count('class="agent-row"') == 4 and html.count("Plan ") == 6
     assert html.count('class="row trace-row"') == 9  # the 3 running, the newest 6 finished
