@@ -109,6 +109,16 @@
     }
   });
 
+  // A team page's live lists are read again whenever its socket opens, the first time too:
+  // what changed between rendering the page and subscribing was announced to nobody.
+  document.addEventListener("htmx:wsOpen", function (event) {
+    var live = event.target && event.target.closest && event.target.closest(".live-root");
+    if (!live) { return; }
+    ["team:members-changed", "team:invitations-changed"].forEach(function (name) {
+      document.body.dispatchEvent(new CustomEvent(name, { detail: {} }));
+    });
+  });
+
   // Websocket messages that are JSON events (not HTML fragments) become DOM events on <body>:
   // {"event": "members.changed"} -> "team:members-changed", which hx-trigger attributes listen to.
   document.addEventListener("htmx:wsBeforeMessage", function (event) {

@@ -104,6 +104,24 @@ def test_an_approval_asked_before_the_page_subscribed_still_shows_its_card(login
     assert not s.watch.errors
 
 
+def test_the_members_page_shows_an_invitation_made_before_it_subscribed(login):
+    # The team page's lists are read again when its socket opens: an invitation created in
+    # another tab between the render and the subscription still shows.
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    s.page.goto(s.stack.url + "/team/members/")
+    before = s.page.locator("#invitation-list li.row").count()
+    other = login("alice")
+    other.page.goto(other.stack.url + "/team/members/")
+    other.page.locator("form[action$='/team/invitations/'] button[type=submit]").click()
+    other.page.wait_for_load_state()
+    assert s.page.locator("#invitation-list li.row").count() == before  # nothing told it yet
+    s.page.evaluate("() => window.__releaseSocket()")
+    wait_for(lambda: s.page.locator("#invitation-list li.row").count() == before + 1,
+             what="the new invitation on the page")
+    assert not s.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
