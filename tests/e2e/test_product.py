@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.helpers import wait_for
 
@@ -101,6 +102,29 @@ def test_an_approval_asked_before_the_page_subscribed_still_shows_its_card(login
     waiting.locator("button:has-text('Approve')").click()
     s.answers("completed").first.wait_for()
     assert "2 + 3 = 5." in s.answers("completed").first.inner_text()
+    assert not s.watch.errors
+
+
+def test_twenty_turns_sent_from_the_home_page_over_a_slow_network_all_show_their_answer(login):
+    # 150 ms added to every request (Chromium's network conditions): the page renders, the turn
+    # runs and ends, the socket connects, in whatever order the network makes; none may stick.
+    s = login("alice")
+    cdp = s.page.context.new_cdp_session(s.page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 150,
+                                                  "downloadThroughput": -1, "uploadThroughput": -1})
+    stuck = []
+    for n in range(20):
+        s.page.goto(s.stack.url + "/")
+        s.page.select_option("#home-agent", s.stack.ids["agents"]["Corpus"])
+        s.page.fill("#home-text", f"What is {n} + 3?")
+        s.page.press("#home-text", "Enter")
+        s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+        try:
+            s.answers("completed").first.wait_for(timeout=15_000)
+        except PlaywrightTimeout:  # counted; the run goes on to say how many
+            stuck.append(n)
+    assert stuck == [], f"{len(stuck)} of 20 answers never appeared: {stuck}"
     assert not s.watch.errors
 
 
