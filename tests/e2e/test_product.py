@@ -59,21 +59,32 @@ LATE_SOCKET = """(() => {
 })();"""
 
 
+def sent_from_home_with_a_late_socket(login, agent: str, text: str):
+    """alice's first message to ``agent``, sent from the home page, on the conversation page
+    it leads to, whose socket waits for ``window.__releaseSocket()``."""
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    s.page.goto(s.stack.url + "/")
+    s.page.select_option("#home-agent", s.stack.ids["agents"][agent])
+    s.page.fill("#home-text", text)
+    s.page.press("#home-text", "Enter")
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    return s
+
+
+def server_page(s) -> str:
+    """The page as the server would render it now (what the page itself has not been told)."""
+    return s.page.evaluate("() => fetch(location.href, {credentials: 'same-origin'}).then(r => r.text())")
+
+
 def test_an_answer_that_ended_before_the_page_subscribed_still_appears(login):
     # Sent from the home page, the turn is still running when its conversation page renders,
     # and ends before the page's socket connects: the end was announced to nobody, so the
     # page asks the database on its first connection.
-    s = login("alice")
-    s.page.add_init_script(LATE_SOCKET)
-    s.page.goto(s.stack.url + "/")
-    s.page.select_option("#home-agent", s.stack.ids["agents"]["Slow"])
-    s.page.fill("#home-text", "What is 3*9?")
-    s.page.press("#home-text", "Enter")
-    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    s = sent_from_home_with_a_late_socket(login, "Slow", "What is 3*9?")
     assert s.page.locator("li.answer.pending").count() == 1  # rendered while it ran
-    wait_for(lambda: 'data-status="completed"' in s.page.evaluate(
-        "() => fetch(location.href, {credentials: 'same-origin'}).then(r => r.text())"),
-        timeout=30, what="the turn to end on the server")
+    wait_for(lambda: 'data-status="completed"' in server_page(s), timeout=30,
+             what="the turn to end on the server")
     assert s.page.locator("li.answer.pending").count() == 1  # nothing told the page yet
     s.page.evaluate("() => window.__releaseSocket()")
     s.wait_for_socket()
@@ -85,16 +96,9 @@ def test_an_answer_that_ended_before_the_page_subscribed_still_appears(login):
 def test_an_approval_asked_before_the_page_subscribed_still_shows_its_card(login):
     # The same, with a turn that reaches a tool call needing a person's approval before the
     # page's socket connects: the card shows, and approving it finishes the turn.
-    s = login("alice")
-    s.page.add_init_script(LATE_SOCKET)
-    s.page.goto(s.stack.url + "/")
-    s.page.select_option("#home-agent", s.stack.ids["agents"]["Careful"])
-    s.page.fill("#home-text", "What is 2 + 3?")
-    s.page.press("#home-text", "Enter")
-    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
-    wait_for(lambda: "state-waiting" in s.page.evaluate(
-        "() => fetch(location.href, {credentials: 'same-origin'}).then(r => r.text())"),
-        timeout=30, what="the call to wait for an approval on the server")
+    s = sent_from_home_with_a_late_socket(login, "Careful", "What is 2 + 3?")
+    wait_for(lambda: "state-waiting" in server_page(s), timeout=30,
+             what="the call to wait for an approval on the server")
     s.page.evaluate("() => window.__releaseSocket()")
     s.wait_for_socket()
     waiting = s.page.locator(".tool-card.state-waiting")
