@@ -60,6 +60,10 @@
     return text.replace(bidi, function (c) { return "[U+" + c.charCodeAt(0).toString(16).toUpperCase() + "]"; });
   };
   var STREAM_KEY = "agentsite-stream:";
+  function streamKey(box) {
+    var answer = box.closest(".answer");
+    return (answer ? answer.getAttribute("data-trace") : "") + ":" + box.getAttribute("data-step");
+  }
   function keptStream(box, text) {
     var answer = box.closest(".answer");
     if (!answer) { return text; }
@@ -558,6 +562,12 @@
     fetch(url + (at ? "&at=" + at : ""), { credentials: "same-origin", headers: csrfHeaders() })
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
       .then(function (html) {
+        // the text of an answer being written, as shown now: the worker's last save, which the
+        // fragments carry, may be behind it, and the text must not shrink
+        var shown = {};
+        root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) {
+          shown[streamKey(box)] = rawOf(box);
+        });
         var template = document.createElement("template");
         template.innerHTML = html.trim();
         Array.prototype.slice.call(template.content.children).forEach(function (node) {
@@ -567,6 +577,11 @@
           old.replaceWith(node);
           if (node.id === "messages") { chat.messages = node; }
           enhance(node);
+        });
+        root.querySelectorAll(".answer.pending .stream-text").forEach(function (box) {
+          var had = shown[streamKey(box)];
+          var now = rawOf(box);
+          if (had && had.length > now.length && had.indexOf(now) === 0) { setRaw(box, had); }
         });
         chat.usage = {};
         drawMeter();
