@@ -555,9 +555,9 @@
   });
 
   // -- re-sync the branch on screen after a reconnect --
-  function resyncConversation() {
+  function resyncConversation(then) {
     var url = root.getAttribute("data-messages-url");
-    if (!url) { return; }
+    if (!url) { if (then) { then(); } return; }
     var at = leaf();
     fetch(url + (at ? "&at=" + at : ""), { credentials: "same-origin", headers: csrfHeaders() })
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
@@ -587,7 +587,8 @@
         drawMeter();
         keepScrolled();
       })
-      .catch(function () { /* the next reconnect tries again */ });
+      .catch(function () { /* the next reconnect tries again */ })
+      .then(function () { if (then) { then(); } });
   }
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.target && event.target.id === "messages") {
@@ -762,11 +763,14 @@
     // rendered with nothing in flight has missed nothing before its first open.)
     if (mode === "trace") { resyncTrace(); }
     else {
-      if (chat.opened || (chat.messages && chat.messages.querySelector("li.answer.pending"))) {
-        resyncConversation();
-      }
       statusLine("");
-      flushOutbox();
+      // messages typed while offline go out once the page shows the branch as it is (sent
+      // during the re-sync, the fragment of the new turn could be replaced by the older page)
+      if (chat.opened || (chat.messages && chat.messages.querySelector("li.answer.pending"))) {
+        resyncConversation(flushOutbox);
+      } else {
+        flushOutbox();
+      }
     }
     chat.opened = true;
     root.classList.remove("offline");
