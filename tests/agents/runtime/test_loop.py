@@ -270,8 +270,10 @@ async def test_a_tools_duration_leaves_out_the_wait_for_approval():
     provider = FakeScriptedProvider([calls(("deploy", {})), answer("deployed")])
     _, observer = await turn(provider, tools=[tool("deploy", "shipped", requires_approval=True)],
                              approver=approver)
-    assert observer.of(ApprovalDecided)[0].waited_ms >= 400
-    assert observer.of(ToolFinished)[0].duration_ms < 200
+    waited = observer.of(ApprovalDecided)[0].waited_ms
+    assert waited >= 400  # a lower bound: a busy machine only makes it longer
+    # had the wait been counted, the tool's duration would hold all of it
+    assert observer.of(ToolFinished)[0].duration_ms < waited
 
 
 @pytest.mark.parametrize(("approver", "reason", "said"), [
