@@ -25,13 +25,35 @@ DATABASE_LOST_MESSAGE = ("The connection to the database broke while this reques
                          "nothing of it was kept. Send it again in a moment.")
 
 
+# PostgreSQL's SQLSTATEs for a session the server ended: class 08 (connection exception), and
+# admin shutdown (``pg_terminate_backend``, a failover), crash shutdown, cannot connect now.
+_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _lost_by_its_error(exc: BaseException) -> bool:
+    """Whether the driver's error under ``exc`` says the session is gone. psycopg raises the
+    server's last word (``AdminShutdown``, 57P01) before it has noticed that the socket closed,
+    so the connection can still look open then; its own errors for a connection that went away
+    carry no SQLSTATE at all."""
+    cause = exc.__cause__ or exc.__context__
+    if cause is None or not type(cause).__module__.startswith("psycopg"):
+        return False
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate:
+        return sqlstate.startswith("08") or sqlstate in _LOST_SQLSTATES
+    return True
+
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc``, raised by a database call of this thread, means its connection broke
-    (rather than a query that failed on a working connection)."""
+    (rather than a query that failed on a working connection): by the driver's error, or by
+    the state the connection was left in."""
     if isinstance(exc, ConnectionLost):
         return True
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
+    if _lost_by_its_error(exc):
+        return True
     for conn in connections.all(initialized_only=True):
         if conn.vendor == "sqlite":  # in process: it does not lose its connection
             continue

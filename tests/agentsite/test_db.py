@@ -3,13 +3,15 @@ PostgreSQL connections go back to their pool as soon as a piece of work is done.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
+import psycopg
 import pytest
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 
-from agentsite.db import connection_release, releasing
+from agentsite.db import connection_lost, connection_release, releasing
 from agentsite.models import Team
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,3 +102,40 @@ def test_many_threads_share_a_pool_of_few_connections():
         thread.join(60)
     assert errors == []
     assert pool.get_stats().get("pool_size", 0) <= pool.max_size
+
+
+def _django_error(cause: BaseException, kind: type[Exception] = OperationalError) -> Exception:
+    """A database error as Django raises it: its own class, the driver's error as its cause."""
+    try:
+        raise kind(str(cause)) from cause
+    except kind as exc:
+        return exc
+
+
+@pytest.mark.parametrize("cause", [
+    psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+    psycopg.errors.CrashShutdown("terminating connection because of crash of another server process"),
+    psycopg.errors.CannotConnectNow("the database system is starting up"),
+    psycopg.errors.ConnectionFailure("connection failure"),
+    psycopg.OperationalError("server closed the connection unexpectedly"),
+    psycopg.OperationalError("consuming input failed: EOF detected"),
+])
+def test_a_session_the_server_ended_is_a_lost_connection_though_the_connection_looks_open(cause):
+    """psycopg raises the server's last word (57P01 from ``pg_terminate_backend``) before it has
+    read the end of the socket: the connection's state still says open then, so the error
+    itself must tell (a turn then fails for good instead of being handed back)."""
+    assert connection_lost(_django_error(cause))
+
+
+@pytest.mark.parametrize("cause", [
+    psycopg.errors.SerializationFailure("could not serialize access"),
+    psycopg.errors.LockNotAvailable("could not obtain lock"),
+    psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+    sqlite3.OperationalError("database is locked"),
+])
+def test_a_query_that_failed_on_a_working_connection_is_not_a_lost_connection(cause):
+    assert not connection_lost(_django_error(cause))
+
+
+def test_only_database_errors_can_mean_a_lost_connection():
+    assert not connection_lost(_django_error(psycopg.errors.AdminShutdown("x"), kind=ValueError))
