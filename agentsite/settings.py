@@ -412,8 +412,11 @@ TURN_WORKER_BEAT_S = env.float("TURN_WORKER_BEAT_S", default=1.0)
 TURN_WORKER_DEAD_AFTER_S = env.float("TURN_WORKER_DEAD_AFTER_S", default=4.0)
 TURN_REAPER_INTERVAL_S = env.float("TURN_REAPER_INTERVAL_S", default=2.0)
 # A turn whose worker died continues from its last recorded step at most this many times; then
-# it ends ``interrupted`` and asks the person to send again.
+# it ends ``interrupted`` and asks the person to send again (a turn that kills its worker every
+# time must not go round for ever). Hand-backs that were not the turn's doing (a worker shutting
+# down, a dropped database connection) do not count, up to ``TURN_MAX_ATTEMPTS`` in all.
 TURN_MAX_RESUMES = env.int("TURN_MAX_RESUMES", default=3)
+TURN_MAX_ATTEMPTS = env.int("TURN_MAX_ATTEMPTS", default=30)
 # A model's stream that has started and then sends nothing for this long (at most a quarter of
 # the agent's step timeout) is stalled: retried, then failed over, as a cut stream is.
 MODEL_STREAM_IDLE_TIMEOUT_S = env.float("MODEL_STREAM_IDLE_TIMEOUT_S", default=30.0)

@@ -56,6 +56,7 @@ from agents.turns.lifecycle import (
     ClosedTurn,
     NewMessage,
     TurnOutcome,
+    may_resume,
     trace_claim,
     trace_close,
     trace_hand_back,
@@ -65,6 +66,7 @@ from agents.turns.replay import turn_plan
 from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from agents.turns.turn_threads import CONNECTION_LOST_REASON, TurnDb, thread_loop_run
+from agentsite.db import connection_lost
 from traces.models import Trace
 from traces.recorder import TraceRecorder
 from traces.services import (
@@ -220,7 +222,7 @@ class TurnRun:
         recorded step on a new connection, here or on another worker. False (the turn fails
         with the error) once it was resumed ``TURN_MAX_RESUMES`` times already."""
         first_line = detail.strip().splitlines()[0] if detail.strip() else ""
-        if self.attempt > settings.TURN_MAX_RESUMES:
+        if not may_resume(attempts=self.attempt, meta=self.trace.meta):
             logger.error("trace %s: the database connection broke (%s) on attempt %s: no more "
                          "resumptions", self.trace.pk, first_line, self.attempt)
             return False
@@ -277,6 +279,8 @@ class TurnRun:
             prepared.setup = setup = turn_setup_build(trace=self.trace, on_retry=self.recorder.emit,
                                                       db=self.db)
         except Exception as exc:  # noqa: BLE001 - reported by the turn (its error step)
+            if connection_lost(exc):  # not the setup's fault: the turn is handed back (TurnDb)
+                raise
             prepared.error = exc
             return prepared
         try:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -25,6 +26,7 @@ from agents.models import Conversation, Message
 from agents.turns.announce import announcements
 from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
+from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
 from traces.live import announce_sync
@@ -179,6 +181,20 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
     return Trace.objects.select_related(*CLAIM_RELATED).get(pk=trace_id)
 
 
+# Why a turn may be handed back without it counting against ``TURN_MAX_RESUMES``: its worker
+# shut down (SIGTERM), its database connection was dropped. Only a worker that died under it
+# (``worker_lost``) may be the turn's own doing.
+EXCUSED_HAND_BACKS = frozenset({"handoff", CONNECTION_LOST_REASON})
+
+
+def may_resume(*, attempts: int, meta: dict[str, Any] | None) -> bool:
+    """Whether a turn on its ``attempts``-th attempt may be resumed once more: fewer than
+    ``TURN_MAX_RESUMES`` resumptions after a lost worker, and ``TURN_MAX_ATTEMPTS`` in all."""
+    excused = int((meta or {}).get("excused_resumes") or 0)
+    return (attempts - excused <= settings.TURN_MAX_RESUMES
+            and attempts < settings.TURN_MAX_ATTEMPTS)
+
+
 def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: datetime | None = None,
                     only: Q | None = None, now: datetime | None = None) -> bool:
     """``running -> queued`` for a trace whose worker died (``reason`` "worker_lost") or is
@@ -199,6 +215,8 @@ def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: date
         meta = dict(trace.meta or {})
         meta["resume"] = {"reason": reason, "from_worker": trace.worker,
                           "last_seen": (last_seen or now).isoformat(), "handed_back_at": now.isoformat()}
+        if reason in EXCUSED_HAND_BACKS:
+            meta["excused_resumes"] = int(meta.get("excused_resumes") or 0) + 1
         rows.update(status=Status.QUEUED, worker="", heartbeat_at=None, meta=meta,
                     event_seq=F("event_seq") + 1)
         trace_enqueue(trace=trace, now=now)

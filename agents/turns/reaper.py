@@ -23,6 +23,7 @@ from agents.turns.announce import announcements
 from agents.turns.lifecycle import (
     conversation_lock,
     dispatch_next,
+    may_resume,
     next_queued,
     trace_enqueue,
     trace_hand_back,
@@ -154,8 +155,8 @@ def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = Non
     candidates = (Trace.objects.filter(status=Status.RUNNING)
                   .filter(silence.lost() | Q(started_at__lt=now - timedelta(seconds=SHORTEST_HARD_LIMIT_S)))
                   .annotate(worker_beat=_worker_beat()).select_related("agent")
-                  .only("id", "conversation_id", "attempts", "worker", "started_at", "heartbeat_at",
-                        "agent__turn_time_limit_s"))
+                  .only("id", "conversation_id", "attempts", "meta", "worker", "started_at",
+                        "heartbeat_at", "agent__turn_time_limit_s"))
     for trace in candidates:
         hard = trace.agent.hard_time_limit_s if trace.agent else LONGEST_HARD_LIMIT_S
         last_seen = silence.last_seen(trace)
@@ -165,7 +166,7 @@ def trace_reap(*, now: datetime | None = None, stale_after_s: float | None = Non
                 report.timed_out.append(trace.pk)
         elif last_seen is None:
             continue  # a long turn, alive
-        elif trace.attempts <= settings.TURN_MAX_RESUMES:
+        elif may_resume(attempts=trace.attempts, meta=trace.meta):
             # Continued from its last recorded step by whichever worker claims it.
             if trace_hand_back(trace_id=trace.pk, attempt=trace.attempts, reason="worker_lost",
                                last_seen=last_seen, now=now, only=silence.lost()):

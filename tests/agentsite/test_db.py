@@ -134,6 +134,7 @@ def test_a_session_the_server_ended_is_a_lost_connection_though_the_connection_l
     sqlite3.OperationalError("database is locked"),
 ])
 def test_a_query_that_failed_on_a_working_connection_is_not_a_lost_connection(cause):
+    connection.ensure_connection()  # the connection the query failed on, still open
     assert not connection_lost(_django_error(cause))
 
 

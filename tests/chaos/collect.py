@@ -142,6 +142,10 @@ def collect(*, sends: list[Sent], events: list[Event], server: FakeModelServer,
         "stuck": sum(statuses[s] for s in ACTIVE),
         "resumed": sum(1 for row in ours if row["id"] in resumed),
         "send_errors": sum(1 for s in sends if s.error),
+        # Why the others ended: (kind, the error's first line) and how often, for the reader.
+        "endings": dict(Counter(
+            f"{row['status']}/{row['error_kind'] or '-'}: {(row['error'].strip().splitlines() or [''])[0][:90]}"
+            for row in ours if row["status"] in FINAL and row["status"] != "completed").most_common(8)),
     }
 
     # -- killed and stopped workers ---------------------------------------------------------------

@@ -26,6 +26,8 @@ ROWS: list[Row] = [
     ("  completed", lambda f: f["turns"]["completed"]),
     ("  resumed", lambda f: f["turns"]["resumed"]),
     ("  ended cleanly (failed/interrupted with an error)", lambda f: f["turns"]["ended_cleanly"]),
+    ("  ... how they ended", lambda f: "; ".join(f"{k} ({v})" for k, v in
+                                                 f["turns"].get("endings", {}).items()) or "-"),
     ("  ended without an error message", lambda f: f["turns"]["ended_unclearly"]),
     ("  stuck (queued/running after the wait)", lambda f: f["turns"]["stuck"]),
     ("  sends that raised", lambda f: f["turns"]["send_errors"]),

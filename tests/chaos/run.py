@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-
 from .collect import Event, Sent, collect
 from .model_server import LOOKUP_TOOL, MODEL, FakeModelServer
 from .stack import ChaosStack
@@ -280,10 +278,11 @@ class ChaosRun:
         """Whether one of these turns has used all its resumptions (``TURN_MAX_RESUMES``):
         cutting it off again tests that limit (it ends ``interrupted`` by design), not
         resumption."""
+        from agents.turns.lifecycle import may_resume
         from traces.models import Trace
 
-        limit = int(getattr(settings, "TURN_MAX_RESUMES", 3))
-        return Trace.objects.filter(pk__in=trace_ids, attempts__gt=limit).exists()
+        return any(not may_resume(attempts=attempts, meta=meta) for attempts, meta in
+                   Trace.objects.filter(pk__in=trace_ids).values_list("attempts", "meta"))
 
     def pick_victim(self, timeout: float = 20.0) -> int:
         """A live worker that runs turns now, none of which has used up its resumptions (any

@@ -113,6 +113,22 @@ def test_a_turn_resumed_too_often_fails_with_the_error_rather_than_loop(
     settled(trace)
 
 
+def test_a_connection_that_breaks_while_the_turn_is_set_up_hands_it_back(
+        conversation, alice, sent_turns, use_redis, monkeypatch):
+    """The setup reports its own errors as the turn's ("could not be set up"); a lost
+    connection is not one of them."""
+    from agents.turns import execution
+
+    own_connection_dies_before(execution, "turn_setup_build", monkeypatch)
+    trace = turn_start(conversation=conversation, user=alice, text="What is 17 * 23?")
+    assert turn_run(trace.pk) == "handed_back"
+    trace.refresh_from_db()
+    assert trace.status == Trace.Status.QUEUED and trace.meta["excused_resumes"] == 1
+    monkeypatch.undo()
+    assert turn_run(trace.pk) == "completed"
+    settled(trace)
+
+
 # -- the web --------------------------------------------------------------------------------------
 def own_connection_dies_before(owner, name: str, monkeypatch) -> None:
     """``owner.name`` (of a module or a class) first has the server terminate the connection

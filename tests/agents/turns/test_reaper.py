@@ -240,3 +240,38 @@ def test_tasks_queued_under_their_earlier_names_still_run(conversation, alice, s
     assert app.tasks["traces.tasks.reap"]() == {"interrupted": [], "timed_out": [], "requeued": [],
                                                 "dispatched": []}
     assert app.amqp.router.route({}, "traces.tasks.reap")["queue"].name == "maintenance"
+
+
+def test_hand_backs_that_were_not_the_turns_doing_do_not_use_up_its_resumptions(start, settings):
+    """A worker shutting down (SIGTERM) or a dropped database connection hands the turn back
+    without counting against ``TURN_MAX_RESUMES``: a turn that lived through two of them and a
+    lost worker on every allowed attempt is still resumed, until ``TURN_MAX_ATTEMPTS``."""
+    trace = start()
+    trace_claim(trace_id=trace.pk, worker="w1@host")
+    assert trace_hand_back(trace_id=trace.pk, attempt=1, reason="handoff")
+    trace_claim(trace_id=trace.pk, worker="w2@host")
+    assert trace_hand_back(trace_id=trace.pk, attempt=2, reason="database connection lost")
+    trace.refresh_from_db()
+    assert trace.meta["excused_resumes"] == 2
+    attempts = settings.TURN_MAX_RESUMES + 2  # the two above, and TURN_MAX_RESUMES lost workers
+    Trace.objects.filter(pk=trace.pk).update(status="running", attempts=attempts, worker="dead@host")
+    stale(trace)
+
+    assert trace_reap().requeued == [trace.pk]
+
+    # one more lost worker than allowed: it ends
+    Trace.objects.filter(pk=trace.pk).update(status="running", attempts=attempts + 1, worker="dead@host")
+    stale(trace)
+    assert trace_reap().interrupted == [trace.pk]
+
+
+def test_a_turn_handed_back_for_ever_ends_at_the_attempts_cap(start, settings):
+    settings.TURN_MAX_ATTEMPTS = 6
+    trace = start()
+    for attempt in range(1, 6):
+        trace_claim(trace_id=trace.pk, worker="w@host")
+        assert trace_hand_back(trace_id=trace.pk, attempt=attempt, reason="database connection lost")
+    trace_claim(trace_id=trace.pk, worker="dead@host")
+    stale(trace)
+
+    assert trace_reap().interrupted == [trace.pk]
