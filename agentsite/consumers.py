@@ -94,6 +94,15 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
         if not self._closed:
             await self._check()
 
+    # Whether the page on this socket shows the person's lists (``agentsite.live.LISTS_EVENT``).
+    shows_lists = True
+
+    async def lists_changed(self, event: dict[str, Any]) -> None:
+        """The person's lists changed: the page reads them again (``{"event": "lists.changed"}``
+        becomes the DOM event ``team:lists-changed``)."""
+        if self.shows_lists and await self.may_forward():
+            await self.send_json({"event": "lists.changed", "data": {}})
+
 
 class TeamConsumer(AccessCheckedConsumer):
     """Live team events (members, invitations, later configuration changes) for its members."""

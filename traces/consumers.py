@@ -64,6 +64,7 @@ class TraceConsumer(LiveConsumer):
     model = Trace
     group_of = staticmethod(live.trace_group)
     visible = staticmethod(trace_visible_to)
+    shows_lists = False  # the inspector lists nothing of the person's
 
     async def forward(self, payload: dict[str, Any]) -> None:
         if payload.get("event") in live.RENDERED:

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 from agents.chat import selectors
 from agents.models import Provider
 from agentsite.access import team_required
+from agentsite.live import list_version
 from agentsite.models import Membership, Team
 from traces.budgets import request_budget_states
 from traces.cost_selectors import recent_spend
@@ -24,21 +25,33 @@ RECENT = 6
 @team_required()
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
+    """The page; with ``part=lists``, only its lists, read again when the person's lists
+    changed or the page's socket opened: 204 when they show what the page has (``since``)."""
     team, membership = request.team, request.membership
-    running, finished = recent_turns(membership, limit=RECENT)
-    week_team, week_mine = recent_spend(team=team, user_id=request.user.pk)
+    lists = _lists(request)
+    if request.GET.get("part") == "lists":
+        if request.GET.get("since") == lists["lists_version"]:
+            return HttpResponse(status=204)
+        return render(request, "home.html#lists", {**lists, "membership": membership})
     context = {
         "agents": selectors.agent_choices(team=team),
-        "recent": selectors.conversation_list(membership=membership, limit=RECENT),
-        "running": running,
-        "finished": finished,
-        "week_team": week_team,
-        "week_mine": week_mine,
-        "budgets": request_budget_states(request),
+        **lists,
         **_team_facts(team),
         "membership_help": Membership.ROLE_HELP[membership.role],
     }
     return render(request, "home.html", context)
+
+
+def _lists(request: HttpRequest) -> dict[str, object]:
+    """What the page lists that turns change: recent conversations, running and recent turns,
+    the week's spend and the budgets, with their version."""
+    membership = request.membership
+    recent = selectors.conversation_list(membership=membership, limit=RECENT)
+    running, finished = recent_turns(membership, limit=RECENT)
+    week_team, week_mine = recent_spend(team=request.team, user_id=request.user.pk)
+    return {"recent": recent, "running": running, "finished": finished, "week_team": week_team,
+            "week_mine": week_mine, "budgets": request_budget_states(request),
+            "lists_version": list_version(recent, running, finished, [week_team, week_mine])}
 
 
 def _team_facts(team: Team) -> dict[str, object]:

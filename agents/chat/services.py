@@ -17,7 +17,7 @@ from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.turns.selectors import conversation_active_traces
 from agents.turns.services import conversation_create, conversation_stop, turn_cancel
-from agentsite.live import recheck_sockets_on_commit
+from agentsite.live import announce_lists_on_commit, recheck_sockets_on_commit
 from agentsite.models import Membership
 
 
@@ -31,6 +31,7 @@ def conversation_rename(*, conversation: Conversation, user: Any, title: str) ->
         raise ValidationError(f"The title is {len(title)} characters long; the limit is 200.")
     conversation.title = title
     conversation.save(update_fields=["title", "updated_at"])
+    announce_lists_on_commit(conversation.created_by_id)
     return conversation
 
 
@@ -39,6 +40,7 @@ def conversation_archive(*, conversation: Conversation, user: Any, archived: boo
     conversation_act_check(user, conversation, "archive it")
     conversation.archived = bool(archived)
     conversation.save(update_fields=["archived", "updated_at"])
+    announce_lists_on_commit(conversation.created_by_id)
     return conversation
 
 
@@ -47,6 +49,7 @@ def conversation_pin(*, conversation: Conversation, user: Any, pinned: bool = Tr
     conversation_act_check(user, conversation, "pin it")
     Conversation.objects.filter(pk=conversation.pk).update(pinned=bool(pinned))
     conversation.pinned = bool(pinned)
+    announce_lists_on_commit(conversation.created_by_id)
     return conversation
 
 
@@ -58,6 +61,7 @@ def conversation_delete(*, conversation: Conversation, user: Any) -> None:
         turn_cancel(trace=trace, user=user)
     conversation.deleted_at = timezone.now()
     conversation.save(update_fields=["deleted_at", "updated_at"])
+    announce_lists_on_commit(conversation.created_by_id)
 
 
 def conversation_share(*, conversation: Conversation, user: Any, shared: bool) -> Conversation:

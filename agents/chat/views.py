@@ -18,6 +18,7 @@ from agents.runtime.commands import command_list
 from agents.turns import services as turns
 from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required
+from agentsite.live import list_version
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 from traces.models import Trace
@@ -46,9 +47,24 @@ def chat(request: HttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target == "conversation-list":
         template += "#results"
     elif request.htmx and request.htmx.target == "sidebar-list":
-        context["sidebar"] = selectors.conversation_groups(context["conversations"])
-        template = "chat/_sidebar.html#sidebar-list"
+        return _sidebar_list(request, query)
     return render(request, template, context)
+
+
+def _sidebar_list(request: HttpRequest, query: str) -> HttpResponse:
+    """The conversation page's sidebar list, searched (``q``) or read again because the
+    person's lists changed: 204 when it shows what the page has (``since``, its version);
+    ``current``: the conversation the page shows, marked in the list."""
+    conversations = selectors.conversation_list(membership=request.membership, query=query,
+                                                limit=SIDEBAR_SIZE)
+    version = list_version(conversations)
+    if request.GET.get("since") == version:
+        return HttpResponse(status=204)
+    current = request.GET.get("current", "")
+    return render(request, "chat/_sidebar.html#sidebar-list", {
+        "sidebar": selectors.conversation_groups(conversations), "sidebar_version": version,
+        "query": query, "membership": request.membership,
+        "conversation": next((c for c in conversations if c.uuid.hex == current), None)})
 
 
 @team_required(Role.MEMBER, action="start conversations")
@@ -87,6 +103,12 @@ def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
         return None
 
 
+def _sidebar(request: HttpRequest) -> dict[str, Any]:
+    conversations = selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)
+    return {"sidebar": selectors.conversation_groups(conversations),
+            "sidebar_version": list_version(conversations)}
+
+
 @team_required()
 @require_GET
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
@@ -100,8 +122,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         # The owner and the team's admins send, edit, stop, approve and manage; others read.
         "can_act": can_act_in(request.membership, convo),
         "max_chars": turns.MAX_MESSAGE_CHARS,
-        "sidebar": selectors.conversation_groups(
-            selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)),
+        **_sidebar(request),
         "commands": command_list(),
         "md_policy": streaming_policy(),
         "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,

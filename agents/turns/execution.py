@@ -67,6 +67,7 @@ from agents.turns.resume import ResumePlan
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from agents.turns.turn_threads import CONNECTION_LOST_REASON, TurnDb, thread_loop_run
 from agentsite.db import connection_lost
+from agentsite.live import announce_lists
 from traces.models import Trace
 from traces.recorder import TraceRecorder
 from traces.services import (
@@ -467,6 +468,8 @@ class TurnRun:
         recorder.trace = closed.trace
         # The answer goes out with the turn's end (the page renders it from the record).
         await recorder.announce(recorder.announcements.trace, closed.trace)
+        if not closed.trace.conversation.ephemeral:  # its person's home and sidebar
+            await announce_lists(closed.trace.user_id)
         return closed
 
     def _outcome(self, result: TurnResult | None, setup: TurnSetup) -> TurnOutcome:

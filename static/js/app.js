@@ -109,12 +109,14 @@
     }
   });
 
-  // A team page's live lists are read again whenever its socket opens, the first time too:
-  // what changed between rendering the page and subscribing was announced to nobody.
+  // A page's live lists are read again whenever one of its sockets opens, the first time too:
+  // what changed between rendering the page and subscribing was announced to nobody. The
+  // person's own lists (the chat's sidebar, the home page) answer 204 when unchanged.
   document.addEventListener("htmx:wsOpen", function (event) {
+    var names = ["team:lists-changed"];
     var live = event.target && event.target.closest && event.target.closest(".live-root");
-    if (!live) { return; }
-    ["team:members-changed", "team:invitations-changed"].forEach(function (name) {
+    if (live) { names.push("team:members-changed", "team:invitations-changed"); }
+    names.forEach(function (name) {
       document.body.dispatchEvent(new CustomEvent(name, { detail: {} }));
     });
   });

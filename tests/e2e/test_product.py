@@ -150,6 +150,43 @@ def test_the_members_page_shows_an_invitation_made_before_it_subscribed(login):
     assert not s.watch.errors
 
 
+def started_from_home(s, text: str, agent: str = "Helper") -> None:
+    s.page.goto(s.stack.url + "/")
+    s.page.select_option("#home-agent", s.stack.ids["agents"][agent])
+    s.page.fill("#home-text", text)
+    s.page.press("#home-text", "Enter")
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    s.answers("completed").first.wait_for()
+
+
+def test_the_home_page_and_the_sidebar_show_what_another_tab_started_without_a_reload(login):
+    # The person's lists are read again when the page's socket opens (here held back until a
+    # conversation was started in another tab) and whenever a turn of theirs starts or ends.
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    s.page.goto(s.stack.url + "/")
+    other = login("alice")
+    started_from_home(other, "What is 4 + 4? (tab two)")
+    assert "tab two" not in s.page.locator(".home-recent").inner_text()  # nothing told it yet
+    s.page.evaluate("() => window.__releaseSocket()")
+    wait_for(lambda: "tab two" in s.page.locator(".home-recent").inner_text(),
+             what="the conversation started before the socket opened, on the home page")
+    started_from_home(other, "What is 5 + 5? (tab three)")
+    wait_for(lambda: "tab three" in s.page.locator(".home-recent").inner_text()
+             and "tab three" in s.page.locator(".home-traces").inner_text(),
+             what="a conversation started while the home page was open")
+
+    s.page.locator(".home-recent a", has_text="tab two").click()  # the conversation page
+    s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
+    s.page.evaluate("() => window.__releaseSocket()")
+    s.wait_for_socket()
+    started_from_home(other, "What is 6 + 6? (tab four)")
+    sidebar = s.page.locator("#sidebar-list")
+    wait_for(lambda: "tab four" in sidebar.inner_text(), what="the new conversation in the sidebar")
+    assert sidebar.locator("a[aria-current=page]").inner_text().endswith("(tab two)")
+    assert not s.watch.errors and not other.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")

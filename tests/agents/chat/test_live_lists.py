@@ -1,0 +1,116 @@
+"""A person's lists (the chat's sidebar, the home page's conversations, turns and spend) stay
+live: what changes them is announced to the person's sockets (``lists.changed``), and a page
+reads them again on that and whenever its socket opens, sending the version it shows; an
+unchanged list is answered 204 (nothing to swap, nothing rendered)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.urls import reverse
+
+from agents.chat.services import conversation_create, conversation_rename
+from agents.turns.services import turn_start
+from agents.turns.tasks import turn_run
+from agentsite.live import user_group
+from tests.helpers import communicator, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def version(html: str) -> str:
+    """The version a rendered list carries in its ``hx-vals`` (sent back as ``since``)."""
+    return re.search(r'"since": "([0-9a-f]+)"', html).group(1)
+
+
+def sidebar(client, *, since: str = "", current: str = ""):
+    return client.get(reverse("chat"), {"since": since, "current": current, "q": ""},
+                      HTTP_HX_REQUEST="true", HTTP_HX_TARGET="sidebar-list")
+
+
+def home_lists(client, *, since: str = ""):
+    return client.get(reverse("home"), {"part": "lists", "since": since}, HTTP_HX_REQUEST="true")
+
+
+def test_the_sidebar_read_again_is_204_until_the_persons_conversations_change(client_for, alice, agent):
+    client = client_for(alice)
+    here = conversation_create(team=agent.team, agent=agent, user=alice, title="Here")
+    page = client.get(reverse("conversation", args=[here.uuid])).content.decode()
+    shown = version(page)
+    assert sidebar(client, since=shown, current=here.uuid.hex).status_code == 204
+
+    conversation_create(team=agent.team, agent=agent, user=alice, title="Made in another tab")
+    response = sidebar(client, since=shown, current=here.uuid.hex)
+    html = response.content.decode()
+    assert response.status_code == 200 and "Made in another tab" in html
+    assert f'href="{reverse("conversation", args=[here.uuid])}" aria-current="page"' in html
+    assert version(html) != shown  # the new list carries its own version
+
+    conversation_rename(conversation=here, user=alice, title="Renamed elsewhere")
+    assert "Renamed elsewhere" in sidebar(client, since=version(html)).content.decode()
+
+
+def test_the_home_lists_read_again_show_a_turn_that_started_and_ended_after_the_page(
+        client_for, alice, conversation, sent_turns):
+    client = client_for(alice)
+    page = client.get(reverse("home")).content.decode()
+    shown = version(page)
+    assert home_lists(client, since=shown).status_code == 204
+
+    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    started = home_lists(client, since=shown)
+    assert started.status_code == 200 and "Running now" in started.content.decode()
+    turn_run(trace.pk)
+    ended = home_lists(client, since=version(started.content.decode())).content.decode()
+    assert "Running now" not in ended and "What is 6 * 7?" in ended
+    assert ended.lstrip().startswith('<div id="home-lists"')
+
+
+def test_another_persons_lists_are_not_read_through_the_version(client_for, alice, bob, agent):
+    conversation_create(team=agent.team, agent=agent, user=bob, title="Bob's own")
+    html = sidebar(client_for(alice)).content.decode()
+    assert "Bob&#x27;s own" not in html
+
+
+@pytest.mark.usefixtures("close_thread_connections")
+async def test_lists_changed_reaches_the_persons_chat_and_team_sockets_but_not_the_inspector(
+        alice, team_a, conversation, sent_turns):
+    from channels.layers import get_channel_layer
+
+    trace = await sync_to_async(turn_start)(conversation=conversation, user=alice, text="Hello")
+    cookie = await sync_to_async(session_cookie)(alice)
+    sockets = {path: communicator(path, cookie=cookie) for path in (
+        f"/ws/team/{team_a.uuid}/", f"/ws/conversations/{conversation.uuid}/",
+        f"/ws/traces/{trace.uuid}/")}
+    for ws in sockets.values():
+        assert (await ws.connect())[0]
+    await get_channel_layer().group_send(user_group(alice.pk), {"type": "lists.changed"})
+    team, chat, inspector = sockets.values()
+    assert await team.receive_json_from(timeout=2) == {"event": "lists.changed", "data": {}}
+    assert await chat.receive_json_from(timeout=2) == {"event": "lists.changed", "data": {}}
+    assert await inspector.receive_nothing(timeout=0.3)
+    for ws in sockets.values():
+        await ws.disconnect()
+
+
+def test_what_changes_a_persons_lists_is_announced_to_them(alice, agent, conversation, sent_turns,
+                                                            monkeypatch, django_capture_on_commit_callbacks):
+    told: list[int] = []
+
+    async def announce(user_id):
+        told.append(user_id)
+
+    monkeypatch.setattr("agentsite.live.announce_lists", announce)
+    with django_capture_on_commit_callbacks(execute=True):
+        made = conversation_create(team=agent.team, agent=agent, user=alice, title="New")
+    with django_capture_on_commit_callbacks(execute=True):
+        trace = turn_start(conversation=conversation, user=alice, text="Hi")
+    assert told == [alice.pk, alice.pk]
+    monkeypatch.setattr("agents.turns.execution.announce_lists", announce)
+    turn_run(trace.pk)
+    assert told == [alice.pk] * 3  # and at its end, from the worker
+    with django_capture_on_commit_callbacks(execute=True):
+        conversation_rename(conversation=made, user=alice, title="Renamed")
+    assert told == [alice.pk] * 4
