@@ -35,6 +35,8 @@ AGENTS = {
     "Corpus": {"tools": ["current_time"], "provider_options": {"token_delay_s": 0.005}},
     # its only time tool is the operator's MCP time server (stdio), whose calls ask a person
     "Clock": {"tools": [], "provider_options": {"token_delay_s": 0.01}},
+    # a model with a (steep) price of the team's own: bob's daily budget is crossed in one turn
+    "Metered": {"tools": [], "model": "demo-metered", "provider_options": {"token_delay_s": 0.005}},
     # its calculator asks a person, who never answers within its 2 s (API: a denial)
     "Asker": {"tools": ["calculator"], "provider_options": {"token_delay_s": 0.005},
               "fields": {"approval_timeout_s": 2}},
@@ -66,7 +68,9 @@ def stack() -> Iterator[Any]:
     try:
         spec = {"agents": [{"name": name, **conf} for name, conf in AGENTS.items()],
                 "approval": ["calculator"], "mcp_servers": MCP_SERVERS,
-                "api_keys": API_KEYS, "team_b_agents": ["Rival"]}
+                "api_keys": API_KEYS, "team_b_agents": ["Rival"],
+                "prices": [{"model": "demo-metered", "input_per_mtok": 1000, "output_per_mtok": 1000}],
+                "budgets": [{"user": "bob", "limit_usd": "0.01"}]}
         running.ids = running.seed(spec)
         yield running
     finally:

@@ -187,6 +187,23 @@ def test_the_home_page_and_the_sidebar_show_what_another_tab_started_without_a_r
     assert not s.watch.errors and not other.watch.errors
 
 
+def test_a_budget_crossed_by_a_turn_shows_its_banner_without_a_reload(login):
+    # bob's daily budget is $0.01; one answer of the steeply priced "Metered" crosses it: the
+    # banner comes with the answer, with amounts written as the meter writes them.
+    s = login("bob")
+    s.open_chat_with("Metered")
+    banner = s.page.locator("#budget-banner .budget-banner")
+    assert banner.count() == 0
+    s.send("Tell me about budgets, please")
+    s.answers("completed").first.wait_for()
+    banner.wait_for(timeout=10_000)
+    text = banner.inner_text()
+    assert "Your daily budget is used up" in text and "of $0.01" in text, text
+    assert re.search(r"\$\d+\.\d{2,4} of", text) and not re.search(r"\d\.\d{5,}", text), text
+    assert banner.get_by_role("link", name="See costs").is_visible()
+    assert not s.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")

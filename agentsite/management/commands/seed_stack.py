@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -19,6 +20,7 @@ from agentsite.api_keys import api_key_create, api_key_revoke
 from agentsite.models import ApiKey, Membership
 from agentsite.personas import TEAM_A, TEAM_B, personas_seed, team_get_or_create
 from agentsite.stack import PASSWORD
+from traces.models import Budget, ModelPrice
 
 
 def seed(spec: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +39,10 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
 
     ``api_keys``: ``[{"name": ..., "user": "alice", "scopes": [...], "rpm": n, "tpm": n,
     "state": "active" | "revoked" | "expired"}]``, made for the person's (first) team; their
-    secrets come back under ``keys``. Agents of "Team B": ``team_b_agents`` (names)."""
+    secrets come back under ``keys``. Agents of "Team B": ``team_b_agents`` (names).
+    ``prices``: Team A's own prices of demo models (``{"model": ..., "input_per_mtok": ...,
+    "output_per_mtok": ...}``); ``budgets``: Team A's budgets (``{"user": name or absent for
+    the team's, "limit_usd": ..., "period": ..., "mode": ...}``)."""
     people = {name: user.pk for name, user in personas_seed(password=PASSWORD).items()}
     team_a = team_get_or_create(name=TEAM_A)
     specs = {"calculator": CalculatorTool, "current_time": CurrentTimeTool}
@@ -76,6 +81,16 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"MCP server {server.name}: {refreshed.error}")
         for agent in Agent.objects.filter(team=team_a, name__in=entry.get("agents", [])):
             agent.tools.add(*server.tools.all())
+    for entry in spec.get("prices") or []:
+        ModelPrice.objects.create(team=team_a, provider_kind="demo", model=entry["model"],
+                                  input_per_mtok=Decimal(str(entry["input_per_mtok"])),
+                                  output_per_mtok=Decimal(str(entry["output_per_mtok"])),
+                                  effective_from=timezone.now() - timedelta(days=1))
+    for entry in spec.get("budgets") or []:
+        Budget.objects.create(team=team_a, user_id=people[entry["user"]] if entry.get("user") else None,
+                              limit_usd=Decimal(str(entry["limit_usd"])),
+                              period=entry.get("period", Budget.Period.DAY),
+                              mode=entry.get("mode", Budget.Mode.WARN))
     team_b = team_get_or_create(name=TEAM_B)
     for name in spec.get("team_b_agents") or []:
         provider = Provider.objects.create(team=team_b, name=f"Demo for {name}", kind="demo")
