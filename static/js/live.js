@@ -27,7 +27,10 @@
     var incoming = parse(payload.html);
     if (!incoming) { return null; }
     var existing = document.getElementById(payload.id);
-    var reopen = existing && existing.querySelector("details[open]");
+    var open = existing && existing.querySelector(":scope > details[open]");
+    if (open && incoming.querySelector(":scope > details > summary")) {
+      return patchOpen(existing, open, incoming);
+    }
     if (existing) {
       existing.replaceWith(incoming);
     } else if (container) {
@@ -37,13 +40,32 @@
       return null;
     }
     if (window.htmx) { window.htmx.process(incoming); }
-    if (reopen) {
-      // A step the reader had open stays open; opening fires its "toggle", which loads the
-      // step's new state.
-      var details = incoming.querySelector("details");
-      if (details) { details.setAttribute("open", ""); }
-    }
     return incoming;
+  }
+
+  // A row the reader has open is patched, never replaced: its attributes, its summary line and
+  // what follows its details (an approval's buttons) come from the new row; the open body stays
+  // where the reader is, and is read again only when the step's status moved.
+  function patchOpen(existing, open, incoming) {
+    var moved = existing.className !== incoming.className;
+    Array.prototype.slice.call(incoming.attributes).forEach(function (attr) {
+      existing.setAttribute(attr.name, attr.value);
+    });
+    var summary = incoming.querySelector(":scope > details > summary");
+    open.replaceChild(summary, open.querySelector(":scope > summary"));
+    while (open.nextSibling) { existing.removeChild(open.nextSibling); }
+    var after = incoming.querySelector(":scope > details").nextSibling;
+    while (after) {
+      var next = after.nextSibling;
+      existing.appendChild(after);
+      if (window.htmx && after.nodeType === 1) { window.htmx.process(after); }
+      after = next;
+    }
+    var body = open.querySelector(".step-body");
+    if (moved && body && window.htmx && open.getAttribute("hx-get")) {
+      window.htmx.ajax("GET", open.getAttribute("hx-get"), { target: body, swap: "innerHTML" });
+    }
+    return existing;
   }
 
   // -- streamed text that joins what the page already shows -----------------------------------
@@ -443,7 +465,8 @@
     var near = nearBottom();
     var old = document.getElementById(payload.card_id);
     if (old) {
-      if (old.open && card.classList.contains("state-running")) { card.open = true; }
+      // a card the reader opened stays open (a card carries its whole content)
+      if (old.open) { card.open = true; }
       old.replaceWith(card);
     } else {
       placeBySeq(answer.querySelector(".answer-body"), card);

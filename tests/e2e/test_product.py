@@ -6,6 +6,7 @@ accessibility pass on the main pages."""
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,32 @@ def test_a_budget_crossed_by_a_turn_shows_its_banner_without_a_reload(login):
     assert "Your daily budget is used up" in text and "of $0.01" in text, text
     assert re.search(r"\$\d+\.\d{2,4} of", text) and not re.search(r"\d\.\d{5,}", text), text
     assert banner.get_by_role("link", name="See costs").is_visible()
+    assert not s.watch.errors
+
+
+def test_a_step_open_in_the_inspector_stays_open_while_its_turn_goes_on(login):
+    # The reader opened the model request while it was still writing; its end is patched into
+    # the row (status, duration, tokens) and the open panel is read again in place: not
+    # replaced, not closed.
+    s = login("alice")
+    s.open_chat_with("Slow")
+    s.send("Say hello to the lighthouse keeper")
+    pending = s.page.locator("li.answer.pending")
+    pending.wait_for()
+    trace = uuid.UUID(pending.get_attribute("data-trace"))
+    s.page.goto(f"{s.stack.url}/traces/{trace}/")
+    step = s.page.locator("#steps > li.k-llm_request").first
+    step.wait_for()
+    assert "s-running" in step.get_attribute("class")
+    body = s.open_step(step)
+    body.evaluate("b => { b.__kept = true; }")
+    wait_for(lambda: "s-ok" in (step.get_attribute("class") or ""), timeout=120,
+             what="the model request to end, on the open row")
+    assert step.locator(":scope > details").evaluate("d => d.open")
+    assert body.evaluate("b => b.__kept === true")  # the same panel, not a new one
+    assert "running" not in step.locator(".step-dur").inner_text()
+    wait_for(lambda: "Output" in body.inner_text() or "Tokens" in body.inner_text(),
+             what="the panel read again with the finished request")
     assert not s.watch.errors
 
 
