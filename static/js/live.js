@@ -275,6 +275,9 @@
     sending: false,
     retryTimer: null,
     conversation: root.getAttribute("data-conversation") || "",
+    seqs: {},           // trace -> the highest event number applied (gaps mean missed frames)
+    heardAt: Date.now(),// when the socket last brought anything
+    resyncTimer: null,
     maxChars: parseInt(root.getAttribute("data-max-chars") || "32000", 10)
   };
 
@@ -577,6 +580,42 @@
     card.querySelectorAll(".approval-actions button").forEach(function (b) { b.disabled = false; });
   });
 
+  // -- frames that were missed while the socket stayed open --
+  // Every event of a trace carries the trace's event number. The page starts from the number a
+  // pending answer was rendered at (data-event-seq); a frame more than one ahead means frames
+  // were lost (a hung Redis drops announcements rather than holding the turn), and the branch
+  // is read again. A lost last frame has no successor to reveal it: a pending answer that has
+  // heard nothing for a while is read again too.
+  var QUIET_RESYNC_MS = 20000;
+  function noteSeq(payload) {
+    chat.heardAt = Date.now();
+    if (payload.event === "delta" || typeof payload.seq !== "number" || !payload.trace) { return; }
+    var last = chat.seqs[payload.trace];
+    if (last === undefined) {
+      var answer = document.getElementById("answer-" + payload.trace);
+      var rendered = answer && answer.getAttribute("data-event-seq");
+      last = rendered ? parseInt(rendered, 10) : undefined;
+    }
+    if (last !== undefined && payload.seq > last + 1) { scheduleResync(); }
+    chat.seqs[payload.trace] = Math.max(last === undefined ? 0 : last, payload.seq);
+  }
+  function scheduleResync() {
+    if (chat.resyncTimer) { return; }
+    chat.resyncTimer = setTimeout(function () {
+      chat.resyncTimer = null;
+      chat.seqs = {};  // the re-read answers carry their numbers again
+      resyncConversation();
+    }, 300);
+  }
+  if (mode === "conversation") {
+    setInterval(function () {
+      if (!chat.socketOpen || Date.now() - chat.heardAt < QUIET_RESYNC_MS) { return; }
+      if (!root.querySelector("li.answer.pending")) { return; }
+      chat.heardAt = Date.now();
+      scheduleResync();
+    }, 5000);
+  }
+
   // -- re-sync the branch on screen after a reconnect --
   function resyncConversation(then) {
     var url = root.getAttribute("data-messages-url");
@@ -815,6 +854,7 @@
       // ~<step>|<offset>|<text>
       var bar = message.indexOf("|");
       var bar2 = bar > 0 ? message.indexOf("|", bar + 1) : -1;
+      chat.heardAt = Date.now();
       if (bar2 > 0) { onDelta(message.slice(1, bar), parseInt(message.slice(bar + 1, bar2), 10) || 0, message.slice(bar2 + 1)); }
       return;
     }
@@ -824,6 +864,7 @@
     if (!payload || typeof payload.event !== "string") { return; }
     event.preventDefault();
     if (mode === "trace") { onTraceMessage(payload); return; }
+    noteSeq(payload);
     if (payload.event === "step") { onStep(payload); }
     else if (payload.event === "trace") { onTrace(payload); }
     else if (payload.event === "message") { onMessage(payload); }

@@ -231,6 +231,72 @@ def test_a_step_open_in_the_inspector_stays_open_while_its_turn_goes_on(login):
     assert not s.watch.errors
 
 
+# The socket stays open but loses frames (what a hung Redis does to announcements): the first
+# frame saying a turn ended never reaches the page.
+LOSE_THE_END = """(() => {
+  const add = WebSocket.prototype.addEventListener;
+  window.__lost = 0;
+  WebSocket.prototype.addEventListener = function (type, fn, options) {
+    if (type !== "message") { return add.call(this, type, fn, options); }
+    return add.call(this, type, function (event) {
+      const data = typeof event.data === "string" ? event.data : "";
+      if (!window.__lost && data.indexOf('"event": "trace"') >= 0 && data.indexOf('"status": "completed"') >= 0) {
+        window.__lost += 1;
+        return;
+      }
+      return fn.call(this, event);
+    }, options);
+  };
+})();"""
+
+
+def test_an_answer_whose_last_frame_was_lost_still_appears(login):
+    # Nothing follows the lost frame to reveal the gap: a pending answer that hears nothing for
+    # a while reads the branch again.
+    s = login("alice")
+    s.page.add_init_script(LOSE_THE_END)
+    s.open_chat_with("Helper")
+    s.send("What time is it in Tokyo?")
+    s.answers("completed").first.wait_for(timeout=45_000)
+    assert s.page.evaluate("() => window.__lost") == 1
+    assert s.page.locator("li.answer.pending").count() == 0
+    assert not s.watch.errors
+
+
+LOSE_A_STEP = LOSE_THE_END.replace(
+    """data.indexOf('"event": "trace"') >= 0 && data.indexOf('"status": "completed"') >= 0""",
+    """data.indexOf('"event": "step"') >= 0""")
+assert LOSE_A_STEP != LOSE_THE_END
+
+
+def test_a_frame_lost_mid_turn_is_noticed_by_the_next_one(login):
+    s = login("alice")
+    s.page.add_init_script(LOSE_A_STEP)
+    s.open_chat_with("Helper")
+    rereads = []
+    s.page.on("request", lambda r: rereads.append(r.url) if "part=messages" in r.url else None)
+    s.send("What time is it in Tokyo?")
+    s.answers("completed").first.wait_for()
+    assert s.page.evaluate("() => window.__lost") == 1
+    # by the next frame's number, at once (not the quiet page's check, 20 s on)
+    wait_for(lambda: len(rereads) >= 1, timeout=5, what="the branch read again after the gap")
+    assert not s.watch.errors
+
+
+def test_a_turn_whose_frames_all_arrive_reads_nothing_again(login):
+    # Gap detection has no false alarms: every event number of a turn with a tool call reaches
+    # the page in order, so the branch is not read again.
+    s = login("alice")
+    s.open_chat_with("Helper")
+    rereads = []
+    s.page.on("request", lambda r: rereads.append(r.url) if "part=messages" in r.url else None)
+    s.send("What time is it in Tokyo?")
+    s.answers("completed").first.wait_for()
+    s.page.wait_for_timeout(1000)
+    assert rereads == []
+    assert not s.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")
