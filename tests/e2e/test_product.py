@@ -110,9 +110,11 @@ def test_an_approval_asked_before_the_page_subscribed_still_shows_its_card(login
     assert not s.watch.errors
 
 
-def test_twenty_turns_sent_from_the_home_page_over_a_slow_network_all_show_their_answer(login):
+@pytest.mark.parametrize("agent", ["Corpus", "Careful"])
+def test_twenty_turns_sent_from_the_home_page_over_a_slow_network_all_show_their_answer(login, agent):
     # 150 ms added to every request (Chromium's network conditions): the page renders, the turn
-    # runs and ends, the socket connects, in whatever order the network makes; none may stick.
+    # runs and ends (or, for "Careful", stops at its calculator's approval card), the socket
+    # connects, in whatever order the network makes; none may stick.
     s = login("alice")
     cdp = s.page.context.new_cdp_session(s.page)
     cdp.send("Network.enable")
@@ -121,15 +123,19 @@ def test_twenty_turns_sent_from_the_home_page_over_a_slow_network_all_show_their
     stuck = []
     for n in range(20):
         s.page.goto(s.stack.url + "/")
-        s.page.select_option("#home-agent", s.stack.ids["agents"]["Corpus"])
+        s.page.select_option("#home-agent", s.stack.ids["agents"][agent])
         s.page.fill("#home-text", f"What is {n} + 3?")
         s.page.press("#home-text", "Enter")
         s.page.wait_for_url(re.compile(r"/chat/[0-9a-f-]+/"))
         try:
+            if agent == "Careful":
+                waiting = s.page.locator(".tool-card.state-waiting")
+                waiting.wait_for(timeout=15_000)
+                waiting.locator("button:has-text('Approve')").click()
             s.answers("completed").first.wait_for(timeout=15_000)
         except PlaywrightTimeout:  # counted; the run goes on to say how many
             stuck.append(n)
-    assert stuck == [], f"{len(stuck)} of 20 answers never appeared: {stuck}"
+    assert stuck == [], f"{len(stuck)} of 20 answers (or approval cards) never appeared: {stuck}"
     assert not s.watch.errors
 
 
