@@ -257,6 +257,10 @@ class TurnRun:
         for name, value in prepared.configured.items():
             setattr(self.trace, name, value)
         await self.recorder.announce(self.recorder.announcements.trace, self.trace)
+        if self.plan is None and not self.trace.conversation.ephemeral:
+            # its person's home and sidebar (here, not in the request that sent the message:
+            # a hung Redis must not hold a send for one more deadline)
+            await announce_lists(self.trace.user_id)
         if self.plan is not None:
             await self._announce_resumption(self.plan)
         if setup.received_hooks and not await self._message_received(setup):

@@ -36,7 +36,6 @@ from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
 from agents.turns.windows import ESTIMATE_MARGIN, agent_window
 from agentsite.access import membership_for
-from agentsite.live import announce_lists_on_commit
 from agentsite.models import ApiKey, Membership, Team
 from traces.export.ids import parse_traceparent
 from traces.live import announce_sync
@@ -70,12 +69,9 @@ def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "",
     if agent.team_id != team.pk:
         raise PermissionDenied("That agent belongs to another team.")
     fields = {"uuid": conversation_uuid} if conversation_uuid is not None else {}
-    conversation = Conversation.objects.create(
-        team=team, agent=agent, created_by=user, api_key=api_key, ephemeral=ephemeral,
-        title=(title or "").strip()[:200], **fields)
-    if not ephemeral:
-        announce_lists_on_commit(user.pk)
-    return conversation
+    return Conversation.objects.create(team=team, agent=agent, created_by=user, api_key=api_key,
+                                       ephemeral=ephemeral, title=(title or "").strip()[:200],
+                                       **fields)
 
 
 def message_text_clean(text: str, *, images: int = 0) -> str:
@@ -242,7 +238,6 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
         message.conversation = conversation
         if not conversation.ephemeral:  # a stateless API request's conversation has no viewers
             transaction.on_commit(lambda: announce_sync(announcements().message, message))
-            announce_lists_on_commit(user.pk if user is not None else None)
     return SentTurn(trace)
 
 
