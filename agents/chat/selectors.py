@@ -262,7 +262,7 @@ class TurnView:
     parts: list[tuple[str, Any]] = field(default_factory=list)
     message_versions: Versions | None = None
     answer_versions: Versions | None = None
-    # The reader's thumbs up or down on the answer (``with_feedback``).
+    # The reader's thumbs up or down on the answer (``chat_view``'s ``reader``).
     my_feedback: Feedback | None = None
     # A running turn's model request that is streaming: its step and the text so far
     # (``with_streamed_text``), so a reload or a late reader sees it and live frames continue it.
@@ -314,27 +314,42 @@ def with_streamed_text(turns: list[TurnView]) -> None:
         turn.streaming = found.get(turn.trace.pk)
 
 
-def with_feedback(view: ChatView, user: Any) -> ChatView:
-    """Set each turn's ``my_feedback``: the reader's rating of its answer (one query)."""
-    ids = [t.trace.pk for t in view.turns]
-    mine = {f.trace_id: f for f in Feedback.objects.filter(trace_id__in=ids, user_id=user.pk)} if ids else {}
-    for turn in view.turns:
-        turn.my_feedback = mine.get(turn.trace.pk)
-    return view
+def _traces(conversation_id: int, reader_id: int | None = None) -> list[Trace]:
+    """The conversation's turns, each with what its model counted on its last request
+    (``last_request_tokens``, for the meter) and, for ``reader_id``, their own rating of its
+    answer (``my_rating``, ``my_comment``): one query."""
+    last_request = (Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.LLM_REQUEST, success=True)
+                    .order_by("-seq").annotate(tokens=F("input_tokens") + F("output_tokens")
+                                               + F("cache_write_tokens") + F("cache_read_tokens"))
+                    .values("tokens")[:1])
+    rows = (Trace.objects.filter(conversation_id=conversation_id)
+            .annotate(parent_turn_id=F("user_message__parent_turn_id"),
+                      last_request_tokens=Subquery(last_request)))
+    if reader_id is not None:
+        mine = Feedback.objects.filter(trace_id=OuterRef("pk"), user_id=reader_id)
+        rows = rows.annotate(my_rating=Subquery(mine.values("rating")[:1]),
+                             my_comment=Subquery(mine.values("comment")[:1]))
+    return list(rows.only(*TRACE_FIELDS).order_by("id"))
 
 
-def _traces(conversation_id: int) -> list[Trace]:
-    return list(Trace.objects.filter(conversation_id=conversation_id)
-                .annotate(parent_turn_id=F("user_message__parent_turn_id"))
-                .only(*TRACE_FIELDS).order_by("id"))
+def _with_feedback(turns: list[TurnView], reader_id: int | None) -> None:
+    """Each turn's ``my_feedback``: the reader's rating of its answer, from ``_traces``."""
+    if reader_id is None:
+        return
+    for turn in turns:
+        rating = getattr(turn.trace, "my_rating", None)
+        if rating is not None:
+            turn.my_feedback = Feedback(trace_id=turn.trace.pk, user_id=reader_id, rating=rating,
+                                        comment=turn.trace.my_comment or "")
 
 
-def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
+def chat_view(conversation: Conversation, *, at: Any = None, reader: Any = None) -> ChatView:
     """The conversation's branch through the turn with public id ``at`` (its newest leaf), or
-    the newest turn's branch; with its turns, tool cards, versions and meter. Three queries
-    (the turns, their messages, their tool calls with the start of their arguments) and the
-    meter's, however long the conversation is."""
-    traces = _traces(conversation.pk)
+    the newest turn's branch; with its turns, tool cards, versions, meter and ``reader``'s
+    ratings. Three queries (the turns, their messages, their tool calls with the start of their
+    arguments) and the context window's, however long the conversation is."""
+    reader_id = reader.pk if reader is not None else None
+    traces = _traces(conversation.pk, reader_id)
     by_id = {t.pk: t for t in traces}
     tree = TurnTree(TurnNode(t.pk, t.user_message_id, t.parent_turn_id) for t in traces)
     start = next((t.pk for t in traces if str(t.uuid.hex) == uuid_hex(at)), None) if at else None
@@ -345,6 +360,7 @@ def chat_view(conversation: Conversation, *, at: Any = None) -> ChatView:
     cards = tool_cards(steps, arguments, {pk: by_id[pk].uuid for pk in path})
     turns = _turn_views(path, by_id, tree, rows, cards)
     with_streamed_text(turns)
+    _with_feedback(turns, reader_id)
     meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
     for row in [*loose, *rows]:
         row.conversation = conversation
@@ -437,13 +453,7 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     ran_on = next((t.model for t in traces if t.pk == last_turn), "") if last_turn else ""
     if ran_on and ran_on != model:
         meter.last_model = ran_on
-    measured = 0
-    if last_turn is not None:
-        step = (Step.objects.filter(trace_id=last_turn, kind=Step.Kind.LLM_REQUEST, success=True)
-                .order_by("-seq").only("input_tokens", "output_tokens", "cache_write_tokens",
-                                        "cache_read_tokens").first())
-        if step is not None:
-            measured = step.total_tokens
+    measured = next((t.last_request_tokens or 0 for t in traces if t.pk == last_turn), 0)
     meter.context_tokens = max(estimate, measured)
     return meter
 

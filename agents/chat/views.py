@@ -113,8 +113,7 @@ def _sidebar(request: HttpRequest) -> dict[str, Any]:
 @require_GET
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
-    view = selectors.with_feedback(selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", ""))),
-                                   request.user)
+    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user)
     context = {
         "conversation": convo,
         "view": view,

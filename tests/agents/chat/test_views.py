@@ -81,9 +81,11 @@ def test_conversation_page_queries_are_bounded(client_for, alice, conversation, 
     for i in range(count):
         Message.objects.create(conversation=conversation, role="user", text=f"m{i}", blocks=[{"type": "text", "text": f"m{i}"}])
     c = client_for(alice)
-    # Two of them find the context window: the model's settings row, then the catalogue; one
-    # lists the sidebar.
-    with django_assert_max_num_queries(13):
+    c.get(reverse("conversation", args=[conversation.uuid]))  # the process reads the prices once
+    # The session, the membership, the conversation; the chat's turns (with the reader's
+    # ratings and the meter's last request), messages and tool steps; the context window (the
+    # model's settings row, the catalogue's stamp); the sidebar; the budgets.
+    with django_assert_max_num_queries(10):
         assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
 
 
@@ -274,16 +276,17 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
     c = client_for(alice)
     url = reverse("conversation", args=[conversation.uuid])
     grow(3)
+    c.get(url)  # the process reads the prices once
     with CaptureQueriesContext(connection) as few:
         small = c.get(url)
     assert small.status_code == 200 and "calculator" in small.content.decode()
     grow(27)
-    # the chat's own reads are five (turns, branch messages, loose messages, steps, arguments),
-    # the meter reads the model's settings row and the catalogue's window, one lists the sidebar
-    # and one reads the reader's ratings
+    # the chat's own reads are three (turns with the reader's ratings and the meter's last
+    # request, branch messages with the loose ones, steps with their arguments' start), the
+    # meter reads the model's settings row and the catalogue's stamp, one lists the sidebar
     with django_assert_max_num_queries(len(few)):
         big = c.get(url)
     body = big.content.decode()
-    assert len(few) <= 18 and big.status_code == 200 and body.count('class="message role-user"') == 30
+    assert len(few) <= 10 and big.status_code == 200 and body.count('class="message role-user"') == 30
     assert body.count('class="tool-card state-ok"') == 30 and body.count("<strong>answer</strong>") == 30
     assert body.count("<span>2/2</span>") == 30
