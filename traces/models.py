@@ -155,7 +155,7 @@ class Trace(TokenBuckets):
     @cached_property
     def fallbacks_used(self) -> list[str]:
         """The fallback provider/model pairs a failover moved to, in order (from retry steps)."""
-        if not self.pk or not self.step_count:
+        if not self.pk or not self.step_count or getattr(self, "has_retries", True) is False:
             return []
         rows = self.steps.filter(kind=Step.Kind.RETRY).order_by("seq").values_list("meta", flat=True)
         return [f"{m.get('next_provider') or '?'} / {m.get('next_model') or '?'}"

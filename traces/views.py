@@ -5,6 +5,7 @@ import json
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -16,7 +17,7 @@ from agentsite.redirects import redirect_back
 
 from . import live, selectors, services
 from .export.records import trace_export_chunks
-from .models import Step, StepPayload, Trace
+from .models import Feedback, Step, StepPayload, Trace
 from .presentation import (
     TREE_MAX_STEPS,
     decorate_states,
@@ -59,10 +60,21 @@ def trace_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _trace_with_flags(request: HttpRequest, trace_uuid) -> Trace:
+    """``_trace``, with whether it has failovers, forks and ratings to show (``has_retries``,
+    ``has_forks``, ``has_feedback``): most traces have none, and the page then does not read
+    them."""
+    rows = Trace.objects.select_related("agent", "conversation", "user", "user_message", "api_key").annotate(
+        has_retries=Exists(Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.RETRY)),
+        has_forks=Exists(Trace.objects.filter(forked_from_id=OuterRef("pk"))),
+        has_feedback=Exists(Feedback.objects.filter(trace_id=OuterRef("pk"))))
+    return selectors.trace_get_or_404(request.membership, rows, uuid=trace_uuid)
+
+
 @team_required()
 @require_GET
 def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
-    trace = _trace(request, trace_uuid)
+    trace = _trace_with_flags(request, trace_uuid)
     steps = selectors.trace_steps(trace)
     decorate_steps(steps, scale=timeline_scale(trace))
     states, previous = selectors.trace_states(trace)
@@ -74,7 +86,7 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
         "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
         "states": decorate_states(states, trace=trace, previous=previous),
         "states_before": states[0].iteration if previous else None,
-        "feedback": list(trace.feedback.select_related("user")),
+        "feedback": list(trace.feedback.select_related("user")) if trace.has_feedback else [],
         "streaming": selectors.streaming_text(trace) if trace.is_active else None,
     }
     context["mine"] = next((f for f in context["feedback"] if f.user_id == request.user.pk), None)

@@ -146,6 +146,23 @@ def test_the_inspector_reads_each_kind_of_row_once_however_long_the_trace(
     assert "Show earlier iterations" in html and html.count('class="rating-mark') == 2
 
 
+def test_the_inspector_does_not_look_for_failovers_forks_or_ratings_a_trace_does_not_have(
+        client_for, alice, conversation, django_assert_max_num_queries):
+    """The trace's own query says whether there are any (``Exists``): the session, the person,
+    the trace, its steps, its states, the budgets, the prices its requests used."""
+    from traces.sample import make_sample_trace
+
+    trace = make_sample_trace(conversation=conversation, user=alice, steps=20)
+    Step.objects.filter(trace=trace, kind=Step.Kind.RETRY).delete()
+    c = client_for(alice)
+    url = reverse("trace_detail", args=[trace.uuid])
+    c.get(url)
+    with django_assert_max_num_queries(7) as ran:
+        assert c.get(url).status_code == 200
+    assert not [q for q in ran.captured_queries
+                if 'FROM "traces_feedback"' in q["sql"] and "EXISTS" not in q["sql"]]
+
+
 def test_inspector_names_the_fallbacks_a_failover_used(client_for, alice, sample_trace):
     from django.utils import timezone
 

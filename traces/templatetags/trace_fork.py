@@ -17,7 +17,7 @@ MAX_FORKS_LISTED = 20
 def visible_forks(context: Any, trace: Trace) -> list[Trace]:
     request = context.get("request")
     membership = getattr(request, "membership", None)
-    if membership is None or not trace.pk:
+    if membership is None or not trace.pk or getattr(trace, "has_forks", True) is False:
         return []
     return list(traces_visible(membership, Trace.objects.filter(forked_from_id=trace.pk))
                 .order_by("id").only("uuid", "fork_seq", "status")[:MAX_FORKS_LISTED])
