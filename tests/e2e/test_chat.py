@@ -177,8 +177,10 @@ def test_enter_sends_shift_enter_breaks_the_line_and_bad_input_is_refused(login)
     box.press("Shift+Enter")
     box.type("line two")
     box.press("Enter")
-    s.page.locator("li.role-user").first.wait_for()
-    assert s.page.locator("li.role-user .bubble").inner_text() == "line one\nline two"
+    # the conversation's copy (the outbox shows its own until the server has it)
+    sent = s.page.locator("#messages li.role-user .bubble")
+    sent.wait_for()
+    assert sent.inner_text() == "line one\nline two"
     assert box.input_value() == "" and box.evaluate("el => el === document.activeElement")
     s.answers("completed").first.wait_for()
 

@@ -462,7 +462,7 @@ def test_an_image_is_attached_shown_and_sent(login):
     s.send("What is in this picture?")
     s.answers("completed").first.wait_for()
     assert s.answers("completed").first.locator(".md").inner_text().startswith("I received 1 image (image/png).")
-    thumb = s.page.locator("li.role-user .bubble img")
+    thumb = s.page.locator("#messages li.role-user .bubble img")
     assert thumb.count() == 1 and s.page.evaluate("(img) => img.naturalWidth", thumb.element_handle()) == 1
     assert s.page.locator("#attachment-tray li").count() == 0
     s.page.set_input_files("#attach-input", files=[{"name": "x.png", "mimeType": "image/png", "buffer": b"not an image"}])
