@@ -154,7 +154,7 @@ def _ipv6_problem(ip: ipaddress.IPv6Address) -> str | None:
 
 
 # -- the operator's allowlist ---------------------------------------------------------------------
-ALLOWLIST_HINT = ("An operator can allow it with OUTBOUND_ALLOWED_NETWORKS (see the README's "
+ALLOWLIST_HINT = ("An operator can allow it with OUTBOUND_ALLOWED_NETWORKS (see the documentation's "
                   "\u201cOutbound network policy\u201d).")
 
 

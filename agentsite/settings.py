@@ -1,6 +1,6 @@
 """agentsite settings: one module, configured from the environment (12-factor).
 
-Every variable is documented in ``.env.example`` and the README. Values come from the process
+Every variable is documented in ``.env.example`` and docs/configuration.md. Values come from the process
 environment, then from a ``.env`` file in the project root, then from the defaults below, which
 are the embedded development setup: SQLite under ``var/``, the bundled Redis server started by
 ``manage.py dev``, and a secret key generated once into ``var/secret_key``.
