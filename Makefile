@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-unit test-e2e test-llm test-llm-suites test-otel chaos chaos-ci lint format docs docs-serve bench bench-baseline bench-profile vendor clean
+.PHONY: help run test test-unit test-e2e test-llm test-llm-suites test-otel chaos chaos-ci lint format docs docs-serve docs-screenshots bench bench-baseline bench-profile vendor clean
 
 help:
 	@echo "make run    install into $(VENV), migrate, seed the demo and start everything (Ctrl-C stops it)"
@@ -17,6 +17,7 @@ help:
 	@echo "make chaos-ci   the light slice of it that CI runs (SQLite, ~4 min)"
 	@echo "make lint   ruff, and the import contracts of pyproject.toml (lint-imports)"
 	@echo "make docs   the documentation site (docs/) into var/site/, strict; make docs-serve to edit it live"
+	@echo "make docs-screenshots   the docs' pictures (docs/img/), taken from the product in Chromium"
 	@echo "make bench  the benchmarks the project ships, CPU per unit of work against bench/baseline.json"
 	@echo "make bench-baseline   run them and write their CPU figures into bench/baseline.json"
 	@echo "make bench-profile    flame graphs (py-spy) of a benchmark's processes in var/profile (BENCH_ARGS=api: another)"
@@ -99,6 +100,10 @@ docs: $(VENV)/.installed-dev
 
 docs-serve: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
+
+# The docs' screenshots (docs/img/), taken from the real product in Chromium.
+docs-screenshots: $(VENV)/.installed-dev
+	$(PY) -m tests.e2e.screenshots
 
 $(VENV)/.installed-bench: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
