@@ -616,6 +616,29 @@
     }, 5000);
   }
 
+  // A re-read branch keeps the answers the page already shows as they are on the server — an
+  // ended one, a pending one with nothing newer (its event number) — so that what the reader is
+  // reading, has open or is clicking (an approval's buttons) is not replaced under them. Rows
+  // that changed, or that the page lacks, come from the server.
+  // The re-read can also be older than frames that came meanwhile (rendered before a turn
+  // ended whose end the socket brought first): an ended answer is never replaced by a pending
+  // one, and a pending one only by a render past the event number the page applied.
+  function keepOld(old, fresh) {
+    if (!old || old.tagName !== fresh.tagName) { return false; }
+    if (!fresh.classList.contains("answer")) { return false; }  // messages: their versions may have moved
+    if (!old.classList.contains("pending")) { return true; }  // ended: final
+    if (!fresh.classList.contains("pending")) { return false; }  // it ended since
+    var trace = fresh.getAttribute("data-trace");
+    var applied = chat.seqs[trace] !== undefined ? chat.seqs[trace] : parseInt(old.getAttribute("data-event-seq") || "-1", 10);
+    return parseInt(fresh.getAttribute("data-event-seq") || "0", 10) <= applied;
+  }
+  function keepUnchanged(oldList, freshList) {
+    Array.prototype.slice.call(freshList.children).forEach(function (fresh) {
+      var old = fresh.id && oldList.querySelector(":scope > #" + CSS.escape(fresh.id));
+      if (old && keepOld(old, fresh)) { freshList.replaceChild(old, fresh); }
+    });
+  }
+
   // -- re-sync the branch on screen after a reconnect --
   function resyncConversation(then) {
     var url = root.getAttribute("data-messages-url");
@@ -636,6 +659,7 @@
           var old = node.id && document.getElementById(node.id);
           if (!old) { return; }
           node.removeAttribute("hx-swap-oob");
+          if (node.id === "messages") { keepUnchanged(old, node); }
           old.replaceWith(node);
           if (node.id === "messages") { chat.messages = node; }
           enhance(node);

@@ -289,6 +289,38 @@ def test_a_frame_lost_mid_turn_is_noticed_by_the_next_one(login):
     assert not s.watch.errors
 
 
+def test_a_re_read_older_than_the_frames_never_puts_back_what_they_replaced(login):
+    # The page's first re-read (a turn was waiting when it rendered) is answered with the branch
+    # as it was; before that answer lands, the reader approves and the socket brings the end of
+    # the turn. The late answer must not put the waiting card back.
+    s = login("alice")
+    s.open_chat_with("Careful")
+    s.send("What is 2 + 3?")
+    s.page.locator(".tool-card.state-waiting").wait_for()
+    held = []
+
+    def hold(route):
+        held.append((route, route.fetch()))  # the branch as it is now: still waiting
+
+    s.page.route(re.compile(r"part=messages"), hold)
+    s.page.reload()
+    s.wait_for_socket()
+    for _ in range(100):  # route handlers run while Playwright has the thread
+        if held:
+            break
+        s.page.wait_for_timeout(100)
+    assert held, "the page did not re-read the branch"
+    s.page.locator(".tool-card.state-waiting button:has-text('Approve')").click()
+    s.answers("completed").first.wait_for()
+    route, stale = held[0]
+    route.fulfill(response=stale)
+    s.page.wait_for_timeout(1000)
+    assert s.answers("completed").count() == 1 and s.page.locator(".tool-card.state-waiting").count() == 0
+    assert "2 + 3 = 5." in s.answers("completed").first.inner_text()
+    s.page.unroute(re.compile(r"part=messages"))
+    assert not s.watch.errors
+
+
 def test_a_turn_whose_frames_all_arrive_reads_nothing_again(login):
     # Gap detection has no false alarms: every event number of a turn with a tool call reaches
     # the page in order, so the branch is not read again.
