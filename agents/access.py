@@ -7,8 +7,8 @@
   rename, archive, delete, share or unshare) is for its owner and the team's owners and admins,
   never for a viewer. Anyone else who can see it gets a 403 with a plain message.
 
-Its traces (``traces.selectors``) and conversation memory (``memory.selectors``) follow the same
-rule through their conversation; the rule itself is ``agentsite.access.own_or_shared``. Views,
+Its traces (``traces.record.selectors``) and conversation memory (``memory.selectors``) follow the
+same rule through their conversation; the rule itself is ``agentsite.access.own_or_shared``. Views,
 the chat's socket, the chat's lists and the turn services use the functions here.
 """
 

@@ -11,8 +11,9 @@ set, and load objects with ``get_for_team_or_404(Model, request.team, ...)``. Co
 
 Inside a team, what belongs to one person (a conversation, its traces, their memory) is seen by
 that person, by the team's owners and admins, and by everyone in the team once it is shared:
-``own_or_shared``. The apps apply it to their models (``agents.access``, ``traces.selectors``,
-``memory.selectors``); see "Privacy inside a team" in docs/architecture.md.
+``own_or_shared``. The apps apply it to their models (``agents.access``,
+``traces.record.selectors``, ``memory.selectors``); see "Privacy inside a team" in
+docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class Stamped(models.Model):
     """A row whose every change moves ``updated_at``: a save of some fields only, an update or a
     bulk update of its queryset included. Processes keep configuration they read until a row's
     ``updated_at`` (or the rows' count) says it changed (``agents.team_config``,
-    ``traces.pricing``), so no write may leave it behind."""
+    ``traces.costs.pricing``), so no write may leave it behind."""
 
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -3,10 +3,9 @@
 A *window* is one scope's limits (an API key, a person in a team). ``limits_admit`` checks every
 window a request falls under and, only if all of them have room, records the request in all of
 them, in one Lua script: two racing requests can never both take the last place. The comparison
-is the budgets' (``traces.budgets``): a request is refused when what the window holds plus what
-this request adds would be *over* the limit (``held + 1 > rpm``, ``held + tokens > tpm``), so a
+is the budgets' (``traces.costs.budgets``): a request is refused when what the window holds plus
+what this request adds would be *over* the limit (``held + 1 > rpm``, ``held + tokens > tpm``), so a
 limit of 10 requests per minute lets exactly 10 through.
-
 Tokens are known only when a turn ends, so a request reserves an estimate (its prompt, counted
 as the runtime estimates tokens) and ``limits_settle`` replaces it with what the turn used.
 Reservations expire with the window, so a request whose turn never ends frees its tokens a minute

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 
 from agents.chat.consumers import ConversationConsumer
-from traces.consumers import TraceConsumer
+from traces.record.consumers import TraceConsumer
 
 from . import consumers
 

@@ -44,7 +44,7 @@ urlpatterns = [
     path("chat/", include("agents.chat.urls")),
     path("traces/", include("traces.urls")),
     path("traces/", include("agents.turns.urls")),
-    path("costs/", include("traces.cost_urls")),
+    path("costs/", include("traces.costs.urls")),
     path("admin/routing/", include("agents.config.urls")),
     path("admin/tools/", include("agents.tools.urls")),
     path("memory/", include("memory.urls")),

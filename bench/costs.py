@@ -73,8 +73,8 @@ def _generate(*, steps: int, team, user_ids, agent_ids, conversation_ids) -> tup
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from traces.costs.pricing import price_table_for
     from traces.models import Step, Trace
-    from traces.pricing import price_table_for
 
     table = price_table_for(team.pk)
     rng = random.Random(42)  # noqa: S311 - generated benchmark data
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from agents.models import Agent, Conversation, Provider
     from agentsite.models import Membership, Team
+    from traces.costs.rollups import rollups_rebuild
     from traces.models import CostRollup, Step, Trace
-    from traces.rollups import rollups_rebuild
 
     setup_test_environment()
     team = Team.objects.create(name="Bench")

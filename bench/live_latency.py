@@ -39,9 +39,9 @@ from agents.models import Message  # noqa: E402
 from agents.runtime.events import ToolStarted  # noqa: E402
 from agents.turns.turn_threads import TurnDb  # noqa: E402
 from agentsite.devrunner import daphne_command, free_port  # noqa: E402
-from traces import services  # noqa: E402
 from traces.models import Trace  # noqa: E402
-from traces.recorder import TraceRecorder  # noqa: E402
+from traces.record import services  # noqa: E402
+from traces.record.recorder import TraceRecorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 P99_LIMIT_MS = 50.0

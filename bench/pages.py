@@ -101,8 +101,8 @@ def _generate(*, team, users, agents, traces: int) -> None:
 
     from agents.models import Conversation, Message
     from bench.costs import STEPS_PER_TRACE, _plan_trace
+    from traces.costs.pricing import price_table_for
     from traces.models import Step, Trace
-    from traces.pricing import price_table_for
 
     rng = random.Random(29)  # noqa: S311 - generated benchmark data
     table = price_table_for(team.pk)
@@ -219,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.urls import reverse
     from django.utils import timezone
 
+    from traces.costs.rollups import rollups_rebuild
     from traces.models import Trace
-    from traces.rollups import rollups_rebuild
     from traces.sample import make_sample_trace
 
     assert not settings.DEBUG and "testserver" in settings.ALLOWED_HOSTS

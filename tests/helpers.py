@@ -106,7 +106,7 @@ def communicator(path: str, *, cookie: str | None = None, origin: str | None = "
 async def announce_delta(trace, *, text: str) -> None:
     """A model's text delta as a running turn announces it (``TraceRecorder.announce_delta``)."""
     from agents.chat.live import groups_for
-    from traces import live
+    from traces.record import live
 
     payload = live.delta_payload(trace_uuid=trace.uuid, seq=trace.event_seq, step=3, index=0, text=text)
     await live.publish(groups_for(trace), payload)

@@ -30,11 +30,11 @@ from agentsite.admin_site import TeamScopedAdmin, admin_team_ids
 from agentsite.audit import AuditedAdmin
 from agentsite.models import Membership, Team
 
-from .budgets import BudgetState, spent_of, with_spend
-from .catalogue.views import catalogue_import_view
+from .costs.budgets import BudgetState, spent_of, with_spend
+from .costs.catalogue.views import catalogue_import_view
+from .costs.pricing import _next_version, price_export, price_import
 from .export import admin as export_admin  # noqa: F401 - the exporter page registers itself
 from .models import Budget, ModelPrice
-from .pricing import _next_version, price_export, price_import
 
 IMPORT_MAX_BYTES = 2 * 1024 * 1024
 

@@ -11,6 +11,6 @@ class TracesConfig(AppConfig):
     def ready(self) -> None:
         # Reference data, like Django's content types: a database without the global price
         # table (fresh, or flushed between tests) gets the shipped one after migrating.
-        from .price_seed import price_seed_if_empty
+        from .costs.price_seed import price_seed_if_empty
 
         post_migrate.connect(price_seed_if_empty, sender=self, dispatch_uid="traces_price_seed")

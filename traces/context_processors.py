@@ -5,7 +5,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from .budgets import banner_lines, request_budget_states
+from .costs.budgets import banner_lines, request_budget_states
 
 
 def budget_banner(request: HttpRequest) -> dict[str, Any]:

@@ -329,7 +329,7 @@ class ModelPrice(Stamped):
     (negotiated prices, local models). Rates are never edited in place: a change is a new row
     with the next ``version`` and its own ``effective_from``, so every recorded cost keeps
     pointing at the price it was computed with. How a model name finds its row is
-    ``traces.pricing`` (exact name, then aliases, then a version-suffix prefix)."""
+    ``traces.costs.pricing`` (exact name, then aliases, then a version-suffix prefix)."""
 
     class Match(models.TextChoices):
         EXACT = "exact", "Exact name"
@@ -376,7 +376,7 @@ class ModelPrice(Stamped):
         null=True, blank=True, help_text="Tokens the model reads at most (its context window).")
     max_output_tokens = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens the model writes at most in one answer.")
-    # Provenance of rows imported from the community model catalogue (``traces.catalogue``).
+    # Provenance of rows imported from the community model catalogue (``traces.costs.catalogue``).
     catalogue_source = models.CharField(
         max_length=300, blank=True, help_text="The catalogue this row was imported from (URL or file).")
     catalogue_version = models.CharField(max_length=50, blank=True,
@@ -385,7 +385,7 @@ class ModelPrice(Stamped):
                                              help_text="When the catalogue was read.")
     created_at = models.DateTimeField(auto_now_add=True)
     # Changed on every write, edits in place included: each process keeps the table it read
-    # until this (or the rows' count) says otherwise (``traces.pricing.price_table_for``).
+    # until this (or the rows' count) says otherwise (``traces.costs.pricing.price_table_for``).
     updated_at = models.DateTimeField(auto_now=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                    blank=True, related_name="+", editable=False)
@@ -437,7 +437,7 @@ class CostAmounts(models.Model):
 
 class CostRollup(CostAmounts):
     """A day of a team's model requests per agent, user, provider and model: the ledger the
-    costs page and the budgets read. Kept exact by ``traces.rollups`` in the same transaction
+    costs page and the budgets read. Kept exact by ``traces.costs.rollups`` in the same transaction
     as every step cost written or corrected. Ids are plain numbers (0 = none): a deleted agent,
     user or conversation does not take its spend out of the ledger."""
 
@@ -487,7 +487,7 @@ class ConversationCostRollup(CostAmounts):
 
 class Budget(Stamped):
     """A spending limit for a team or one of its people, per day or per month, checked before
-    every model request of their turns (``traces.budgets``). From ``warn_at_percent`` a banner
+    every model request of their turns (``traces.costs.budgets``). From ``warn_at_percent`` a banner
     shows; past the limit, ``block`` refuses the request and ``route_down`` sends the rest of
     the turn to a cheaper route; ``warn`` only warns."""
 

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import cache_views, compare_views, cost_views, views
+from .costs import cache_views
+from .costs import views as cost_views
+from .debug import compare_views
+from .inspector import views
 
 urlpatterns = [
     path("", views.trace_list, name="traces"),

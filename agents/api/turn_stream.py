@@ -1,9 +1,9 @@
 """Following a turn from a web request: its live events while it runs, and its end.
 
-The worker announces every change of a trace on the channel layer (``traces.live``); this joins
-the trace's group before it looks at the database, so nothing between the two is missed, and
-looks at the database again whenever the layer is quiet for a moment (a lost frame, a worker
-that died): the database says when the turn has ended, the layer only says it sooner.
+The worker announces every change of a trace on the channel layer (``traces.record.live``); this
+joins the trace's group before it looks at the database, so nothing between the two is missed, and
+looks at the database again whenever the layer is quiet for a moment (a lost frame, a worker that
+died): the database says when the turn has ended, the layer only says it sooner.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from agents.models import Message
 from agents.turns.signals import ended_signal_wait
 from agentsite.channel_layer import LayerUnavailable
 from agentsite.db import db_async, rereading
-from traces.live import trace_group
 from traces.models import Trace
+from traces.record.live import trace_group
 
 ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 QUIET_S = 1.0

@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 
 from agents.access import conversation_visible_to
 from agents.models import Conversation
-from traces import live
-from traces.consumers import LiveConsumer
+from traces.record import live
+from traces.record.consumers import LiveConsumer
 
 from .live import chat_payload, delta_frame
 

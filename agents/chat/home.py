@@ -15,9 +15,9 @@ from agents.models import Provider
 from agentsite.access import team_required
 from agentsite.live import list_version
 from agentsite.models import Membership, Team
-from traces.budgets import request_budget_states
-from traces.cost_selectors import recent_spend
-from traces.selectors import recent_turns
+from traces.costs.budgets import request_budget_states
+from traces.costs.selectors import recent_spend
+from traces.record.selectors import recent_turns
 
 RECENT = 6
 

@@ -1,6 +1,6 @@
 """The chat's live updates: what a conversation's page receives while its turns run.
 
-A turn announces data (``traces.live``: which row changed, its status, its event number), to
+A turn announces data (``traces.record.live``: which row changed, its status, its event number), to
 the trace's group and the conversation's, with what the chat needs of a model request as data
 (its tokens and cost, for the meter). The chat's fragments — a tool card for tool calls and
 approvals, a sent message with its place in the conversation's tree, a finished turn's answer
@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from agents.models import Message
-from traces import live
-from traces.budgets import banner_lines, budget_states
-from traces.live import Announcement, Announcements, render
+from traces.costs.budgets import banner_lines, budget_states
 from traces.models import Step, Trace
+from traces.record import live
+from traces.record.live import Announcement, Announcements, render
 
 from .selectors import TurnView, tool_card_for_step, turn_view
 

@@ -27,8 +27,8 @@ from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.windows import context_window
 from agentsite.links import link
 from agentsite.models import Membership, Team
-from traces.live import uuid_hex
 from traces.models import Feedback, Step, StepPayload, Trace
+from traces.record.live import uuid_hex
 
 
 # -- the chat ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Budgets inside a turn: before every model request, the agent's per-turn limits and the
-team's and person's budgets (``traces.budgets``) decide: go on, warn, refuse, or route the rest
-of the turn to a cheaper model."""
+team's and person's budgets (``traces.costs.budgets``) decide: go on, warn, refuse, or route the
+rest of the turn to a cheaper model."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from agents.runtime.providers.reliable import ReliableProvider
 from agents.tools.context import DbRunner, run_sync
 from agents.turns.announce import announcements
 from agents.turns.providers import TurnSetupError, runtime_provider
-from traces import live
-from traces.budgets import budget_decide, budget_states, money
+from traces.costs.budgets import budget_decide, budget_states, money
+from traces.costs.pricing import PriceTable
 from traces.models import Budget
-from traces.pricing import PriceTable
-from traces.services import TraceNotOwned, trace_budget_note
+from traces.record import live
+from traces.record.services import TraceNotOwned, trace_budget_note
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class RouteDown:
 
 class BudgetHooks(TurnHooks):
     """Checks, before every model request of a turn, the agent's limits per turn (tokens, cost)
-    and the team's and the person's budgets (``traces.budgets``): a request over a limit is
+    and the team's and the person's budgets (``traces.costs.budgets``): a request over a limit is
     refused with a message that says what to do, or, for a ``route_down`` budget, goes to the
     budget's cheaper route with the rest of the turn. Decisions are noted on the trace."""
 

@@ -57,11 +57,11 @@ from agents.turns.selectors import conversation_history_rows, turn_branch_before
 from agents.turns.windows import answer_reserve, context_window
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
-from traces.budgets import budget_scope
+from traces.costs.budgets import budget_scope
+from traces.costs.pricing import price_table_for
 from traces.export.config import export_on
 from traces.export.ids import parse_traceparent, tool_traceparent
 from traces.models import Budget, Trace, TrajectoryState
-from traces.pricing import price_table_for
 
 logger = logging.getLogger(__name__)
 

@@ -69,8 +69,8 @@ from agents.turns.turn_threads import CONNECTION_LOST_REASON, TurnDb, thread_loo
 from agentsite.db import connection_lost
 from agentsite.live import announce_lists
 from traces.models import Trace
-from traces.recorder import TraceRecorder
-from traces.services import (
+from traces.record.recorder import TraceRecorder
+from traces.record.services import (
     StoredSteps,
     TraceNotOwned,
     reason_sentence,

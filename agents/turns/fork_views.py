@@ -1,6 +1,6 @@
 """The inspector's "Fork from here": a form for one step of a trace, and starting the fork.
 
-A trace the person may not see is a 404 (``traces.selectors``); one they see but whose
+A trace the person may not see is a 404 (``traces.record.selectors``); one they see but whose
 conversation is not theirs (and they are no admin) is a 403 from the service."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agents.turns.replay import fork_point
 from agentsite.access import team_required
 from agentsite.models import Membership
 from traces.models import Step, Trace
-from traces.selectors import trace_can_act, trace_get_or_404
+from traces.record.selectors import trace_can_act, trace_get_or_404
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -28,11 +28,11 @@ from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import app
+from traces.costs.rollups import TOTAL_FIELDS
 from traces.export import pipeline as export_pipeline
-from traces.live import announce_sync
 from traces.models import Trace
-from traces.rollups import TOTAL_FIELDS
-from traces.services import (
+from traces.record.live import announce_sync
+from traces.record.services import (
     duration_ms,
     reason_sentence,
     steps_interrupt,

@@ -1,8 +1,8 @@
 """Before a turn starts: the rate limits of the person and of the API key it comes through
-(``agentsite.ratelimit``), and the budgets (``traces.budgets``) of the team, the person and the
-key. One path for every scope and every way in (the chat and the API), with the budgets' own
-comparison; inside the turn, ``agents.turns.budgets`` keeps checking the same budgets before
-every model request.
+(``agentsite.ratelimit``), and the budgets (``traces.costs.budgets``) of the team, the person and
+the key. One path for every scope and every way in (the chat and the API), with the budgets' own
+comparison; inside the turn, ``agents.turns.budgets`` keeps checking the same budgets before every
+model request.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.team_config import kept
 from agentsite.models import ApiKey, Membership
 from agentsite.ratelimit import LimiterUnavailable, Window, limits_admit, limits_settle
-from traces.budgets import budget_decide, budget_scope, budget_states
+from traces.costs.budgets import budget_decide, budget_scope, budget_states
 from traces.models import Budget
 
 LIMITER_DOWN_RETRY_S = 5

@@ -32,9 +32,9 @@ from agents.turns.resume import requests_end_cut_off
 from agents.turns.signals import ended_signal_send
 from agentsite.celery import app
 from traces.export import pipeline as export_pipeline
-from traces.live import announce_sync
 from traces.models import Step, Trace
-from traces.services import (
+from traces.record.live import announce_sync
+from traces.record.services import (
     STEP_INTERRUPTED,
     duration_ms,
     step_totals,

@@ -28,10 +28,10 @@ from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.messages import Role, ToolResultBlock
 from agents.runtime.pricing import TOKEN_FIELDS, Usage
 from agents.runtime.tokenizer import count_tokens
-from traces import services
+from traces.costs.pricing import price_table_for
 from traces.models import Step, StepPayload, Trace, TrajectoryState
-from traces.pricing import price_table_for
-from traces.recorder import price_fields
+from traces.record import services
+from traces.record.recorder import price_fields
 
 logger = logging.getLogger(__name__)
 Kind, StepStatus = Step.Kind, Step.Status

@@ -38,8 +38,8 @@ from agents.turns.windows import ESTIMATE_MARGIN, agent_window
 from agentsite.access import membership_for
 from agentsite.models import ApiKey, Membership, Team
 from traces.export.ids import parse_traceparent
-from traces.live import announce_sync
 from traces.models import Trace
+from traces.record.live import announce_sync
 
 MAX_MESSAGE_CHARS = 32_000
 INTERRUPT_REASON = "interrupted by a new message"

@@ -28,7 +28,7 @@ from django.conf import settings
 
 from agents.runtime.cancel import CancelToken
 from agents.runtime.loop import ApprovalDecision, ApprovalRequest
-from traces.live import uuid_hex
+from traces.record.live import uuid_hex
 
 logger = logging.getLogger(__name__)
 

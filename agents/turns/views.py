@@ -1,7 +1,7 @@
 """The inspector's actions on a running turn: stop it, decide on a tool call that waits for
 approval. The inspector's pages post here; the chat has its own stop (``/stop``).
 
-A trace the person may not see is a 404 (``traces.selectors``); one they see but whose
+A trace the person may not see is a 404 (``traces.record.selectors``); one they see but whose
 conversation is not theirs (and they are no admin) is a 403 from the service."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agentsite.access import team_required
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 from traces.models import Trace
-from traces.selectors import trace_get_or_404
+from traces.record.selectors import trace_get_or_404
 
 
 def _trace(request: HttpRequest, trace_uuid) -> Trace:

@@ -3,7 +3,7 @@ threshold and the check that a message fits at all.
 
 What the admin configured wins (``configured``: the model's row of its provider, else the
 provider's own setting; ``Provider.settings_for``). Otherwise the model catalogue says
-(``traces.pricing.model_limits``: the price table's rows, matched like prices, never by a
+(``traces.costs.pricing.model_limits``: the price table's rows, matched like prices, never by a
 sibling model). Unknown models get ``DEFAULT_CONTEXT_WINDOW``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traces.pricing import model_limits
+from traces.costs.pricing import model_limits
 
 DEFAULT_CONTEXT_WINDOW = 32_768
 

@@ -334,9 +334,9 @@ def integrity_figures(executions: dict[str, list[float]], recorded: dict[str, fl
     or a dead worker's trace whose step held it. (The step's own start plus its duration is no
     bound: its start is taken before a write that can wait seconds for SQLite's lock, and the
     duration is measured after that write.)"""
+    from traces.costs.pricing import cost_units
+    from traces.costs.rollups import AMOUNT_FIELDS, step_share, trace_totals_from_steps
     from traces.models import ConversationCostRollup, CostRollup, Step, Trace
-    from traces.pricing import cost_units
-    from traces.rollups import AMOUNT_FIELDS, step_share, trace_totals_from_steps
 
     keys = [(trace_id, (meta or {}).get("key", "") if isinstance(meta, dict) else "")
             for trace_id, meta in Step.objects.values_list("trace_id", "meta")]

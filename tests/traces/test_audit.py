@@ -1,5 +1,5 @@
-"""The cancellation audit (``traces.audit``): what a stop cut, from real turns run in this process
-on the offline demo model — Stop mid-stream, Stop during a slow tool, Stop while an approval
+"""The cancellation audit (``traces.debug.audit``): what a stop cut, from real turns run in this
+process on the offline demo model — Stop mid-stream, Stop during a slow tool, Stop while an approval
 waits, a time limit, a worker that died — shown in the inspector, the REST API and the export."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.agents.turns.conftest import SlowTool, slow_tool_agent  # noqa: F401 - a fixture
 from tests.helpers import wait_for
-from traces import live, recorder, services
-from traces.audit import APPROVAL_WITHDRAWN_REASON, CUT_PREFIXES, trace_audit
+from traces.debug.audit import APPROVAL_WITHDRAWN_REASON, CUT_PREFIXES, trace_audit
 from traces.models import Step, Trace
+from traces.record import live, recorder, services
 from traces.sample import make_sample_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""The cancellation audit (``traces.audit``) of turns whose real worker process was killed.
+"""The cancellation audit (``traces.debug.audit``) of turns whose real worker process was killed.
 
 ``test_audit.py`` ends a turn through the reaper while its worker thread still runs in the test
 process; here the Celery worker running the turn gets SIGKILL in the middle of a step, as a
@@ -32,9 +32,9 @@ from agents.turns.reaper import INTERRUPTED_MESSAGE
 from agents.turns.services import turn_start
 from tests.agents.turns.test_workers import alive_rows
 from tests.helpers import wait_for
-from traces.audit import trace_audit
+from traces.debug.audit import trace_audit
 from traces.models import Step, Trace
-from traces.services import STEP_INTERRUPTED
+from traces.record.services import STEP_INTERRUPTED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

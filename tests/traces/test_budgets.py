@@ -13,7 +13,13 @@ from django.utils import timezone
 
 from agents.models import Conversation, ModelRoute, Provider
 from agentsite.models import AuditEvent
-from traces.budgets import BudgetState, budget_decide, budget_states, money, request_budget_states
+from traces.costs.budgets import (
+    BudgetState,
+    budget_decide,
+    budget_states,
+    money,
+    request_budget_states,
+)
 from traces.models import Budget, CostRollup
 
 from .cost_helpers import priced_demo, run

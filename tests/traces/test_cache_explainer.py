@@ -17,9 +17,9 @@ from agents.runtime.providers.base import ChatRequest, SystemBlock
 from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.providers.demo_cache import PROMPT_CACHE
 from agents.runtime.tools import ToolSpec
-from traces.cache import CACHE_MIN_TOKENS, explain, first_change
-from traces.cache_selectors import cache_losses, step_cache_explanation
-from traces.cost_selectors import Resolved
+from traces.costs.cache import CACHE_MIN_TOKENS, explain, first_change
+from traces.costs.cache_selectors import cache_losses, step_cache_explanation
+from traces.costs.selectors import Resolved
 from traces.models import ModelPrice, Step
 
 from .cost_helpers import EARLY, run

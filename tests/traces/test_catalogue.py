@@ -20,7 +20,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from traces.catalogue import (
+from traces.costs.catalogue import (
     SNAPSHOT_PATH,
     Action,
     CatalogueError,
@@ -29,10 +29,10 @@ from traces.catalogue import (
     catalogue_read,
     snapshot_apply,
 )
-from traces.catalogue.plan import FIRST_PRICE_FROM
-from traces.catalogue.read import per_million
+from traces.costs.catalogue.plan import FIRST_PRICE_FROM
+from traces.costs.catalogue.read import per_million
+from traces.costs.pricing import model_limits, price_table_for
 from traces.models import ModelPrice
-from traces.pricing import model_limits, price_table_for
 
 pytestmark = pytest.mark.django_db
 

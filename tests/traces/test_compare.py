@@ -16,9 +16,9 @@ from agents.chat.services import conversation_create
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
-from traces import compare
-from traces.compare import Pair, StepFacts
-from traces.compare_selectors import trace_comparison
+from traces.debug import compare
+from traces.debug.compare import Pair, StepFacts
+from traces.debug.compare_selectors import trace_comparison
 from traces.models import Step, StepPayload, Trace
 
 

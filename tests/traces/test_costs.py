@@ -15,9 +15,9 @@ from django.utils import timezone
 from agents.models import Conversation
 from agentsite.models import AuditEvent
 from tests.helpers import drain, listen
-from traces.live import inspector_payload
+from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, ModelPrice, Trace
-from traces.rollups import rollups_rebuild
+from traces.record.live import inspector_payload
 
 from .cost_helpers import (
     STEP_TOKENS,

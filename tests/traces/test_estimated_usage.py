@@ -17,10 +17,10 @@ from agents.runtime.pricing import Usage
 from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close
 from agents.turns.services import turn_start
 from agents.turns.turn_threads import TurnDb
-from traces import live
+from traces.costs.rollups import estimated_calls_backfill, rollups_rebuild
 from traces.models import ConversationCostRollup, CostRollup, Step, Trace
-from traces.recorder import TraceRecorder
-from traces.rollups import estimated_calls_backfill, rollups_rebuild
+from traces.record import live
+from traces.record.recorder import TraceRecorder
 
 from .cost_helpers import ledger_rows
 

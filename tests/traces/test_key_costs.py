@@ -16,9 +16,9 @@ from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create, api_key_revoke
 from agentsite.models import ApiKey
-from traces.budgets import budget_states
+from traces.costs.budgets import budget_states
+from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, Trace
-from traces.rollups import rollups_rebuild
 
 from .cost_helpers import ledger_rows, ledger_total, run
 

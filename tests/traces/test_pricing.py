@@ -18,15 +18,15 @@ from agents.runtime.pricing import Usage
 from agents.runtime.providers.anthropic import AnthropicProvider
 from agents.runtime.providers.base import ChatRequest
 from agents.runtime.providers.openai import OpenAIProvider
-from traces.catalogue import snapshot_read
-from traces.models import ModelPrice
-from traces.pricing import (
+from traces.costs.catalogue import snapshot_read
+from traces.costs.pricing import (
     PriceTable,
     is_version_suffix,
     price_export,
     price_import,
     price_table_for,
 )
+from traces.models import ModelPrice
 
 pytestmark = pytest.mark.django_db
 
@@ -189,7 +189,7 @@ def test_each_providers_usage_is_normalised_at_its_boundary_before_pricing():
 
 
 def _seeded_rows():
-    from traces.pricing import PriceRow
+    from traces.costs.pricing import PriceRow
 
     return [PriceRow.from_model(r) for r in ModelPrice.objects.filter(team__isnull=True)]
 
@@ -213,7 +213,7 @@ def test_the_shipped_table_is_the_catalogue_snapshot_and_the_free_demo_row():
 
 
 def test_seeding_again_adds_nothing():
-    from traces.price_seed import catalogue_seed
+    from traces.costs.price_seed import catalogue_seed
 
     assert catalogue_seed(ModelPrice) == 0
 

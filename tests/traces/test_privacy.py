@@ -13,8 +13,8 @@ from agents.chat.services import conversation_create
 from agents.models import Conversation, Message
 from tests.helpers import communicator, session_cookie
 from traces.models import ConversationCostRollup, CostRollup, Trace
+from traces.record.selectors import ADMIN_NOTICE
 from traces.sample import make_sample_trace
-from traces.selectors import ADMIN_NOTICE
 
 NOTICE = "You see every trace of this team as an admin."
 

@@ -28,7 +28,7 @@ from agents.turns.services import turn_start
 from agents.turns.turn_threads import TurnDb
 from tests.helpers import listen, receive_all
 from traces.models import Step, StepPayload, Trace, TrajectoryState
-from traces.recorder import TraceRecorder, step_cost
+from traces.record.recorder import TraceRecorder, step_cost
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

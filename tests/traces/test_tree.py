@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from traces.models import Step, Trace
-from traces.presentation import turn_tree
+from traces.record.presentation import turn_tree
 
 
 def step(trace, seq, kind, name, iteration, offset, duration, **fields):

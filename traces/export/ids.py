@@ -68,7 +68,7 @@ def span_id_for(trace_uuid: uuid.UUID, key: str) -> int:
 
 
 def tool_step_key(iteration: int, call_id: str) -> str:
-    """The recorder's key of a tool call's step (``traces.recorder``)."""
+    """The recorder's key of a tool call's step (``traces.record.recorder``)."""
     return f"tool:{iteration}:{call_id}"
 
 

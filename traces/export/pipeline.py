@@ -1,6 +1,6 @@
 """Sending a turn's spans, off the turn's path.
 
-After a step commits finished (``step_finished``, from ``traces.services.step_record``) and
+After a step commits finished (``step_finished``, from ``traces.record.services.step_record``) and
 after a turn ends (``turn_ended``), a job goes on this process's queue: a dictionary append,
 nothing more, on the turn's thread. One daemon thread per process reads the stored step, builds
 its span (``spans``) and hands it to the exporter's ``BatchSpanProcessor`` (the OpenTelemetry
@@ -43,7 +43,7 @@ from agents.runtime.scrub import scrubbed_line
 from agentsite.outbound import guarded_session, reached_by_allowlist
 
 from ..models import Step, StepPayload, Trace, TraceExporter, TrajectoryState
-from ..request_history import conversation_of
+from ..record.request_history import conversation_of
 from .config import CACHE_S, ExportConfig, config_for, site_config
 from .spans import (
     SCOPE,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..audit import trace_audit
+from ..debug.audit import trace_audit
 from ..json_values import iso as _iso
 from ..json_values import usd
 from ..models import Step, Trace

@@ -33,8 +33,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from agents.runtime.providers.base import Outcome, outcome_of
 
+from ..costs.pricing import PriceTable, price_table_for
 from ..models import Step, StepPayload, Trace, TrajectoryState
-from ..pricing import PriceTable, price_table_for
 from . import content as gen
 from .config import ExportConfig
 from .ids import ROOT_KEY, Parent, parse_traceparent, span_id_for, trace_id_for

@@ -8,8 +8,8 @@ from django.db.models.functions import Coalesce
 
 
 def forwards(apps, schema_editor):
-    from traces.price_seed import price_seed_apply
-    from traces.rollups import rollups_rebuild
+    from traces.costs.price_seed import price_seed_apply
+    from traces.costs.rollups import rollups_rebuild
 
     price_seed_apply(apps.get_model("traces", "ModelPrice"))
     step = apps.get_model("traces", "Step")

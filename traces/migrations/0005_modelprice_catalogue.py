@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 def forwards(apps, schema_editor):
-    from traces.price_seed import catalogue_seed
+    from traces.costs.price_seed import catalogue_seed
 
     catalogue_seed(apps.get_model("traces", "ModelPrice"))
 

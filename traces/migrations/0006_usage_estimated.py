@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    from traces.rollups import estimated_calls_backfill
+    from traces.costs.rollups import estimated_calls_backfill
 
     estimated_calls_backfill(models=(apps.get_model("traces", "Trace"),
                                      apps.get_model("traces", "Step"),

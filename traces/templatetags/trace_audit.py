@@ -9,8 +9,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from traces.audit import AUDITED
-from traces.audit import trace_audit as build_audit
+from traces.debug.audit import AUDITED
+from traces.debug.audit import trace_audit as build_audit
 from traces.models import Trace
 
 register = template.Library()
@@ -18,7 +18,7 @@ register = template.Library()
 
 @register.simple_tag
 def trace_audit(trace: Trace) -> dict[str, Any] | None:
-    """What the stop of ``trace`` cut (``traces.audit``); None for other statuses, without a
+    """What the stop of ``trace`` cut (``traces.debug.audit``); None for other statuses, without a
     query."""
     if getattr(trace, "status", None) not in AUDITED:
         return None

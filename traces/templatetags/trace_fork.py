@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 
 from traces.models import Trace
-from traces.selectors import traces_visible
+from traces.record.selectors import traces_visible
 
 register = template.Library()
 MAX_FORKS_LISTED = 20

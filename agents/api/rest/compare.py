@@ -1,5 +1,5 @@
 """``GET /api/v1/traces/compare?a=&b=``: two traces aligned step by step, their first
-divergence, totals and answers (``traces.compare``), the facts of the compare page. Scope
+divergence, totals and answers (``traces.debug.compare``), the facts of the compare page. Scope
 ``traces:read``; both traces must be ones the key's person may see (else a 404).
 
 Registered on the traces router by ``register`` before ``/{trace_id}``, which would otherwise
@@ -17,11 +17,11 @@ from agents.api.auth import scope_check
 from agents.api.errors import ApiError, errors
 from agents.api.rest.common import is_uuid
 from agentsite.models import ApiKey
-from traces.compare import TotalRow, divergence_facts
-from traces.compare_selectors import trace_comparison
+from traces.debug.compare import TotalRow, divergence_facts
+from traces.debug.compare_selectors import trace_comparison
 from traces.json_values import usd
 from traces.models import Trace
-from traces.selectors import trace_get_or_404
+from traces.record.selectors import trace_get_or_404
 
 
 class ComparedTrace(Schema):

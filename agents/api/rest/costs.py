@@ -1,12 +1,13 @@
 """``/api/v1/costs``: what the team's model requests cost over a range of days, grouped by day,
 agent, model, person or API key (scope ``costs:read``).
 
-The figures come from the cost ledger the costs page reads (``traces.cost_selectors``, the
+The figures come from the cost ledger the costs page reads (``traces.costs.selectors``, the
 daily roll-ups): the totals and every group's amounts are sums of the same rows, so they add up
 to each other and to the traces' costs. Costs are the team's: everyone in it reads every figure.
-The money lost to prompt-cache misses is the costs page's figure too (``traces.cache_selectors``),
-computed from the model requests of the range's latest turns rather than the roll-ups, so a
-script reads the same number the page shows, with the same filters and the same sample.
+The money lost to prompt-cache misses is the costs page's figure too
+(``traces.costs.cache_selectors``), computed from the model requests of the range's latest turns
+rather than the roll-ups, so a script reads the same number the page shows, with the same filters
+and the same sample.
 The answer is one report, not a paginated list: its groups are bounded by the range (at most
 366 days) and by the team's agents, models, people and keys."""
 
@@ -26,8 +27,9 @@ from agents.api.rest.common import is_uuid
 from agents.models import Agent
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
-from traces.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
-from traces.cost_selectors import (
+from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
+from traces.costs.rollups import AMOUNT_FIELDS
+from traces.costs.selectors import (
     BROWSER,
     MAX_DAYS,
     Amounts,
@@ -39,7 +41,6 @@ from traces.cost_selectors import (
     rollup_rows,
 )
 from traces.json_values import usd
-from traces.rollups import AMOUNT_FIELDS
 
 router = Router(tags=["costs"])
 Scope = ApiKey.Scope

@@ -15,7 +15,7 @@ from agents.api.rest.common import is_uuid
 from agents.turns.fork import fork_start
 from agentsite.models import ApiKey
 from traces.models import Trace
-from traces.selectors import trace_get_or_404
+from traces.record.selectors import trace_get_or_404
 
 router = Router(tags=["traces"])
 Scope = ApiKey.Scope

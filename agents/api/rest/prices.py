@@ -1,7 +1,7 @@
 """``/api/v1/prices``: the price table the team's costs are computed with (any valid key): the
 rows in force now of the global table and of the team's own, in US dollars per million tokens.
-How a model name finds its row is ``traces.pricing``; a row never changes, a new price is a new
-version."""
+How a model name finds its row is ``traces.costs.pricing``; a row never changes, a new price is a
+new version."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from ninja import Field, Query, Router, Schema
 
 from agents.api.errors import errors
 from agents.api.rest.pagination import PageParams, paginate_list
+from traces.costs.pricing import PriceRow, price_table_for
 from traces.json_values import usd
 from traces.models import ModelPrice
-from traces.pricing import PriceRow, price_table_for
 
 router = Router(tags=["prices"])
 

@@ -1,6 +1,6 @@
 """``/api/v1/traces``: the record of every turn, as the inspector shows it (scope
-``traces:read``). Who sees which trace is the inspector's rule (``traces.selectors``): a team's
-owners and admins see all of its traces, others those of their own and of shared
+``traces:read``). Who sees which trace is the inspector's rule (``traces.record.selectors``): a
+team's owners and admins see all of its traces, others those of their own and of shared
 conversations; any other trace is a 404.
 
 A trace's reads carry an ``ETag`` made of its id and its event number, which grows with every
@@ -23,11 +23,11 @@ from agents.api.rest.pagination import PageParams, paginate
 from agents.models import Agent
 from agentsite.access import get_for_team_or_404
 from agentsite.models import ApiKey, Membership
-from traces.audit import trace_audit
+from traces.debug.audit import trace_audit
 from traces.export.records import step_record, trace_export_chunks
 from traces.json_values import usd
 from traces.models import Step, StepPayload, Trace
-from traces.selectors import (
+from traces.record.selectors import (
     FEEDBACK_FILTERS,
     LIST_COLUMNS,
     STEP_COLUMNS,

@@ -14,8 +14,8 @@ from agents.models import Conversation
 from agents.runtime.providers.demo_cache import PROMPT_CACHE
 from tests.agents.api.rest_keys import error_of, key_client
 from tests.traces.cost_helpers import EARLY, run
-from traces.cache_selectors import cache_losses, step_cache_explanation
-from traces.cost_selectors import CostFilters, resolve_filters
+from traces.costs.cache_selectors import cache_losses, step_cache_explanation
+from traces.costs.selectors import CostFilters, resolve_filters
 from traces.json_values import usd
 from traces.models import CostRollup, ModelPrice
 

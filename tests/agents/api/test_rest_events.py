@@ -12,8 +12,8 @@ from channels.layers import get_channel_layer
 
 from agents.api import turn_stream
 from tests.agents.api.rest_keys import async_key_client, key_client
-from traces import live
 from traces.models import Trace
+from traces.record import live
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_thread_connections")]
 

@@ -14,8 +14,8 @@ from agents.turns.services import turn_start
 from agents.turns.signals import ENDED_KEY, _client
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create
-from traces.live import uuid_hex
 from traces.models import Trace
+from traces.record.live import uuid_hex
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -398,7 +398,7 @@ def test_deltas_reach_the_chat_as_bare_text():
 
 
 def live_trace(trace: Trace) -> Trace:
-    from traces.services import trace_for_live
+    from traces.record.services import trace_for_live
 
     return trace_for_live(trace.pk)
 

@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 
 from agents.chat.live import groups_for
 from tests.helpers import announce_delta, communicator, session_cookie
-from traces import live
+from traces.record import live
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_thread_connections")]
 

@@ -20,8 +20,8 @@ from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create
 from agentsite.auth_backend import MembershipBackend
 from agentsite.db import connection_release
-from traces import services as trace_services
 from traces.models import Step, Trace
+from traces.record import services as trace_services
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -20,7 +20,7 @@ from agents.turns.services import approval_decide, turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.approvals import waiting_approval
-from traces.compare_selectors import trace_comparison
+from traces.debug.compare_selectors import trace_comparison
 from traces.models import Step, StepPayload, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)

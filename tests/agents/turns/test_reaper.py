@@ -15,7 +15,7 @@ from agents.turns.reaper import INTERRUPTED_MESSAGE, Silence, trace_reap
 from agents.turns.services import turn_start
 from agents.turns.tasks import reap, turn_run
 from traces.models import Step, Trace
-from traces.services import TraceNotOwned, step_record
+from traces.record.services import TraceNotOwned, step_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.traces.cost_helpers import ledger_total, priced_demo, steps_total
 from traces.models import Step, StepPayload, Trace
-from traces.services import step_partial_save, step_record
+from traces.record.services import step_partial_save, step_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,8 +16,8 @@ from agentsite.logging import ScrubSecretsFilter
 from memory.models import MemoryEntry
 from tests.agents.runtime.secret_corpus import SECRETS
 from tests.helpers import drain, listen
-from traces.live import inspector_payload
 from traces.models import Step, StepPayload, Trace, TrajectoryState
+from traces.record.live import inspector_payload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,8 +15,8 @@ from agents.api.openai_schemas import ChatCompletionIn
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_authenticate, api_key_create
 from tests.helpers import work_counted
-from traces import recorder
 from traces.models import Trace
+from traces.record import recorder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

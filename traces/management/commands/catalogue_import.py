@@ -4,7 +4,7 @@ global price table. Without ``--apply`` it only prints the plan: what would be a
 prices change (each a new version), what is unchanged and what is skipped, with the reason.
 
 ``--write-snapshot PATH`` writes the catalogue's usable rows in the compact form the shipped
-seed (``traces/catalogue/snapshot.json``) uses, instead of planning an import."""
+seed (``traces/costs/catalogue/snapshot.json``) uses, instead of planning an import."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from traces.catalogue import (
+from traces.costs.catalogue import (
     CatalogueError,
     Plan,
     catalogue_apply,

@@ -15,10 +15,10 @@ from agentsite.access import get_for_team_or_404, team_required
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 
-from . import live, selectors, services
-from .export.records import trace_export_chunks
-from .models import Feedback, Step, StepPayload, Trace
-from .presentation import (
+from ..export.records import trace_export_chunks
+from ..models import Feedback, Step, StepPayload, Trace
+from ..record import live, selectors, services
+from ..record.presentation import (
     TREE_MAX_STEPS,
     decorate_states,
     decorate_steps,

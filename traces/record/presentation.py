@@ -10,7 +10,7 @@ from django.db.models import F, Max
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from .models import Step, Trace, TrajectoryState
+from ..models import Step, Trace, TrajectoryState
 
 LIST_FIELDS = ("evidence", "uncertainties", "failures")
 TEXT_FIELDS = ("objective", "next_plan")

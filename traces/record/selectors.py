@@ -29,7 +29,7 @@ from agentsite.access import (
 )
 from agentsite.models import Membership, Team
 
-from .models import Feedback, Step, StepPayload, Trace, TrajectoryState
+from ..models import Feedback, Step, StepPayload, Trace, TrajectoryState
 
 # Steps rendered per chunk of the inspector's timeline; later chunks load as they scroll in.
 STEP_CHUNK = 200

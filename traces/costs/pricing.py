@@ -48,7 +48,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from agents.runtime.pricing import COST_QUANTUM, Price, Usage, cost_breakdown
 from agentsite.models import Team
 
-from .models import ModelPrice
+from ..models import ModelPrice
 
 MatchKind = ModelPrice.Match
 DEMO_KIND = "demo"

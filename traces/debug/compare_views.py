@@ -1,5 +1,5 @@
 """The compare page: two traces side by side, aligned step by step, their first divergence
-explained at the top, totals and answers compared (``traces.compare``). Both traces must be
+explained at the top, totals and answers compared (``traces.debug.compare``). Both traces must be
 ones the person may see in the inspector; any other is a 404."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from django.views.decorators.http import require_GET
 from agentsite.access import team_required
 from agentsite.templatetags.agentsite import duration, usd
 
-from . import selectors
+from ..models import Trace
+from ..record import selectors
 from .compare import Comparison, Fold, TotalRow, fold
 from .compare_selectors import folded_pairs, fork_start, trace_comparison
-from .models import Trace
 
 # Lines of the aligned table rendered at once (a longer table ends in a line that loads more).
 MAX_ROWS = 1_500

@@ -27,7 +27,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from .models import Trace
+from ..models import Trace
 from .presentation import decorate_states, decorate_steps
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ async def publish(groups: list[str], payload: dict[str, Any]) -> None:
 
 # What each announcement sends: plain data built from the objects in hand, without a query, so
 # a running turn builds them in its event loop and sends them with ``publish``
-# (``traces.recorder``); ``announce_sync`` does both from synchronous code.
+# (``traces.record.recorder``); ``announce_sync`` does both from synchronous code.
 Announcement = tuple[list[str], dict[str, Any]]
 Prepare = Callable[[Any], Announcement]
 

@@ -1,7 +1,7 @@
 """The runtime ``Observer`` that persists a turn's events as steps and announces them.
 
 Each event becomes a write of a ``Step`` (or a ``TrajectoryState``) through
-``traces.services``, run on the turn's database thread, then an announcement on the channel
+``traces.record.services``, run on the turn's database thread, then an announcement on the channel
 layer. Steps are addressed by a *key* derived from the event (``llm:<iteration>:<n>``,
 ``tool:<iteration>:<call id>``, ...) that maps to a stable ``seq`` and is stored in the step's
 ``meta``: the same event written again — twice by one recorder, or by a second run of the same
@@ -51,9 +51,9 @@ from agents.runtime.providers.base import Outcome, outcome_of
 from agents.runtime.providers.registry import PROVIDER_CLASSES
 from agents.runtime.scrub import scrub_secrets
 
+from ..costs.pricing import PriceTable, StepCost, price_table_for
+from ..models import Step, Trace
 from . import live, services
-from .models import Step, Trace
-from .pricing import PriceTable, StepCost, price_table_for
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def step_price(*, provider_kind: str, model: str, team_id: int | None = None,
                at: datetime | None = None, table: PriceTable | None = None) -> tuple[Price | None, str]:
     """The price of one model request and where it comes from (for people: "price table:
     gpt-4o (global v1, exact match)"), or (None, "") when the model has no price. Every cost
-    figure is priced here (``traces.pricing`` has the matching rule); without ``table`` the
+    figure is priced here (``traces.costs.pricing`` has the matching rule); without ``table`` the
     team's table is loaded (one query)."""
     table = table if table is not None else price_table_for(team_id)
     match = table.match(provider_kind=provider_kind, model=model, team_id=team_id, at=at)

@@ -1,4 +1,4 @@
-"""Database reads of a comparison (``traces.compare``): each trace's skeleton in two queries
+"""Database reads of a comparison (``traces.debug.compare``): each trace's skeleton in two queries
 (its steps; their payload kinds, from an index), the start of tool arguments only for the steps
 that the common prefix and suffix leave to align, payloads compared for raw
 equality inside the database (no content leaves it), and contents read only for the pairs that
@@ -16,10 +16,10 @@ from decimal import Decimal
 from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Substr
 
+from ..models import Step, StepPayload, Trace
+from ..record.request_history import full_requests
 from . import compare
 from .compare import Comparison, StepFacts, TraceFacts
-from .models import Step, StepPayload, Trace
-from .request_history import full_requests
 
 # In the order of ``StepFacts``' fields (its totals come from the trace rows).
 STEP_FIELDS = ("seq", "kind", "name", "status", "success", "model", "provider", "error")

@@ -18,8 +18,8 @@ The reusable prefix is an estimate in tokens: its share of the request's charact
 the model reads it, not the stored JSON) times the prompt's tokens, and never less than what
 the provider reported reading, which proves that much was reused.
 
-Pure: it takes requests as ``traces.request_history.full_requests`` rebuilds them and the
-step's numbers; reading them is ``traces.cache_selectors``.
+Pure: it takes requests as ``traces.record.request_history.full_requests`` rebuilds them and the
+step's numbers; reading them is ``traces.costs.cache_selectors``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import ModelPrice
+from traces.models import ModelPrice
+
 from .read import Catalogue, Entry
 
 SOURCE_URL_MAX = 200  # ModelPrice.source_url

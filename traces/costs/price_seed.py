@@ -1,5 +1,5 @@
 """The global price table shipped with agentsite: a snapshot of the community model catalogue
-(``traces/catalogue/snapshot.json``: OpenAI, Anthropic and Google chat models, with prices
+(``traces/costs/catalogue/snapshot.json``: OpenAI, Anthropic and Google chat models, with prices
 and context windows, its source and the date it was read) and one hand-written row, the
 offline demo model's free price.
 
@@ -7,7 +7,7 @@ A new database gets both (migrations 0004 and 0005, and ``TracesConfig``'s ``pos
 handler when the global table is empty after a migrate: a flushed database). An upgraded
 database gets the snapshot through the same plan as any catalogue import: new models added,
 changed prices as new versions, nothing of a team's touched. Refresh the snapshot with
-``manage.py catalogue_import <file-or-URL> --write-snapshot traces/catalogue/snapshot.json``.
+``manage.py catalogue_import <file-or-URL> --write-snapshot traces/costs/catalogue/snapshot.json``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from ..models import ModelPrice
 from .catalogue import snapshot_apply
 from .catalogue.plan import FIRST_PRICE_FROM, edited_now
-from .models import ModelPrice
 
 # The offline demo model runs locally: free, and said so, rather than "unpriced". Other model
 # names on the demo provider stay unpriced until a team prices them.

@@ -25,10 +25,10 @@ from django.utils import timezone
 from agentsite.access import own_or_shared, sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 
-from .models import ConversationCostRollup, CostRollup, Trace
+from ..models import ConversationCostRollup, CostRollup, Trace
+from ..record.selectors import date_param, traces_visible
 from .pricing import units_usd
 from .rollups import AMOUNT_FIELDS
-from .selectors import date_param, traces_visible
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 366

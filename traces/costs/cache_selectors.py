@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from agentsite.models import Team
 
+from ..models import ModelPrice, Step, StepPayload, Trace
+from ..record.request_history import full_requests
 from .cache import CACHE_MIN_TOKENS, CacheExplanation, explain, lost_tokens, lost_usd
-from .cost_selectors import CostFilters, Resolved
-from .models import ModelPrice, Step, StepPayload, Trace
-from .request_history import full_requests
+from .selectors import CostFilters, Resolved
 
 LOSS_SAMPLE = 2_000  # turns
 FINISHED_OK = Step.Status.OK

@@ -23,7 +23,7 @@ from agents.runtime.pricing import Usage, cost_breakdown
 from agentsite.audit import audit_record
 from agentsite.models import AuditEvent, Team
 
-from .models import Step, Trace
+from ..models import Step, Trace
 from .pricing import MatchKind, PriceMatch, PriceRow, PriceTable
 from .rollups import (
     FINISHED,

@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.lookups import Exact, IsNull
 from django.utils import timezone
 
-from .models import Budget, CostRollup
+from ..models import Budget, CostRollup
 from .pricing import units_usd
 
 Mode = Budget.Mode

@@ -18,11 +18,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agentsite.access import team_required
 from agentsite.models import Membership
 
-from . import cost_selectors as selectors
+from ..models import Trace
+from ..record.selectors import trace_get_or_404
+from . import selectors
 from .budgets import request_budget_states
 from .cache_selectors import cache_losses, with_cache_losses
 from .charts import shares, stacked_by_day
-from .models import Trace
 from .pricing import price_table_for
 from .repricing import (
     Target,
@@ -32,7 +33,6 @@ from .repricing import (
     trace_reprice_apply,
     trace_reprice_preview,
 )
-from .selectors import trace_get_or_404
 
 Role = Membership.Role
 SERIES_SHOWN = 7  # bars are stacked by the largest few; the rest is "other"
@@ -83,7 +83,7 @@ def costs(request: HttpRequest) -> HttpResponse:
 
 
 def _trace(request: HttpRequest, trace_uuid: Any) -> Trace:
-    """A trace the person may see (``traces.selectors``); 404 otherwise."""
+    """A trace the person may see (``traces.record.selectors``); 404 otherwise."""
     return trace_get_or_404(request.membership,
                             Trace.objects.select_related("agent", "user", "user_message"),
                             uuid=trace_uuid)

@@ -11,8 +11,8 @@ LiteLLM's file is one object keyed by model; each entry names its ``litellm_prov
   name), are left out;
 * modes: ``chat`` and ``responses``; embeddings, images, audio and the rest are skipped;
 * names exactly as the catalogue writes them: no name is derived from another, so no model is
-  ever priced by a sibling (``traces.pricing`` then matches requests exactly, by alias, or by a
-  version suffix);
+  ever priced by a sibling (``traces.costs.pricing`` then matches requests exactly, by alias, or by
+  a version suffix);
 * prices: input and output are required; per-token numbers become per-million ``Decimal``s
   exactly (``Decimal(str(x))`` moved six places: 1.25e-07 -> 0.125), at most six decimals; an
   absent cache price stays empty (the table reads that as the input rate); a reasoning-token

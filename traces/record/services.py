@@ -27,10 +27,10 @@ from django.utils import timezone
 from agents.runtime.pricing import TOKEN_FIELDS
 from agentsite.models import Membership
 
-from . import rollups
-from .export import pipeline as export_pipeline
+from ..costs import rollups
+from ..export import pipeline as export_pipeline
+from ..models import Feedback, Step, StepPayload, Trace, TrajectoryState
 from .live import LIVE_RELATED
-from .models import Feedback, Step, StepPayload, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
 Status = Trace.Status
@@ -206,7 +206,7 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
     is not read again).
 
     A finished model request changes what the trace has cost: its totals and the cost
-    roll-ups move in the same transaction (``traces.rollups``), as a second event; the
+    roll-ups move in the same transaction (``traces.costs.rollups``), as a second event; the
     returned step's ``totals_seq`` is that event's number (0 when the totals did not move) and
     its ``totals`` the trace's totals after it (None then)."""
     unknown = set(values) - STEP_FIELDS

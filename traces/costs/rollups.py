@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
 
-from .models import ConversationCostRollup, CostRollup, Step, Trace
+from ..models import ConversationCostRollup, CostRollup, Step, Trace
 from .pricing import cost_units
 
 FINISHED = ("ok", "error")

@@ -11,9 +11,9 @@ from django.views.decorators.http import require_GET
 
 from agentsite.access import get_for_team_or_404, team_required
 
+from ..models import Step, Trace
+from ..record.selectors import trace_get_or_404
 from .cache_selectors import step_cache_explanation
-from .models import Step, Trace
-from .selectors import trace_get_or_404
 
 
 @team_required()

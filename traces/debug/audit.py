@@ -27,9 +27,9 @@ from django.db.models import Max, Q
 
 from agents.runtime.loop import CANCELLED_OUTPUT, INTERRUPTED_OUTPUT, RESUME_INTERRUPTED_OUTPUT
 
-from .json_values import iso as _iso
-from .json_values import usd as _usd
-from .models import Step, StepPayload, Trace
+from ..json_values import iso as _iso
+from ..json_values import usd as _usd
+from ..models import Step, StepPayload, Trace
 
 Status = Trace.Status
 AUDITED = (Status.CANCELLED, Status.TIMED_OUT, Status.INTERRUPTED)
@@ -41,13 +41,13 @@ SYNTHETIC_OUTPUTS = {
 }
 # How a step that a stop cut ends: the loop's "cancelled" (a call resumed after its worker
 # died: "interrupted"), and by the start of its error, the end of a trace under a running step
-# (``traces.services.STEP_INTERRUPTED``) and a resumed turn's cut-off request
+# (``traces.record.services.STEP_INTERRUPTED``) and a resumed turn's cut-off request
 # (``agents.turns.resume.CUT_OFF_ERROR``). Matched here rather than imported: the export, which
 # includes the audit, is below the services (a test checks that they still match).
 CUT_ERRORS = ("cancelled", "interrupted")
 CUT_PREFIXES = ("Interrupted:", "Cut off:")
 # The reason an approval step records when the turn stopped while it waited
-# (``traces.recorder.APPROVAL_ERRORS``).
+# (``traces.record.recorder.APPROVAL_ERRORS``).
 APPROVAL_WITHDRAWN_REASON = "cancelled"
 # The streamed text shown in the panel (the step has all of it).
 TEXT_PREVIEW_CHARS = 600

@@ -7,8 +7,8 @@ from channels.db import database_sync_to_async
 
 from agentsite.consumers import CLOSE_FORBIDDEN, AccessCheckedConsumer
 
+from ..models import Trace
 from . import live
-from .models import Trace
 from .selectors import trace_visible_to
 
 
