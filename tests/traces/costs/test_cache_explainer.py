@@ -22,7 +22,7 @@ from traces.costs.cache_selectors import cache_losses, step_cache_explanation
 from traces.costs.selectors import Resolved
 from traces.models import ModelPrice, Step
 
-from .cost_helpers import EARLY, run
+from ..cost_helpers import EARLY, run
 
 LONG_PROMPT = "You are a careful assistant. Answer briefly and check your arithmetic. " * 80
 

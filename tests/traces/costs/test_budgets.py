@@ -22,7 +22,7 @@ from traces.costs.budgets import (
 )
 from traces.models import Budget, CostRollup
 
-from .cost_helpers import priced_demo, run
+from ..cost_helpers import priced_demo, run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

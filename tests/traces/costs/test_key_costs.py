@@ -20,7 +20,7 @@ from traces.costs.budgets import budget_states
 from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, Trace
 
-from .cost_helpers import ledger_rows, ledger_total, run
+from ..cost_helpers import ledger_rows, ledger_total, run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,7 +19,7 @@ from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, ModelPrice, Trace
 from traces.record.live import inspector_payload
 
-from .cost_helpers import (
+from ..cost_helpers import (
     STEP_TOKENS,
     conversation_ledger_total,
     ledger_rows,
