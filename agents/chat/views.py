@@ -103,6 +103,10 @@ def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
         return None
 
 
+def _version(conversation: Conversation) -> str:
+    return str(conversation.updated_at.timestamp())
+
+
 def _sidebar(request: HttpRequest) -> dict[str, Any]:
     conversations = selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)
     return {"sidebar": selectors.conversation_groups(conversations),
@@ -112,10 +116,16 @@ def _sidebar(request: HttpRequest) -> dict[str, Any]:
 @team_required()
 @require_GET
 def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
+    """The page; with ``part=messages``, the branch on screen (a page's re-read), answered 204
+    when ``since`` is the conversation's version (its ``updated_at``, moved when a turn starts
+    or ends) and so nothing happened since the page was rendered."""
     convo = _conversation(request, conversation_uuid)
+    if request.GET.get("part") == "messages" and request.GET.get("since") == _version(convo):
+        return HttpResponse(status=204)
     view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user)
     context = {
         "conversation": convo,
+        "version": _version(convo),
         "view": view,
         "can_chat": request.membership.can_chat,
         # The owner and the team's admins send, edit, stop, approve and manage; others read.

@@ -640,13 +640,15 @@
   }
 
   // -- re-sync the branch on screen after a reconnect --
-  function resyncConversation(then) {
+  function resyncConversation(then, since) {
     var url = root.getAttribute("data-messages-url");
     if (!url) { if (then) { then(); } return; }
     var at = leaf();
-    fetch(url + (at ? "&at=" + at : ""), { credentials: "same-origin", headers: csrfHeaders() })
-      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
+    fetch(url + (at ? "&at=" + at : "") + (since ? "&since=" + encodeURIComponent(since) : ""),
+          { credentials: "same-origin", headers: csrfHeaders() })
+      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.status === 204 ? null : r.text(); })
       .then(function (html) {
+        if (html === null) { return; }  // nothing happened since the page was rendered
         // the text of an answer being written, as shown now: the worker's last save, which the
         // fragments carry, may be behind it, and the text must not shrink
         var shown = {};
@@ -844,9 +846,10 @@
   // -- wiring ---------------------------------------------------------------------------------
   document.addEventListener("htmx:wsOpen", function () {
     chat.socketOpen = true;
-    // First open: the page may have been rendered while the trace was running; later opens are
-    // reconnects after a drop. Either way, ask the database what we missed. (A conversation
-    // rendered with nothing in flight has missed nothing before its first open.)
+    // First open: the page may have been rendered while the trace was running, or another tab
+    // may have sent a message since; later opens are reconnects after a drop. Either way, ask
+    // the database what we missed: a page rendered with nothing in flight sends the
+    // conversation's version, and an unchanged conversation answers 204.
     if (mode === "trace") { resyncTrace(); }
     else {
       statusLine("");
@@ -855,7 +858,7 @@
       if (chat.opened || (chat.messages && chat.messages.querySelector("li.answer.pending"))) {
         resyncConversation(flushOutbox);
       } else {
-        flushOutbox();
+        resyncConversation(flushOutbox, root.getAttribute("data-version"));
       }
     }
     chat.opened = true;

@@ -335,6 +335,23 @@ def test_a_turn_whose_frames_all_arrive_reads_nothing_again(login):
     assert not s.watch.errors
 
 
+def test_a_conversation_page_shows_a_turn_sent_from_another_tab_before_it_subscribed(login):
+    # Rendered with nothing in flight; another tab sends into the same conversation and its
+    # turn ends before this page's socket connects: the first open still asks what happened.
+    s = login("alice")
+    s.page.add_init_script(LATE_SOCKET)
+    other = login("alice")
+    url = other.open_chat_with("Helper")
+    s.page.goto(url)
+    assert s.page.locator("li.answer").count() == 0
+    other.send("What time is it? (from the other tab)")
+    other.answers("completed").first.wait_for()
+    s.page.evaluate("() => window.__releaseSocket()")
+    s.answers("completed").first.wait_for(timeout=10_000)
+    assert "(from the other tab)" in s.page.locator("#messages").inner_text()
+    assert not s.watch.errors and not other.watch.errors
+
+
 def test_reloading_mid_answer_keeps_the_text_so_far_and_goes_on(login):
     s = login("alice")
     s.open_chat_with("Slow")

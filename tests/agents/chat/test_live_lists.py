@@ -116,3 +116,17 @@ def test_what_changes_a_persons_lists_is_announced_to_them(alice, agent, convers
     with django_capture_on_commit_callbacks(execute=True):
         conversation_rename(conversation=made, user=alice, title="Renamed")
     assert told == [alice.pk] * 3
+
+
+def test_a_conversation_read_again_is_204_until_a_turn_starts_or_ends_in_it(
+        client_for, alice, conversation, sent_turns):
+    """A page rendered with nothing in flight sends its conversation's version when its socket
+    first opens: a message sent meanwhile from another tab moves it."""
+    client = client_for(alice)
+    url = reverse("conversation", args=[conversation.uuid])
+    version = re.search(r'data-version="([0-9.]+)"', client.get(url).content.decode()).group(1)
+    reread = {"part": "messages", "since": version}
+    assert client.get(url, reread, HTTP_HX_REQUEST="true").status_code == 204
+    turn_start(conversation=conversation, user=alice, text="Sent from another tab")
+    again = client.get(url, reread, HTTP_HX_REQUEST="true")
+    assert again.status_code == 200 and "Sent from another tab" in again.content.decode()
