@@ -9,14 +9,14 @@ from django.db import migrations, models
 
 
 def move_windows(apps, schema_editor):
-    from agents.models import legacy_windows_move
+    from agents.models.legacy_windows import legacy_windows_move
 
     legacy_windows_move(provider_model=apps.get_model("agents", "Provider"),
                         model_row_model=apps.get_model("agents", "ProviderModel"))
 
 
 def restore_windows(apps, schema_editor):
-    from agents.models import legacy_windows_restore
+    from agents.models.legacy_windows import legacy_windows_restore
 
     legacy_windows_restore(provider_model=apps.get_model("agents", "Provider"),
                            model_row_model=apps.get_model("agents", "ProviderModel"))

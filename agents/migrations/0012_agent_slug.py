@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from agents.models import agent_slug_free
+from agents.models.agents import agent_slug_free
 
 
 def fill_slugs(apps, schema_editor):

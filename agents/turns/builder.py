@@ -23,7 +23,8 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.models import Agent, Conversation, McpServer, Message, ModelSettings, ProviderModel
+from agents.models import Agent, Conversation, McpServer, Message, ProviderModel
+from agents.models.providers import ModelSettings
 from agents.runtime.history import estimate_tokens
 from agents.runtime.hooks import Hook as RuntimeHook
 from agents.runtime.hooks import ToolHooks

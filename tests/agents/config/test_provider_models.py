@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from agents.models import (
-    Provider,
-    ProviderModel,
+from agents.models import Provider, ProviderModel
+from agents.models.legacy_windows import (
     legacy_windows_move,
     legacy_windows_restore,
     legacy_windows_split,
