@@ -211,19 +211,19 @@ def tools(http: Any, stdio: Any) -> dict[str, Any]:
 
 
 async def breakdown(endpoint: Any, runs: int, *, listing: bool = False) -> dict[str, list[float]]:
-    """Where a new connection's time goes: opening it (``_connect``: a new HTTP client, or a
+    """Where a new connection's time goes: opening it (``connect``: a new HTTP client, or a
     new process, then the handshake), the first request on it (tools/call, with the SDK's
     tools/list for output schemas, or tools/list when ``listing``), and closing it."""
-    from agents.tools.mcp.client import _connect
+    from agents.tools.mcp.connection import connect
 
     request = "tools/list" if listing else "tools/call"
     parts: dict[str, list[float]] = {"connect + handshake": [], request: [], "close": []}
     for i in range(runs + 1):
         if endpoint.transport == "http" and i:
-            # What _connect builds first, timed alongside (same conditions) for the breakdown.
+            # What connect builds first, timed alongside (same conditions) for the breakdown.
             parts.setdefault("transport", []).extend(transport_setup(1))
         t0 = time.perf_counter()
-        connection = _connect(endpoint, CALL_TIMEOUT_S)
+        connection = connect(endpoint, CALL_TIMEOUT_S)
         opened = await connection.__aenter__()
         t1 = time.perf_counter()
         try:
@@ -245,7 +245,7 @@ async def breakdown(endpoint: Any, runs: int, *, listing: bool = False) -> dict[
 
 
 def transport_setup(runs: int) -> list[float]:
-    """Ms to build what ``_connect`` builds before any request: the guarded HTTP transport
+    """Ms to build what ``connect`` builds before any request: the guarded HTTP transport
     (``GuardedBridge`` -> ``GuardedTransport`` -> ``httpx.AsyncHTTPTransport``, on the TLS
     context ``agentsite.outbound.tls_context`` builds once per process)."""
     from agents.tools.mcp.transport import GuardedBridge
@@ -261,9 +261,9 @@ def transport_setup(runs: int) -> list[float]:
 async def reused(endpoint: Any, runs: int, warmup: int) -> list[float]:
     """The same calls made with the SDK client directly on one open connection: the floor of
     what a call on a kept connection can cost."""
-    from agents.tools.mcp.client import _connect
+    from agents.tools.mcp.connection import connect
 
-    async with _connect(endpoint, CALL_TIMEOUT_S) as connection:
+    async with connect(endpoint, CALL_TIMEOUT_S) as connection:
         async def call(i: int) -> None:
             await connection.client.call_tool("add", {"a": i, "b": 1})
         return await timed(call, runs, warmup)
@@ -272,7 +272,7 @@ async def reused(endpoint: Any, runs: int, warmup: int) -> list[float]:
 async def requests_per_call(endpoint: Any, calls: int = COUNTED_CALLS) -> list[list[str]]:
     """The HTTP requests each of the first ``calls`` calls of a turn makes (HTTP method and
     JSON-RPC method): the kept connections are closed first, so the first call opens one."""
-    from agents.tools.mcp import client as client_module
+    from agents.tools.mcp import client, connection, pool
     from agents.tools.mcp.transport import GuardedBridge
 
     seen: list[str] = []
@@ -287,26 +287,26 @@ async def requests_per_call(endpoint: Any, calls: int = COUNTED_CALLS) -> list[l
             seen.append(f"{request.method} {what}".strip())
             return await super().handle_async_request(request)
 
-    await client_module.close_connections()
-    original = client_module.GuardedBridge
-    client_module.GuardedBridge = Counting  # type: ignore[misc]
+    await pool.close_connections()
+    original = connection.GuardedBridge
+    connection.GuardedBridge = Counting  # type: ignore[misc]
     per_call: list[list[str]] = []
     try:
         for i in range(calls):
             before = len(seen)
-            await client_module.call_tool(endpoint, "add", {"a": i, "b": 2},
-                                          timeout_s=CALL_TIMEOUT_S, max_bytes=1000)
+            await client.call_tool(endpoint, "add", {"a": i, "b": 2},
+                                   timeout_s=CALL_TIMEOUT_S, max_bytes=1000)
             per_call.append(seen[before:])
     finally:
-        client_module.GuardedBridge = original  # type: ignore[misc]
-        await client_module.close_connections()
+        connection.GuardedBridge = original  # type: ignore[misc]
+        await pool.close_connections()
     return per_call
 
 
 async def first_calls(tool: Any, runs: int) -> list[float]:
     """Ms of the first call of a turn: the kept connections are closed before each, so each
     opens a connection (and over stdio starts the server). One warm-up run."""
-    from agents.tools.mcp.client import close_connections
+    from agents.tools.mcp.pool import close_connections
 
     call = caller(tool)
     samples: list[float] = []
@@ -335,7 +335,8 @@ async def process_start(runs: int = 5) -> tuple[float, float]:
 async def collect(scale: float) -> dict[str, Any]:
     from django.conf import settings
 
-    from agents.tools.mcp.client import close_connections, discover
+    from agents.tools.mcp.client import discover
+    from agents.tools.mcp.pool import close_connections
 
     settings.OUTBOUND_ALLOWED_NETWORKS = LOOPBACK
     for name in ("httpx", "httpx2", "mcp"):  # one INFO line per request otherwise

@@ -1,12 +1,14 @@
 """Model Context Protocol servers as a source of tools.
 
-``client``: plain async code around the official SDK (discover a server's tools, call one);
-``transport``: the SDK's HTTP client behind the platform's outbound-network policy;
+``client``: plain async code around the official SDK (discover a server's tools, call one),
+with ``connection`` (connecting, and what its failures mean) and ``pool`` (the connections the
+calls of one event loop share); ``transport``: the SDK's HTTP client behind the platform's
+outbound-network policy;
 ``endpoints``: a ``McpServer`` row as something to connect to (stdio commands come only from
 the operator's ``settings.MCP_STDIO_SERVERS``); ``services``: discovery and the sync of a
 server's Tool rows; ``tool``: the runtime tool of one MCP tool; ``admin``: the admin pages; ``types``: the plain
-data they exchange. Only ``client`` imports the SDK, and only when a call or discovery first
-needs it.
+data they exchange. Only ``client`` and the two it uses import the SDK, and only when a call or
+discovery first needs it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import sys
 from types import ModuleType
 
 CLIENT = "agents.tools.mcp.client"
+POOL = "agents.tools.mcp.pool"
 
 
 def sdk_client() -> ModuleType:
-    """``client``, the one module of the package that imports the SDK. Importing ``mcp`` takes
-    over a second, and every process imports the registry and the admin at start (web, worker,
-    every manage.py command), most of them never to make an MCP call; so the registry's tools,
+    """``client``, the module of the package that imports the SDK (with ``connection`` and
+    ``pool``, which only it imports). Importing ``mcp`` takes over a second, and every process
+    imports the registry and the admin at start (web, worker, every manage.py command), most
+    of them never to make an MCP call; so the registry's tools,
     the admin's discovery and the turn builder reach the client through here, and the SDK is
     loaded by the first call or discovery of a process. It is the package's only deferred
     import: a sibling, not a higher room (LAYOUT.md's rule is about those)."""
@@ -31,7 +35,7 @@ def sdk_client() -> ModuleType:
 async def mcp_connections_close() -> None:
     """Close the MCP connections the running event loop kept (a turn's, a "Try it"'s; a stdio
     server's process ends here). Nothing to do, and nothing imported, in a process that has
-    made no MCP call: the SDK is loaded by the first one (``client``)."""
-    client = sys.modules.get(CLIENT)
-    if client is not None:
-        await client.close_connections()
+    made no MCP call: the SDK is loaded by the first one (``client``, which imports ``pool``)."""
+    pool = sys.modules.get(POOL)
+    if pool is not None:
+        await pool.close_connections()

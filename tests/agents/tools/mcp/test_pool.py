@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from agents.runtime.tools import ToolError
-from agents.tools.mcp import client as client_module
-from agents.tools.mcp.client import Endpoint, call_tool, close_connections
+from agents.tools.mcp import connection, pool
+from agents.tools.mcp.client import Endpoint, call_tool
+from agents.tools.mcp.pool import close_connections
 from agents.tools.mcp.transport import GuardedBridge
 
 from .servers import free_port, mcp_http_server
@@ -51,7 +52,7 @@ def counted(monkeypatch, loopback) -> Counted:
                 counted.methods.append(json.loads(body).get("method", "(response)"))
             return await super().handle_async_request(request)
 
-    monkeypatch.setattr(client_module, "GuardedBridge", Counting)
+    monkeypatch.setattr(connection, "GuardedBridge", Counting)
     return counted
 
 
@@ -63,8 +64,8 @@ async def closed_after() -> AsyncIterator[None]:
 
 def kept() -> list[Any]:
     """The owners of this loop's kept connections."""
-    pool = client_module._POOLS.get(asyncio.get_running_loop())
-    return list(pool.owners) if pool else []
+    kept_here = pool._POOLS.get(asyncio.get_running_loop())
+    return list(kept_here.owners) if kept_here else []
 
 
 def http(url: str) -> Endpoint:
@@ -113,7 +114,7 @@ async def test_a_timed_out_call_leaves_the_connection_usable(counted, closed_aft
 async def test_calls_that_keep_timing_out_get_a_new_connection(counted, closed_after,
                                                                modern_url) -> None:
     endpoint = http(modern_url)
-    for _ in range(client_module.MAX_UNANSWERED):  # a wedged server, as far as the client knows
+    for _ in range(pool.MAX_UNANSWERED):  # a wedged server, as far as the client knows
         with pytest.raises(ToolError, match="did not answer the call of “slow” within 1 s"):
             await call_tool(endpoint, "slow", {}, timeout_s=1, max_bytes=1000)
     assert await echo(endpoint, "fresh", timeout_s=1) == "echo: fresh"
@@ -166,7 +167,7 @@ async def test_a_server_that_went_away_is_a_clear_error_then_reconnects(counted,
 
 
 async def test_an_idle_connection_is_closed(monkeypatch, counted, modern_url) -> None:
-    monkeypatch.setattr(client_module, "IDLE_CLOSE_S", 0.3)
+    monkeypatch.setattr(pool, "IDLE_CLOSE_S", 0.3)
     assert await echo(http(modern_url), "one") == "echo: one"
     owner = next(iter(kept()))
     await asyncio.wait_for(owner.task, timeout=5)

@@ -17,7 +17,8 @@ from opentelemetry import trace as otel_trace
 from agents.runtime.events import RecordingObserver, ToolFinished
 from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.tracecontext import traceparent_scope
-from agents.tools.mcp.client import _trace_parent, close_connections
+from agents.tools.mcp.client import _trace_parent
+from agents.tools.mcp.pool import close_connections
 from agents.tools.mcp.tool import McpTool
 from agents.tools.mcp.types import Endpoint
 from tests.agents.runtime.scripted_provider import FakeScriptedProvider, answer, calls
