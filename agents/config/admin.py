@@ -25,7 +25,7 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
-from agents.config.forms import (
+from agents.config.provider_forms import (
     CAPABILITY_FIELDS,
     ProviderAdminForm,
     ProviderModelForm,

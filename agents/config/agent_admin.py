@@ -18,7 +18,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from agents.config.admin import VERSIONS_PER_PAGE, ListChangeList, TeamFilter, editable_teams
-from agents.config.forms import AgentAdminForm
+from agents.config.agent_forms import AgentAdminForm
 from agents.config.versions import agent_revert, agent_save, agent_version_diff
 from agents.models import Agent, AgentVersion, Tool
 from agents.tools.services import tools_sync_builtins
