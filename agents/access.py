@@ -20,13 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 
 from agents.models import Conversation
-from agentsite.access import (
-    get_for_team_or_404,
-    may_act_for,
-    membership_for,
-    own_or_shared,
-    visible_by_uuid,
-)
+from agentsite.access import get_for_team_or_404, may_act_for, own_or_shared, visible_by_uuid
 from agentsite.models import Membership
 
 VIEWER_MESSAGE = "You need to be a team member (not a viewer) to chat with agents."
@@ -66,21 +60,20 @@ def can_act_in(membership: Membership | None, conversation: Conversation) -> boo
     return may_act_for(membership, conversation.created_by_id)
 
 
-def conversation_act_check(user: Any, conversation: Conversation, action: str,
-                           membership: Membership | None = None) -> Membership:
-    """The user's membership when they may act in ``conversation``; otherwise PermissionDenied
-    with a plain message naming ``action`` (such as "stop its turns"). ``membership``: the
-    user's, as the request resolved it (looked up otherwise)."""
-    if not _membership_of(membership, user, conversation.team_id):
-        membership = membership_for(user, conversation.team_id)
-    if membership is None or not membership.can_chat:
-        raise PermissionDenied(VIEWER_MESSAGE)
+def conversation_act_check(membership: Membership | None, conversation: Conversation,
+                           action: str) -> Membership:
+    """``membership`` (the person's, as the request, socket or API key resolved it) when it may
+    act in ``conversation``; otherwise PermissionDenied with a plain message naming ``action``
+    (such as "stop its turns"). Nothing is looked up."""
+    membership = chat_check(membership)
     if not can_act_in(membership, conversation):
         raise PermissionDenied(f"Only the conversation's owner or a team admin can {action}.")
     return membership
 
 
-def _membership_of(membership: Membership | None, user: Any, team_id: int) -> bool:
-    """Whether ``membership`` is ``user``'s membership of team ``team_id``."""
-    return (membership is not None and membership.team_id == team_id
-            and membership.user_id == getattr(user, "pk", None))
+def chat_check(membership: Membership | None) -> Membership:
+    """``membership`` when it may chat in its team (a member, not a viewer); otherwise
+    PermissionDenied."""
+    if membership is None or not membership.can_chat:
+        raise PermissionDenied(VIEWER_MESSAGE)
+    return membership

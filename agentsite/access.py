@@ -5,9 +5,14 @@ Rules:
   ids cannot be probed.
 * Inside their own team, a role that is too low for an action is a 403 with a plain message.
 
+The person's membership is the request's context, resolved once: per request by
+``ActiveTeamMiddleware`` (``request.membership``, with its ``team``, ``role`` and ``user``
+read with it), per API key by its authentication (``Caller.membership``), and per socket at
+connect (``membership_for``, through ``database_sync_to_async``; again only when access may
+have changed). Services and selectors take that membership and never look it up again.
+
 Views use ``team_required(role)``; they then find ``request.team`` and ``request.membership``
-set, and load objects with ``get_for_team_or_404(Model, request.team, ...)``. Consumers call
-``membership_for(user, team)`` (through ``database_sync_to_async``).
+set, and load objects with ``get_for_team_or_404(Model, request.team, ...)``.
 
 Inside a team, what belongs to one person (a conversation, its traces, their memory) is seen by
 that person, by the team's owners and admins, and by everyone in the team once it is shared:
@@ -49,6 +54,13 @@ def membership_for(user: Any, team: Team | int | None) -> Membership | None:
         return None
     team_id = team.pk if isinstance(team, Team) else team
     return Membership.objects.select_related("team").filter(user=user, team_id=team_id).first()
+
+
+def request_membership(request: HttpRequest, team: Team | int) -> Membership | None:
+    """The person's membership of ``team`` among those the request resolved already
+    (``request.memberships``, set by ``ActiveTeamMiddleware``); None when they have none."""
+    team_id = team.pk if isinstance(team, Team) else team
+    return next((m for m in getattr(request, "memberships", ()) if m.team_id == team_id), None)
 
 
 def team_for_user_or_404(user: Any, team_uuid: Any) -> tuple[Team, Membership]:

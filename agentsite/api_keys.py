@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .access import membership_for, require_role
+from .access import require_role
 from .audit import audit_record, snapshot
 from .models import ApiKey, AuditEvent, Membership, Team
 
@@ -80,12 +80,12 @@ def _clean_scopes(scopes: Iterable[str], membership: Membership) -> list[str]:
     return chosen
 
 
-def api_key_create(*, team: Team, actor: Any, name: str, scopes: Iterable[str],
+def api_key_create(*, membership: Membership | None, name: str, scopes: Iterable[str],
                    kind: str = ApiKey.Kind.PERSONAL, expires_at: datetime | None = None,
                    rpm_limit: int | None = None, tpm_limit: int | None = None) -> tuple[ApiKey, str]:
-    """A new key and its secret (to show once; only its hash is kept). A personal key acts as
-    ``actor``; a team key (admins only) acts as the admin who made it. Audited."""
-    membership = membership_for(actor, team)
+    """A new key of ``membership``'s team and its secret (to show once; only its hash is
+    kept). A personal key acts as ``membership``'s person; a team key (admins only) acts as the
+    admin who made it. Audited."""
     if kind == ApiKey.Kind.TEAM:
         require_role(membership, Role.ADMIN, "create team API keys")
     else:
@@ -99,30 +99,31 @@ def api_key_create(*, team: Team, actor: Any, name: str, scopes: Iterable[str],
     chosen = _clean_scopes(scopes, membership)
     secret, prefix, digest = ApiKey.new_secret()
     with transaction.atomic():
+        actor = membership.user
         key = ApiKey.objects.create(
-            team=team, user=actor, created_by=actor, name=name, kind=kind, prefix=prefix,
+            team_id=membership.team_id, user=actor, created_by=actor, name=name, kind=kind, prefix=prefix,
             key_hash=digest, scopes=chosen, expires_at=expires_at, rpm_limit=rpm_limit or None,
             tpm_limit=tpm_limit or None)
         audit_record(actor=actor, action=AuditEvent.Action.CREATE, instance=key, after=snapshot(key))
     return key, secret
 
 
-def api_key_may_manage(key: ApiKey, actor: Any) -> bool:
+def api_key_may_manage(key: ApiKey, membership: Membership | None) -> bool:
     """Its owner, or the team's admins and owners."""
-    membership = membership_for(actor, key.team_id)
-    return membership is not None and (key.user_id == membership.user_id or membership.can_configure)
+    return membership is not None and membership.team_id == key.team_id and (
+        key.user_id == membership.user_id or membership.can_configure)
 
 
-def api_key_revoke(*, key: ApiKey, actor: Any) -> ApiKey:
+def api_key_revoke(*, key: ApiKey, membership: Membership | None) -> ApiKey:
     """Revoke a key (its owner or a team admin). Revoking twice does nothing. Audited."""
-    if not api_key_may_manage(key, actor):
+    if not api_key_may_manage(key, membership):
         raise PermissionDenied("Only the key's owner or a team admin can revoke it.")
     if key.revoked_at is not None:
         return key
     before = snapshot(key)
     key.revoked_at = timezone.now()
     key.save(update_fields=["revoked_at"])
-    audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=key, before=before,
+    audit_record(actor=membership.user, action=AuditEvent.Action.UPDATE, instance=key, before=before,
                  after=snapshot(key))
     return key
 

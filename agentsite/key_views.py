@@ -81,7 +81,7 @@ def key_create(request: HttpRequest) -> HttpResponse:
         try:
             # A role too low for the kind or a scope is refused here with a 403.
             key, secret = api_key_create(
-                team=request.team, actor=request.user, name=data["name"], scopes=data["scopes"],
+                membership=request.membership, name=data["name"], scopes=data["scopes"],
                 kind=data["kind"], expires_at=form.expires_at, rpm_limit=data["rpm_limit"],
                 tpm_limit=data["tpm_limit"])
         except ValidationError as exc:
@@ -100,7 +100,7 @@ def key_revoke(request: HttpRequest, key_uuid: Any) -> HttpResponse:
     if key.revoked_at is not None:
         messages.info(request, f"The key “{key.name}” was already revoked.")
     else:
-        api_key_revoke(key=key, actor=request.user)
+        api_key_revoke(key=key, membership=request.membership)
         messages.success(request, f"The key “{key.name}” ({key.prefix}…) is revoked: requests "
                                   "with it are refused from now on.")
     return redirect("api_keys")

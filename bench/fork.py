@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     app.send_task = lambda *a, **k: None  # the fork is run here, not by a worker
     world = bench_world()
     team, user, conversation = world.team, world.user, world.conversation
+    membership = world.membership
     agent = world.agent
     Agent.objects.filter(pk=agent.pk).update(history_max_messages=50)
     agent.tools.add(Tool.objects.create(team=team, name="current_time", kind="builtin",
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(RUNS):
             begun = timezone.now()
             t0, cpu0 = time.perf_counter(), time.process_time()
-            fork = fork_start(trace=parent, seq=FORK_AT, user=user)
+            fork = fork_start(trace=parent, seq=FORK_AT, membership=membership)
             queued = (time.perf_counter() - t0) * 1000
             status = turn_run(fork.pk)
             totals.append((time.perf_counter() - t0) * 1000)

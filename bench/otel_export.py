@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # the receivers are on loopback
     settings.OTEL_EXPORT_DELAY_MS = 100
     world = bench_world()
-    team, user, agent = world.team, world.user, world.agent
+    team, agent, membership = world.team, world.agent, world.membership
     agent.tools.set([Tool.objects.create(team=team, name="calculator", kind="builtin", policy="allow",
                                          description=CalculatorTool.description,
                                          parameters=CalculatorTool.parameters)])
@@ -104,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         for index in range(args.turns + 2):
             if index == 2:  # after the two warm-up turns
                 cpu = time.process_time()
-            conversation = conversation_create(team=team, agent=agent, user=user)
-            trace = turn_start(conversation=conversation, user=user, text=f"What is {index} * 7?")
+            conversation = conversation_create(membership=membership, agent=agent)
+            trace = turn_start(conversation=conversation, membership=membership,
+                               text=f"What is {index} * 7?")
             started = time.perf_counter()
             status = turn_run(trace.pk)
             elapsed = (time.perf_counter() - started) * 1000

@@ -170,10 +170,13 @@ def _real_conversation(*, team, owner, agent):
     from agents.chat.services import conversation_create
     from agents.turns.services import turn_start
     from agents.turns.tasks import turn_run
+    from agentsite.models import Membership
 
-    conversation = conversation_create(team=team, agent=agent, user=owner)
+    membership = Membership.objects.select_related("user", "team").get(team=team, user=owner)
+    conversation = conversation_create(membership=membership, agent=agent)
     for n in range(TURNS):
-        trace = turn_start(conversation=conversation, user=owner, text=f"What is {n + 12} * {n + 7}?")
+        trace = turn_start(conversation=conversation, membership=membership,
+                           text=f"What is {n + 12} * {n + 7}?")
         status = turn_run(trace.pk)
         if status != "completed":
             raise SystemExit(f"a turn of the conversation ended {status}")
@@ -232,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     generated_s = time.perf_counter() - began
     conversation = _real_conversation(team=team, owner=owner, agent=agents[0])
     from agents.chat.services import conversation_create
+    from agentsite.models import Membership
 
-    inspected = conversation_create(team=team, agent=agents[0], user=owner)
+    inspected = conversation_create(membership=Membership.objects.get(team=team, user=owner), agent=agents[0])
     sampled = {steps: make_sample_trace(conversation=inspected, user=owner, steps=steps) for steps in INSPECTED}
     rows = rollups_rebuild(team_id=team.pk)
     print(f"{Trace.objects.filter(team=team).count():,} traces ({args.traces:,} generated in {generated_s:.1f} s, "

@@ -88,7 +88,7 @@ def setup_data(latency: float, conversations: int):
 
     team = Team.objects.create(name="Bench team")
     user = get_user_model().objects.create_user(username=f"bench-{os.getpid()}", password="x" * 12)
-    Membership.objects.create(team=team, user=user, role=Membership.Role.OWNER)
+    membership = Membership.objects.create(team=team, user=user, role=Membership.Role.OWNER)
     provider = Provider.objects.create(team=team, name="Demo (bench)", kind="demo",
                                        options={"request_latency_s": latency})
     tool = Tool.objects.create(team=team, name="calculator", kind="builtin",
@@ -96,15 +96,15 @@ def setup_data(latency: float, conversations: int):
                                parameters=CalculatorTool.parameters)
     agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
     agent.tools.set([tool])
-    return user, [conversation_create(team=team, agent=agent, user=user) for _ in range(conversations)]
+    return membership, [conversation_create(membership=membership, agent=agent) for _ in range(conversations)]
 
 
-def run_batch(user, conversations, *, timeout: float) -> list:
+def run_batch(membership, conversations, *, timeout: float) -> list:
     from agents.turns.services import turn_start
     from traces.models import Trace
 
     started, cpu = time.monotonic(), time.process_time()
-    traces = [turn_start(conversation=c, user=user, text=QUESTION) for c in conversations]
+    traces = [turn_start(conversation=c, membership=membership, text=QUESTION) for c in conversations]
     run_batch.sending_s = time.monotonic() - started
     run_batch.sending_cpu_s = time.process_time() - cpu
     ids = [t.pk for t in traces]
@@ -151,15 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         from agentsite.celery import app
 
         app.conf.broker_url = os.environ["REDIS_URL"]
-        user, conversations = setup_data(args.latency, args.turns + 2)
+        membership, conversations = setup_data(args.latency, args.turns + 2)
         worker, worker_log = start_worker(var, concurrency)
         timeout = 60 + args.latency * 10
 
-        warm = run_batch(user, conversations[:1], timeout=timeout)
-        single = run_batch(user, conversations[1:2], timeout=timeout)[0]
+        warm = run_batch(membership, conversations[:1], timeout=timeout)
+        single = run_batch(membership, conversations[1:2], timeout=timeout)[0]
         with _measure.profiled("turns", {"worker": worker.pid, "sender": os.getpid()}, args.profile):
             cpu_before = cpu_seconds(worker.pid)
-            batch = run_batch(user, conversations[2:], timeout=timeout)
+            batch = run_batch(membership, conversations[2:], timeout=timeout)
             cpu = cpu_seconds(worker.pid) - cpu_before
 
         done = [t for t in warm + [single] + batch if t.status == "completed" and t.answer == ANSWER]

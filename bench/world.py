@@ -23,11 +23,12 @@ from agentsite.models import Membership, Team  # noqa: E402
 
 @dataclass
 class BenchWorld:
-    """A team with its owner ("bench"), a demo provider, an agent and a conversation; ``client``
-    is a test client signed in as the owner."""
+    """A team with its owner ("bench", and their ``membership``), a demo provider, an agent and a
+    conversation; ``client`` is a test client signed in as the owner."""
 
     team: Any
     user: Any
+    membership: Any
     provider: Any
     agent: Any
     conversation: Any
@@ -35,20 +36,20 @@ class BenchWorld:
 
     def api_client(self, *scopes: str) -> Client:
         """A test client that sends an API key of the owner's with ``scopes``."""
-        _, secret = api_key_create(team=self.team, actor=self.user, name="bench", scopes=list(scopes))
+        _, secret = api_key_create(membership=self.membership, name="bench", scopes=list(scopes))
         return Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
 
 
 def bench_world() -> BenchWorld:
     team = Team.objects.create(name="Bench")
     user = get_user_model().objects.create_user("bench", password="bench-pass-123")
-    Membership.objects.create(team=team, user=user, role="owner")
+    membership = Membership.objects.create(team=team, user=user, role="owner")
     provider = Provider.objects.create(team=team, name="Demo", kind="demo")
     agent = Agent.objects.create(team=team, name="Bench agent", provider=provider, model="demo")
     conversation = Conversation.objects.create(team=team, agent=agent, created_by=user)
     client = Client()
     client.force_login(user)
-    return BenchWorld(team, user, provider, agent, conversation, client)
+    return BenchWorld(team, user, membership, provider, agent, conversation, client)
 
 
 class Timed(NamedTuple):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import database_url, worker_start, worker_stop
+from tests.members import member_of
 
 EXTERNAL_REDIS_URL = os.environ.get("REDIS_URL", "")
 
@@ -345,7 +346,7 @@ def conversation(agent, alice):
     """alice's conversation with ``agent``."""
     from agents.chat.services import conversation_create
 
-    return conversation_create(team=agent.team, agent=agent, user=alice)
+    return conversation_create(agent=agent, membership=member_of(alice, agent.team))
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.urls import reverse
 from ninja import Router
 
-from agents.access import conversation_act_check, conversation_get_or_404
+from agents.access import chat_check, conversation_act_check, conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
 from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ChatMessageIn, ModelList
@@ -53,7 +53,6 @@ from agents.runtime.history import estimate_tokens
 from agents.team_config import kept, team_config_read
 from agents.turns.quotas import budgets_admit, turn_admit
 from agents.turns.services import (
-    chat_membership,
     conversation_check_open,
     conversation_create,
     message_text_clean,
@@ -62,7 +61,7 @@ from agents.turns.services import (
 )
 from agentsite.api_keys import Caller
 from agentsite.db import db_async
-from agentsite.models import ApiKey
+from agentsite.models import ApiKey, Membership
 from traces.json_values import usd
 from traces.models import Trace
 
@@ -196,7 +195,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
 def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
     agent, override = _agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
-    chat_membership(caller.user, caller.team, caller.membership)
+    chat_check(caller.membership)
     bound = request.headers.get(CONVERSATION_HEADER, "").strip()
     conversation = None
     if bound:
@@ -204,7 +203,7 @@ def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Pr
         if conversation.agent_id != agent.pk:
             raise ApiError(400, f"This conversation is with another agent; send model "
                                 f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
-        conversation_act_check(caller.user, conversation, "send messages in it", caller.membership)
+        conversation_act_check(caller.membership, conversation, "send messages in it")
         history = []
     try:
         last = message_text_clean(last)
@@ -231,9 +230,9 @@ def chat_commit(prepared: Prepared) -> Started:
     with transaction.atomic():
         if conversation is None:
             conversation = conversation_create(
-                team=caller.team, agent=prepared.agent, user=caller.user,
+                membership=caller.membership, agent=prepared.agent,
                 title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
-                conversation_uuid=prepared.conversation_uuid, membership=caller.membership)
+                conversation_uuid=prepared.conversation_uuid)
             Message.objects.bulk_create([
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)
@@ -243,10 +242,10 @@ def chat_commit(prepared: Prepared) -> Started:
             Conversation.objects.filter(pk=conversation.pk).update(model_override=prepared.override)
             conversation.model_override = prepared.override
         try:
-            trace = turn_send(conversation=conversation, user=caller.user, text=prepared.text,
-                              api_key=caller.key, trace_uuid=prepared.trace_uuid,
-                              quota_keys=prepared.quota_keys, membership=caller.membership,
-                              agent=prepared.agent, new_conversation=new,
+            trace = turn_send(conversation=conversation, membership=caller.membership,
+                              text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
+                              quota_keys=prepared.quota_keys, agent=prepared.agent,
+                              new_conversation=new,
                               **prepared.trace_context).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc
@@ -258,10 +257,10 @@ def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
     return chat_commit(chat_prepare(request, body))
 
 
-def _cancel(trace: Trace, user: Any) -> None:
+def _cancel(trace: Trace, membership: Membership) -> None:
     trace = Trace.objects.select_related("conversation").get(pk=trace.pk)
     if trace.status in Trace.ACTIVE:
-        turn_cancel(trace=trace, user=user)
+        turn_cancel(trace=trace, membership=membership)
 
 
 # -- the answer ----------------------------------------------------------------------------------
@@ -347,10 +346,10 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
     except TurnTimeout:
         trace = None
     except asyncio.CancelledError:
-        await db_async(_cancel)(started.trace, request.user)
+        await db_async(_cancel)(started.trace, prepared.caller.membership)
         raise
     if trace is None:
-        await db_async(_cancel)(started.trace, request.user)
+        await db_async(_cancel)(started.trace, prepared.caller.membership)
         response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",
                                        "turn_timed_out"), status=504)
         response["X-Should-Retry"] = "false"
@@ -448,12 +447,12 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                     elif event == "end":
                         ended = payload["trace"]
         except TurnTimeout:
-            await db_async(_cancel)(trace, request.user)
+            await db_async(_cancel)(trace, request.membership)
             yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
             return
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away: the turn stops too, instead of running on unseen.
-            await asyncio.shield(db_async(_cancel)(trace, request.user))
+            await asyncio.shield(db_async(_cancel)(trace, request.membership))
             raise
     assert ended is not None
     if ended.status != Trace.Status.COMPLETED:

@@ -7,7 +7,6 @@ or a team admin acts on it (``agents.access``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -15,15 +14,14 @@ from django.utils import timezone
 from agents.access import conversation_act_check
 from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
-from agents.turns.selectors import conversation_active_traces
-from agents.turns.services import conversation_create, conversation_stop, turn_cancel
+from agents.turns.services import conversation_create, conversation_stop
 from agentsite.live import announce_lists_on_commit, recheck_sockets_on_commit
 from agentsite.models import Membership
 
 
 # -- managing conversations ----------------------------------------------------------------------
-def conversation_rename(*, conversation: Conversation, user: Any, title: str) -> Conversation:
-    conversation_act_check(user, conversation, "rename it")
+def conversation_rename(*, conversation: Conversation, membership: Membership, title: str) -> Conversation:
+    conversation_act_check(membership, conversation, "rename it")
     title = " ".join((title or "").split())
     if not title:
         raise ValidationError("Give the conversation a title.")
@@ -35,39 +33,38 @@ def conversation_rename(*, conversation: Conversation, user: Any, title: str) ->
     return conversation
 
 
-def conversation_archive(*, conversation: Conversation, user: Any, archived: bool = True) -> Conversation:
+def conversation_archive(*, conversation: Conversation, membership: Membership, archived: bool = True) -> Conversation:
     """Archive (hide from the list, read-only) or bring back a conversation."""
-    conversation_act_check(user, conversation, "archive it")
+    conversation_act_check(membership, conversation, "archive it")
     conversation.archived = bool(archived)
     conversation.save(update_fields=["archived", "updated_at"])
     announce_lists_on_commit(conversation.created_by_id)
     return conversation
 
 
-def conversation_pin(*, conversation: Conversation, user: Any, pinned: bool = True) -> Conversation:
+def conversation_pin(*, conversation: Conversation, membership: Membership, pinned: bool = True) -> Conversation:
     """Keep a conversation at the top of its owner's list (or not)."""
-    conversation_act_check(user, conversation, "pin it")
+    conversation_act_check(membership, conversation, "pin it")
     Conversation.objects.filter(pk=conversation.pk).update(pinned=bool(pinned))
     conversation.pinned = bool(pinned)
     announce_lists_on_commit(conversation.created_by_id)
     return conversation
 
 
-def conversation_delete(*, conversation: Conversation, user: Any) -> None:
+def conversation_delete(*, conversation: Conversation, membership: Membership) -> None:
     """Delete a conversation for the chat: it is gone from the lists and its page. Its running
     turns stop; their traces stay, as the team's record of what was spent."""
-    conversation_act_check(user, conversation, "delete it")
-    for trace in conversation_active_traces(conversation=conversation):
-        turn_cancel(trace=trace, user=user)
+    conversation_act_check(membership, conversation, "delete it")
+    conversation_stop(conversation=conversation, membership=membership)
     conversation.deleted_at = timezone.now()
     conversation.save(update_fields=["deleted_at", "updated_at"])
     announce_lists_on_commit(conversation.created_by_id)
 
 
-def conversation_share(*, conversation: Conversation, user: Any, shared: bool) -> Conversation:
+def conversation_share(*, conversation: Conversation, membership: Membership, shared: bool) -> Conversation:
     """Share the conversation with the whole team (everyone in it may read it and its traces;
     still only its owner and the team's admins act in it), or make it private again."""
-    conversation_act_check(user, conversation, "share it or make it private")
+    conversation_act_check(membership, conversation, "share it or make it private")
     shared = bool(shared)
     if conversation.shared == shared:
         return conversation
@@ -99,7 +96,7 @@ class CommandReply:
     changed_model: bool = False
 
 
-def chat_command(*, conversation: Conversation, user: Any, text: str) -> CommandReply | None:
+def chat_command(*, conversation: Conversation, membership: Membership, text: str) -> CommandReply | None:
     """Run ``text`` when it is a chat command (``/new``, ``/model``, ``/models``, ``/stop``,
     ``/help``); None when it is an ordinary message. An unknown command answers with the help
     text. No command reaches the model or starts a turn."""
@@ -107,14 +104,14 @@ def chat_command(*, conversation: Conversation, user: Any, text: str) -> Command
     if command is None:
         return None
     # Commands are typed where messages are sent: the same people may use them.
-    conversation_act_check(user, conversation, "send messages in it")
+    conversation_act_check(membership, conversation, "send messages in it")
     agent = Agent.objects.get(pk=conversation.agent_id)
     name = command.name
     if name is CommandName.NEW:
-        fresh = conversation_create(team=conversation.team, agent=agent, user=user)
+        fresh = conversation_create(membership=membership, agent=agent)
         return CommandReply("new", f"Started a new conversation with {agent.name}.", redirect_to=fresh)
     if name is CommandName.STOP:
-        stopped = conversation_stop(conversation=conversation, user=user)
+        stopped = conversation_stop(conversation=conversation, membership=membership)
         return CommandReply("stop", "Stopped the reply." if stopped else "Nothing is running here.")
     if name is CommandName.MODELS:
         return CommandReply("models", _models_text(conversation, agent))

@@ -74,13 +74,14 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     first message goes at once."""
     agent = get_for_team_or_404(Agent, request.team, uuid=request.POST.get("agent", ""))
     text = request.POST.get("text", "").strip()
-    conversation = services.conversation_create(team=request.team, agent=agent, user=request.user)
+    conversation = services.conversation_create(membership=request.membership, agent=agent)
     if text:
         try:
-            reply = services.chat_command(conversation=conversation, user=request.user, text=text)
+            reply = services.chat_command(conversation=conversation, membership=request.membership,
+                                          text=text)
             if reply is not None:
                 return _command_response(request, conversation, reply, text)
-            turns.turn_send(conversation=conversation, user=request.user, text=text,
+            turns.turn_send(conversation=conversation, membership=request.membership, text=text,
                             parent=turns.LATEST, client_id=request.POST.get("client_id", ""))
         except ValidationError as exc:
             flash.error(request, " ".join(exc.messages))
@@ -176,16 +177,17 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     untitled = not convo.title
     text = request.POST.get("text", "")
     try:
-        reply = services.chat_command(conversation=convo, user=request.user, text=text)
+        reply = services.chat_command(conversation=convo, membership=request.membership,
+                                      text=text)
         if reply is not None:
             return _command_response(request, convo, reply, text)
         parent_uuid = request.POST.get("parent", "")
         parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
                   if parent_uuid else turns.LATEST)
-        sent = turns.turn_send(conversation=convo, user=request.user, text=text, parent=parent,
-                               client_id=request.POST.get("client_id", ""),
+        sent = turns.turn_send(conversation=convo, membership=request.membership, text=text,
+                               parent=parent, client_id=request.POST.get("client_id", ""),
                                attachments=request.POST.getlist("attachments"),
-                               membership=request.membership, agent=convo.agent)
+                               agent=convo.agent)
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
@@ -226,7 +228,7 @@ def turn_regenerate(request: HttpRequest, conversation_uuid: Any, trace_uuid: An
     convo = _conversation(request, conversation_uuid)
     trace = get_for_team_or_404(Trace, request.team, uuid=trace_uuid, conversation=convo)
     try:
-        new = turns.turn_regenerate(conversation=convo, trace=trace, user=request.user)
+        new = turns.turn_regenerate(conversation=convo, trace=trace, membership=request.membership)
     except ValidationError as exc:
         return _error(request, convo, exc)
     return _branch_response(request, convo, new)
@@ -239,7 +241,7 @@ def message_edit(request: HttpRequest, conversation_uuid: Any, message_uuid: Any
     message = get_for_team_or_404(Message, request.team, field="conversation__team", uuid=message_uuid,
                                   conversation=convo)
     try:
-        trace = turns.turn_edit(conversation=convo, message=message, user=request.user,
+        trace = turns.turn_edit(conversation=convo, message=message, membership=request.membership,
                                    text=request.POST.get("text", ""))
     except ValidationError as exc:
         return _error(request, convo, exc)
@@ -251,7 +253,8 @@ def message_edit(request: HttpRequest, conversation_uuid: Any, message_uuid: Any
 def conversation_rename(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
     try:
-        services.conversation_rename(conversation=convo, user=request.user, title=request.POST.get("title", ""))
+        services.conversation_rename(conversation=convo, membership=request.membership,
+                                     title=request.POST.get("title", ""))
     except ValidationError as exc:
         flash.error(request, " ".join(exc.messages))
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
@@ -262,7 +265,8 @@ def conversation_rename(request: HttpRequest, conversation_uuid: Any) -> HttpRes
 def conversation_archive(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
     archived = request.POST.get("archived", "1") != "0"
-    services.conversation_archive(conversation=convo, user=request.user, archived=archived)
+    services.conversation_archive(conversation=convo, membership=request.membership,
+                                  archived=archived)
     flash.success(request, f"“{convo}” is {'archived' if archived else 'back in your list'}.")
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
 
@@ -276,7 +280,8 @@ def attachment_upload(request: HttpRequest, conversation_uuid: Any) -> JsonRespo
     if upload is None:
         return JsonResponse({"error": "Choose an image to attach."}, status=400)
     try:
-        attachment = attachment_create(conversation=convo, user=request.user, upload=upload)
+        attachment = attachment_create(conversation=convo, membership=request.membership,
+                                       upload=upload)
     except ValidationError as exc:
         return JsonResponse({"error": " ".join(exc.messages)}, status=400)
     return JsonResponse({"id": str(attachment.uuid), "name": attachment.name, "size": attachment.size,
@@ -302,7 +307,7 @@ def attachment(request: HttpRequest, conversation_uuid: Any, attachment_uuid: An
 @require_POST
 def conversation_pin(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
-    services.conversation_pin(conversation=convo, user=request.user,
+    services.conversation_pin(conversation=convo, membership=request.membership,
                               pinned=request.POST.get("pinned", "1") != "0")
     return redirect_back(request, reverse("conversation", args=[convo.uuid]))
 
@@ -315,7 +320,8 @@ def conversation_model(request: HttpRequest, conversation_uuid: Any) -> HttpResp
     model = " ".join(request.POST.get("model", "").split())[:200]
     text = f"/model {model}"
     try:
-        reply = services.chat_command(conversation=convo, user=request.user, text=text)
+        reply = services.chat_command(conversation=convo, membership=request.membership,
+                                      text=text)
     except ValidationError as exc:
         return _error(request, convo, exc)
     return _command_response(request, convo, reply, text)
@@ -327,7 +333,7 @@ def conversation_share(request: HttpRequest, conversation_uuid: Any) -> HttpResp
     """Share with the team (``shared=1``) or make private again (``shared=0``)."""
     convo = _conversation(request, conversation_uuid)
     shared = request.POST.get("shared", "1") != "0"
-    services.conversation_share(conversation=convo, user=request.user, shared=shared)
+    services.conversation_share(conversation=convo, membership=request.membership, shared=shared)
     if request.htmx:
         return render(request, "chat/conversation.html#share", {"conversation": convo, "can_act": True})
     if shared:
@@ -343,6 +349,6 @@ def conversation_share(request: HttpRequest, conversation_uuid: Any) -> HttpResp
 @require_POST
 def conversation_delete(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
-    services.conversation_delete(conversation=convo, user=request.user)
+    services.conversation_delete(conversation=convo, membership=request.membership)
     flash.success(request, f"Deleted “{convo}”.")
     return redirect("chat")

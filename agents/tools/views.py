@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods
 from agents.models import Tool
 from agents.tools.forms import ToolTryForm
 from agents.tools.services import sample_arguments, tool_try
-from agentsite.access import get_for_user_or_404, membership_for, require_role
+from agentsite.access import get_for_user_or_404, request_membership, require_role
 from agentsite.models import Membership
 
 Role = Membership.Role
@@ -32,7 +32,7 @@ def _tool(request: HttpRequest, tool_uuid) -> Tool:
     if request.user.is_superuser:
         return get_object_or_404(tools, uuid=tool_uuid)
     tool = get_for_user_or_404(tools, request.user, uuid=tool_uuid)
-    require_role(membership_for(request.user, tool.team_id), Role.ADMIN, "try tools")
+    require_role(request_membership(request, tool.team_id), Role.ADMIN, "try tools")
     return tool
 
 

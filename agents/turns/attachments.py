@@ -22,6 +22,7 @@ from agents.access import conversation_act_check
 from agents.models import Attachment, Conversation
 from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
+from agentsite.models import Membership
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 # An image uploaded and never sent is dropped after this long (the workers' periodic clean-up).
@@ -65,11 +66,11 @@ def _pixels_problem(data: bytes, media_type: str) -> str | None:
     return None
 
 
-def _upload_limits_check(conversation: Conversation, user: Any, size: int) -> None:
+def _upload_limits_check(conversation: Conversation, user_id: int, size: int) -> None:
     """Per person, uploads per minute; per conversation and per team, megabytes of images kept."""
     now = timezone.now()
     per_minute = settings.UPLOADS_PER_MINUTE
-    recent = Attachment.objects.filter(uploaded_by=user, created_at__gte=now - timedelta(minutes=1))
+    recent = Attachment.objects.filter(uploaded_by_id=user_id, created_at__gte=now - timedelta(minutes=1))
     if recent.count() >= per_minute:
         raise ValidationError(f"You attached {per_minute} images in the last minute; wait a moment "
                               "before attaching more.")
@@ -83,11 +84,11 @@ def _upload_limits_check(conversation: Conversation, user: Any, size: int) -> No
                                      else ": ask an admin to delete old conversations."))
 
 
-def attachment_create(*, conversation: Conversation, user: Any, upload: Any) -> Attachment:
+def attachment_create(*, conversation: Conversation, membership: Membership, upload: Any) -> Attachment:
     """Store an uploaded image for the next message of ``conversation`` (who may write in it),
     within the upload limits: its size in bytes and pixels, uploads per minute per person,
     megabytes per conversation and per team."""
-    conversation_act_check(user, conversation, "attach images in it")
+    conversation_act_check(membership, conversation, "attach images in it")
     size = int(getattr(upload, "size", 0) or 0)
     if size > MAX_IMAGE_BYTES:
         raise ValidationError(f"The image is {size / 1024 / 1024:.1f} MB; the limit is "
@@ -101,23 +102,24 @@ def attachment_create(*, conversation: Conversation, user: Any, upload: Any) -> 
     problem = _pixels_problem(data, media_type)
     if problem:
         raise ValidationError(problem)
-    _upload_limits_check(conversation, user, len(data))
+    _upload_limits_check(conversation, membership.user_id, len(data))
     name = str(getattr(upload, "name", "") or "")[:200]
     return Attachment.objects.create(team_id=conversation.team_id, conversation=conversation,
-                                     uploaded_by=user, media_type=media_type, size=len(data),
+                                     uploaded_by_id=membership.user_id, media_type=media_type, size=len(data),
                                      name=name, data=data)
 
 
-def attachments_for_message(*, conversation: Conversation, user: Any,
+def attachments_for_message(*, conversation: Conversation, membership: Membership,
                             ids: Sequence[str]) -> list[Attachment]:
-    """The images ``user`` uploaded to ``conversation`` and not sent yet, by public id."""
+    """The images ``membership``'s person uploaded to ``conversation`` and not sent yet, by public id."""
     ids = [i for i in dict.fromkeys(str(i).strip() for i in ids) if i]
     if not ids:
         return []
     if len(ids) > MAX_IMAGES_PER_MESSAGE:
         raise ValidationError(f"Attach at most {MAX_IMAGES_PER_MESSAGE} images to a message.")
     try:
-        rows = list(Attachment.objects.filter(conversation=conversation, uploaded_by=user, message__isnull=True,
+        rows = list(Attachment.objects.filter(conversation=conversation, uploaded_by_id=membership.user_id,
+                                              message__isnull=True,
                                               uuid__in=ids).defer("data"))
     except ValidationError as exc:  # not UUIDs
         raise ValidationError("One of the attached images is not this conversation's.") from exc

@@ -35,6 +35,7 @@ from agents.turns.quotas import turn_admit
 from agents.turns.replay import FORK_META, fork_point
 from agents.turns.selectors import conversation_history_rows
 from agents.turns.services import message_text_clean
+from agentsite.models import Membership
 from traces.models import Step, Trace
 
 MAX_SYSTEM_PROMPT_CHARS = 100_000
@@ -61,7 +62,7 @@ def fork_choices(*, trace: Trace) -> ForkChoices:
                        agent_provider=agent.provider.name)
 
 
-def fork_start(*, trace: Trace, seq: int, user: Any, provider: str | None = None,
+def fork_start(*, trace: Trace, seq: int, membership: Membership, provider: str | None = None,
                model: str | None = None, agent_version: int | None = None,
                system_prompt: str | None = None, message: str | None = None,
                allow_new_tool_calls: bool = False) -> Trace:
@@ -73,10 +74,10 @@ def fork_start(*, trace: Trace, seq: int, user: Any, provider: str | None = None
     and ``message``: edited texts (None: as they were). ``allow_new_tool_calls``: a tool call
     that was not recorded runs for real; otherwise it is refused with a result saying so.
 
-    ``PermissionDenied`` when ``user`` may not act in the trace's conversation (viewers, other
+    ``PermissionDenied`` when ``membership`` may not act in the trace's conversation (viewers, other
     members' private conversations); ``ValidationError`` with a sentence for anything else."""
     conversation = Conversation.objects.get(pk=trace.conversation_id)
-    membership = conversation_act_check(user, conversation, "fork its turns")
+    conversation_act_check(membership, conversation, "fork its turns")
     if trace.is_active:
         raise ValidationError("This turn is still running. Fork it once it has ended.")
     agent = _agent_of(trace)
@@ -111,7 +112,8 @@ def fork_start(*, trace: Trace, seq: int, user: Any, provider: str | None = None
     history = conversation_history_rows(trace=trace, limit=agent.history_max_messages)
     with transaction.atomic():
         fork_conversation = Conversation.objects.create(
-            team_id=trace.team_id, agent=agent, created_by=user, shared=conversation.shared,
+            team_id=trace.team_id, agent=agent, created_by_id=membership.user_id,
+            shared=conversation.shared,
             ephemeral=True, title=f"Fork of {conversation}"[:200])
         Message.objects.bulk_create([
             Message(conversation=fork_conversation, role=m.role, blocks=m.blocks, text=m.text,
@@ -119,10 +121,10 @@ def fork_start(*, trace: Trace, seq: int, user: Any, provider: str | None = None
             for m in history])
         user_message = Message.objects.create(
             conversation=fork_conversation, role=Message.Role.USER, blocks=blocks, text=text,
-            author=user)
+            author_id=membership.user_id)
         fork = Trace.objects.create(
             uuid=trace_uuid, team_id=trace.team_id, conversation=fork_conversation, agent=agent,
-            agent_version=spec.get("agent_version") or agent.version, user=user,
+            agent_version=spec.get("agent_version") or agent.version, user_id=membership.user_id,
             user_message=user_message, status=Trace.Status.QUEUED, quota_keys=quota_keys,
             forked_from=trace, fork_seq=seq, meta={FORK_META: spec})
         Message.objects.filter(pk=user_message.pk).update(trace=fork)

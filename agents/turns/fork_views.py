@@ -41,7 +41,7 @@ def trace_fork(request: HttpRequest, trace_uuid, seq: int) -> HttpResponse:
         edit_prompt = form.get("edit_system_prompt") == "on"
         try:
             fork = fork_start(
-                trace=trace, seq=seq, user=request.user,
+                trace=trace, seq=seq, membership=request.membership,
                 provider=form.get("provider") or None, model=form.get("model") or None,
                 agent_version=_int_or_none(form.get("agent_version")),
                 system_prompt=prompt if edit_prompt and prompt is not None else None,

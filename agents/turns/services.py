@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from agents.access import VIEWER_MESSAGE, conversation_act_check
+from agents.access import chat_check, conversation_act_check
 from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
@@ -35,8 +35,7 @@ from agents.turns.quotas import turn_admit
 from agents.turns.selectors import approval_waiting, conversation_active_traces
 from agents.turns.signals import approval_signal_send
 from agents.turns.windows import ESTIMATE_MARGIN, agent_window
-from agentsite.access import membership_for
-from agentsite.models import ApiKey, Membership, Team
+from agentsite.models import ApiKey, Membership
 from traces.export.ids import parse_traceparent
 from traces.models import Trace
 from traces.record.live import announce_sync
@@ -46,30 +45,18 @@ INTERRUPT_REASON = "interrupted by a new message"
 TRACESTATE_MAX_CHARS = 512
 
 
-def chat_membership(user: Any, team: Team | int, membership: Membership | None = None) -> Membership:
-    """The user's membership of ``team`` when they may chat there (else PermissionDenied);
-    ``membership``: theirs as the request resolved it (looked up otherwise)."""
-    team_id = team.pk if isinstance(team, Team) else team
-    if membership is None or membership.team_id != team_id or membership.user_id != getattr(user, "pk", None):
-        membership = membership_for(user, team)
-    if membership is None or not membership.can_chat:
-        raise PermissionDenied(VIEWER_MESSAGE)
-    return membership
-
-
-def conversation_create(*, team: Team, agent: Agent, user: Any, title: str = "",
+def conversation_create(*, membership: Membership, agent: Agent, title: str = "",
                         api_key: ApiKey | None = None, ephemeral: bool = False,
-                        conversation_uuid: uuid.UUID | None = None,
-                        membership: Membership | None = None) -> Conversation:
-    """A new conversation of ``user`` with one of the team's agents (a member, not a viewer).
-    ``api_key``: started through the API with that key; ``ephemeral``: a stateless API request's
-    record, left out of the chat's lists; ``membership``: the user's, as the request resolved
-    it."""
-    chat_membership(user, team, membership)
-    if agent.team_id != team.pk:
+                        conversation_uuid: uuid.UUID | None = None) -> Conversation:
+    """A new conversation of ``membership``'s person with one of its team's agents (a member,
+    not a viewer). ``api_key``: started through the API with that key; ``ephemeral``: a
+    stateless API request's record, left out of the chat's lists."""
+    chat_check(membership)
+    if agent.team_id != membership.team_id:
         raise PermissionDenied("That agent belongs to another team.")
     fields = {"uuid": conversation_uuid} if conversation_uuid is not None else {}
-    return Conversation.objects.create(team=team, agent=agent, created_by=user, api_key=api_key,
+    return Conversation.objects.create(team_id=membership.team_id, agent=agent,
+                                       created_by_id=membership.user_id, api_key=api_key,
                                        ephemeral=ephemeral, title=(title or "").strip()[:200],
                                        **fields)
 
@@ -145,18 +132,18 @@ class SentTurn:
     resent: bool = False
 
 
-def turn_start(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
-               client_id: str = "") -> Trace:
+def turn_start(*, conversation: Conversation, membership: Membership, text: str,
+               parent: Trace | None | Any = LATEST, client_id: str = "") -> Trace:
     """``turn_send``'s trace."""
-    return turn_send(conversation=conversation, user=user, text=text, parent=parent,
+    return turn_send(conversation=conversation, membership=membership, text=text, parent=parent,
                      client_id=client_id).trace
 
 
-def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace | None | Any = LATEST,
-              client_id: str = "", attachments: Sequence[str] = (), api_key: ApiKey | None = None,
+def turn_send(*, conversation: Conversation, membership: Membership, text: str,
+              parent: Trace | None | Any = LATEST, client_id: str = "",
+              attachments: Sequence[str] = (), api_key: ApiKey | None = None,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
-              quota_keys: list[str] | None = None, traceparent: str = "",
-              tracestate: str = "", membership: Membership | None = None,
+              quota_keys: list[str] | None = None, traceparent: str = "", tracestate: str = "",
               agent: Agent | None = None, new_conversation: bool = False) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
@@ -182,16 +169,17 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
     message (an API call's headers); kept in the new trace's ``meta`` when valid, so the turn's
     spans join the caller's trace (``trace_context_meta``; an invalid one is ignored).
 
-    What the caller resolved already is not looked up again: ``membership`` (the user's, as
-    the request resolved it), ``agent`` (the conversation's, with its provider), and
+    ``membership`` is the sender's, as the request, socket or API key resolved it: who sends,
+    in which team, with which role; it is not looked up again. Nor is what else the caller
+    resolved already: ``agent`` (the conversation's, with its provider), and
     ``new_conversation`` (the conversation was created in the caller's transaction: nothing of
     it runs and there is no earlier turn to continue)."""
-    membership = conversation_act_check(user, conversation, "send messages in it", membership)
+    conversation_act_check(membership, conversation, "send messages in it")
     conversation_check_open(conversation)
     client_id = (client_id or "").strip()[:64]
     if agent is None or agent.pk != conversation.agent_id:
         agent = Agent.objects.select_related("provider").get(pk=conversation.agent_id)
-    images = attachments_for_message(conversation=conversation, user=user, ids=attachments) if attachments else []
+    images = attachments_for_message(conversation=conversation, membership=membership, ids=attachments) if attachments else []
     text = message_text_clean(text, images=len(images))
     if images:
         _check_vision(conversation, agent, len(images))
@@ -222,13 +210,13 @@ def turn_send(*, conversation: Conversation, user: Any, text: str, parent: Trace
             parent_turn = parent
         blocks = RuntimeMessage.user(text).to_dict()["blocks"] + [image_block(a).to_dict() for a in images]
         message = Message.objects.create(
-            conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author=user,
+            conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author_id=membership.user_id,
             parent_turn=parent_turn, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
         context = trace_context_meta(traceparent, tracestate)
-        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=message,
-                             new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
+        trace = _turn_create(conversation=conversation, agent=agent, user_id=membership.user_id,
+                             message=message, new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
                              quota_keys=quota_keys, **({"meta": context} if context else {}))
         message.trace = trace
         message.save(update_fields=["trace"])
@@ -286,7 +274,7 @@ def _title_from(text: str) -> str:
     return line if len(line) <= 80 else line[:79].rstrip() + "…"
 
 
-def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message: Message,
+def _turn_create(*, conversation: Conversation, agent: Agent, user_id: int, message: Message,
                  new_conversation: bool = False, **fields: Any) -> Trace:
     """A queued trace answering ``message``: sent now when nothing else of the conversation is
     in flight, else queued behind it (or, when the agent says so, interrupting it). Call inside
@@ -296,7 +284,7 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message
     earlier = [] if new_conversation else list(conversation_active_traces(conversation=conversation))
     trace = Trace.objects.create(
         team_id=conversation.team_id, conversation=conversation, agent=agent,
-        agent_version=agent.version, user=user, user_message=message,
+        agent_version=agent.version, user_id=user_id, user_message=message,
         status=Trace.Status.QUEUED, enqueued_at=None if earlier else now, **fields)
     trace.user_message = message
     if not new_conversation:
@@ -310,10 +298,10 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user: Any, message
     return trace
 
 
-def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> Trace:
+def turn_regenerate(*, conversation: Conversation, trace: Trace, membership: Membership) -> Trace:
     """Answer the user message of ``trace`` again, as a new branch beside that answer (which
     stays reachable)."""
-    conversation_act_check(user, conversation, "regenerate its answers")
+    conversation_act_check(membership, conversation, "regenerate its answers")
     conversation_check_open(conversation)
     if trace.conversation_id != conversation.pk or trace.user_message_id is None:
         raise ValidationError("That answer cannot be regenerated.")
@@ -323,13 +311,15 @@ def turn_regenerate(*, conversation: Conversation, trace: Trace, user: Any) -> T
     with transaction.atomic():
         conversation_lock(conversation.pk)
         message = Message.objects.get(pk=trace.user_message_id)
-        return _turn_create(conversation=conversation, agent=agent, user=user, message=message)
+        return _turn_create(conversation=conversation, agent=agent, user_id=membership.user_id,
+                            message=message)
 
 
-def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: str) -> Trace:
+def turn_edit(*, conversation: Conversation, message: Message, membership: Membership,
+              text: str) -> Trace:
     """Send an edited version of an earlier user message: a new branch from the point where
     ``message`` was sent. The original and everything after it stay reachable."""
-    conversation_act_check(user, conversation, "edit its messages")
+    conversation_act_check(membership, conversation, "edit its messages")
     text = message_text_clean(text)
     conversation_check_open(conversation)
     if message.conversation_id != conversation.pk or message.role != Message.Role.USER:
@@ -340,9 +330,10 @@ def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: 
         conversation_lock(conversation.pk)
         edited = Message.objects.create(
             conversation=conversation, role=Message.Role.USER,
-            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author=user,
+            blocks=RuntimeMessage.user(text).to_dict()["blocks"], text=text, author_id=membership.user_id,
             parent_turn_id=message.parent_turn_id)
-        trace = _turn_create(conversation=conversation, agent=agent, user=user, message=edited)
+        trace = _turn_create(conversation=conversation, agent=agent, user_id=membership.user_id,
+                             message=edited)
         edited.trace = trace
         edited.save(update_fields=["trace"])
         edited.conversation = conversation
@@ -350,43 +341,45 @@ def turn_edit(*, conversation: Conversation, message: Message, user: Any, text: 
     return trace
 
 
-def conversation_stop(*, conversation: Conversation, user: Any) -> int:
+def conversation_stop(*, conversation: Conversation, membership: Membership) -> int:
     """Stop every queued or running turn of the conversation; how many there were."""
-    conversation_act_check(user, conversation, "stop its turns")
+    conversation_act_check(membership, conversation, "stop its turns")
     stopped = 0
     for trace in conversation_active_traces(conversation=conversation):
-        trace.conversation = conversation
-        turn_cancel(trace=trace, user=user)
+        _cancel(trace, membership)
         stopped += 1
     return stopped
 
 
-
-def turn_cancel(*, trace: Trace, user: Any) -> Trace:
+def turn_cancel(*, trace: Trace, membership: Membership) -> Trace:
     """Stop a turn: a queued one ends ``cancelled`` at once; a running one is signalled and its
     worker ends it. Stopping a turn that has ended does nothing."""
-    conversation_act_check(user, trace.conversation, "stop its turns")
-    reason = f"Cancelled by {user.get_username()}"
-    if not trace_cancel_queued(trace=trace, reason=reason):
-        trace_request_cancel(trace=trace, reason=reason)
+    conversation_act_check(membership, trace.conversation, "stop its turns")
+    _cancel(trace, membership)
     trace.refresh_from_db()
     return trace
 
 
-def _deciding_role(trace: Trace, user: Any) -> str:
-    if trace.conversation.created_by_id == user.pk:
+def _cancel(trace: Trace, membership: Membership) -> None:
+    reason = f"Cancelled by {membership.user.get_username()}"
+    if not trace_cancel_queued(trace=trace, reason=reason):
+        trace_request_cancel(trace=trace, reason=reason)
+
+
+def _deciding_role(trace: Trace, membership: Membership) -> str:
+    if trace.conversation.created_by_id == membership.user_id:
         return "the conversation's owner"
-    membership = membership_for(user, trace.team_id)
-    return f"a team {membership.get_role_display().lower()}" if membership else "a site operator"
+    return f"a team {membership.get_role_display().lower()}"
 
 
-def approval_decide(*, trace: Trace, call_id: str, approved: bool, user: Any) -> None:
+def approval_decide(*, trace: Trace, call_id: str, approved: bool, membership: Membership) -> None:
     """Approve or deny a tool call that waits for approval in a running turn."""
-    conversation_act_check(user, trace.conversation, "approve or deny its tool calls")
+    conversation_act_check(membership, trace.conversation, "approve or deny its tool calls")
     running = Trace.objects.filter(pk=trace.pk, status=Trace.Status.RUNNING).exists()
     if not running or approval_waiting(trace=trace, call_id=call_id) is None:
         raise ValidationError("This tool call is not waiting for approval any more.")
     if not approval_signal_send(trace_uuid=trace.uuid, call_id=call_id, approved=approved,
-                                decided_by=user.get_username(), role=_deciding_role(trace, user)):
+                                decided_by=membership.user.get_username(),
+                                role=_deciding_role(trace, membership)):
         raise ValidationError("Your decision could not be delivered to the worker. Try again in "
                               "a moment.")

@@ -28,7 +28,7 @@ def _trace(request: HttpRequest, trace_uuid) -> Trace:
 @require_POST
 def trace_cancel(request: HttpRequest, trace_uuid) -> HttpResponse:
     """Stop a turn. The page learns the outcome from the live events (or on reload)."""
-    trace = turn_cancel(trace=_trace(request, trace_uuid), user=request.user)
+    trace = turn_cancel(trace=_trace(request, trace_uuid), membership=request.membership)
     if request.htmx:
         return HttpResponse(status=204)
     flash.info(request, "Stopping the turn." if trace.is_active else f"The turn is {trace.get_status_display().lower()}.")
@@ -41,7 +41,8 @@ def approval_decision(request: HttpRequest, trace_uuid, call_id: str) -> HttpRes
     trace = _trace(request, trace_uuid)
     approved = request.POST.get("approved") in {"1", "true", "yes"}
     try:
-        approval_decide(trace=trace, call_id=call_id, approved=approved, user=request.user)
+        approval_decide(trace=trace, call_id=call_id, approved=approved,
+                        membership=request.membership)
     except ValidationError as exc:
         if request.htmx:
             return HttpResponse(" ".join(exc.messages), status=409)

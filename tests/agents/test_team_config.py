@@ -14,6 +14,7 @@ from agents.turns.builder import turn_setup_build
 from agents.turns.lifecycle import trace_claim
 from agents.turns.routing import routing_table_for
 from agents.turns.services import turn_start
+from tests.members import member_of
 from traces.models import Budget, Trace
 
 pytestmark = pytest.mark.django_db
@@ -104,7 +105,7 @@ def test_a_turns_setup_reads_the_teams_configuration_once_per_process(
         conversation, alice, sent_turns, django_assert_max_num_queries):
     def claimed() -> Trace:
         Trace.objects.filter(conversation=conversation).update(status="completed")
-        return trace_claim(trace_id=turn_start(conversation=conversation, user=alice, text="hi").pk,
+        return trace_claim(trace_id=turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hi").pk,
                            worker="w")
 
     first = {t.name for t in turn_setup_build(trace=claimed()).tools}

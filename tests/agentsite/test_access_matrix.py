@@ -29,6 +29,7 @@ from agentsite.api_keys import api_key_create
 from agentsite.models import Membership
 from agentsite.routing import websocket_urlpatterns
 from tests.helpers import communicator, session_cookie
+from tests.members import member_of
 
 pytestmark = pytest.mark.django_db
 
@@ -112,9 +113,9 @@ def world(alice, bob, vera, charlie, agent, team_a):
                                            author=alice)
     owner = Membership.objects.get(user=alice, team=team_a)
     issued = services.invitation_create(actor=owner, role="member")
-    key, _secret = api_key_create(team=team_a, actor=alice, name=CANARY, scopes=["chat"])
+    key, _secret = api_key_create(membership=member_of(alice, team_a), name=CANARY, scopes=["chat"])
     # Each persona's own key, with every scope its role allows, for the API's routes.
-    keys = {user.username: api_key_create(team=team, actor=user, name="matrix", scopes=scopes)[1]
+    keys = {user.username: api_key_create(membership=member_of(user, team), name="matrix", scopes=scopes)[1]
             for user, team, scopes in ((bob, team_a, ["chat", "traces:read", "costs:read"]),
                                        (vera, team_a, ["traces:read", "costs:read"]),
                                        (charlie, charlie.memberships.get().team,

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from agentsite.api_keys import api_key_create
 from agentsite.models import ApiKey, AuditEvent, Membership
+from tests.members import member_of
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,7 @@ def create(client, **fields):
 
 def key_of(user, team, name: str = "script", **fields) -> ApiKey:
     fields.setdefault("scopes", ["traces:read"])
-    key, _secret = api_key_create(team=team, actor=user, name=name, **fields)
+    key, _secret = api_key_create(membership=member_of(user, team), name=name, **fields)
     return key
 
 
@@ -241,7 +242,7 @@ def test_a_key_is_resolved_in_one_query_and_any_change_to_it_or_its_person_count
         bob, team_a, django_assert_num_queries):
     from agentsite.api_keys import ApiKeyRefused, api_key_authenticate
 
-    key, secret = api_key_create(team=team_a, actor=bob, name="ci", scopes=["chat", "traces:read"])
+    key, secret = api_key_create(membership=member_of(bob, team_a), name="ci", scopes=["chat", "traces:read"])
     assert api_key_authenticate(secret).membership.role == "member"
     with django_assert_num_queries(1):  # the key's row, its team, person and membership: one read
         caller = api_key_authenticate(secret)

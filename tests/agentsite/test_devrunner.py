@@ -142,8 +142,8 @@ agent = Agent.objects.select_related("provider").get(name=DEMO_AGENT)
 agent.provider.options = {"request_latency_s": 7}  # two requests: the calculator, the answer
 agent.provider.save()
 user = get_user_model().objects.get(username="demo")
-conversation = conversation_create(team=agent.team, agent=agent, user=user)
-print(turn_start(conversation=conversation, user=user, text="What is 2 + 3?").pk)
+conversation = conversation_create(agent=agent, membership=member_of(user, agent.team))
+print(turn_start(conversation=conversation, membership=member_of(user, conversation), text="What is 2 + 3?").pk)
 """
 TRACE_STATE = """
 from traces.models import Trace

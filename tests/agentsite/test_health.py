@@ -15,6 +15,7 @@ from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
 from agentsite.devrunner import free_port
 from tests.helpers import wait_for
+from tests.members import member_of
 
 
 @pytest.mark.worker
@@ -52,7 +53,7 @@ def test_healthz_reports_the_reapers_last_run_the_workers_and_turns_stale_past_t
     TurnWorker.objects.create(name="alive pid 1", beat_at=now, reaped_at=now - timedelta(seconds=1))
     TurnWorker.objects.create(name="dead pid 2", beat_at=now - timedelta(seconds=dead_after + 1),
                               reaped_at=now - timedelta(seconds=30))
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
     trace_claim(trace_id=trace.pk, worker="dead pid 2")
 
     response = client.get(reverse("healthz"))

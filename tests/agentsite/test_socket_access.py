@@ -17,6 +17,7 @@ from agentsite import services
 from agentsite.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
 from agentsite.models import Membership
 from tests.helpers import announce_delta, communicator, session_cookie
+from tests.members import member_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_thread_connections")]
 
@@ -112,7 +113,8 @@ async def test_making_a_conversation_private_closes_teammates_sockets_but_not_th
     teammate = await _open(bob, path)
     owner = await _open(alice, path)
     await sync_to_async(conversation_share)(conversation=await sync_to_async(Conversation.objects.get)(pk=conversation.pk),
-                                            user=alice, shared=False)
+                                            membership=await sync_to_async(member_of)(alice, conversation),
+                                            shared=False)
     assert await _closed_within(teammate, 1.0) < 1.0
     await announce_delta(sample_trace, text="for the owner")
     assert "for the owner" in await owner.receive_from(timeout=2)

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.members import member_of
+
 from .collect import Event, Sent, collect
 from .model_server import LOOKUP_TOOL, MODEL, FakeModelServer
 from .stack import ChaosStack
@@ -205,8 +207,8 @@ class ChaosRun:
         token = uuid.uuid4().hex[:16]
         sent = Sent(token, scenario, time.time())
         try:
-            conversation = conversation_create(team=self.world.team, agent=agent, user=self.world.user)
-            turn = turn_send(conversation=conversation, user=self.world.user, client_id=token,
+            conversation = conversation_create(agent=agent, membership=member_of(self.world.user, self.world.team))
+            turn = turn_send(conversation=conversation, membership=member_of(self.world.user, conversation), client_id=token,
                              text=f"Look up my key, then compute 17 * 23. [chaos:{token}]")
             sent.trace_id = turn.trace.pk
         except Exception as exc:  # noqa: BLE001 - what the chat would have shown, kept for the report

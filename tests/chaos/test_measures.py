@@ -11,6 +11,7 @@ from django.db.models import F
 from tests.chaos import measures
 from tests.chaos.collect import hand_backs, handed_off_after
 from tests.chaos.model_server import FakeModelServer, turn_position
+from tests.members import member_of
 
 
 def test_a_step_key_stored_twice_in_one_trace_is_a_duplicate():
@@ -139,7 +140,7 @@ def test_the_ledger_check_finds_a_roll_up_or_trace_total_that_drifted(make_agent
 
     agent = make_agent()
     priced_demo(agent.team)
-    trace = run(conversation_create(team=agent.team, agent=agent, user=alice), alice, "What is 6 * 7?")
+    trace = run(conversation_create(agent=agent, membership=member_of(alice, agent.team)), alice, "What is 6 * 7?")
     assert trace.status == "completed" and trace.cost_usd > 0
     clean = integrity_figures({}, {})
     assert (clean["rollup_drift"], clean["trace_total_drift"], clean["duplicate_steps"]) == (0, 0, 0)

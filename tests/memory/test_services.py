@@ -19,6 +19,7 @@ from memory.services import (
     memory_store,
     memory_turn_start,
 )
+from tests.members import member_of
 
 Scope = MemoryEntry.Scope
 
@@ -133,8 +134,8 @@ def test_recall_is_limited_to_the_owner(store, agent, alice_owner, bob, make_age
 def test_conversation_memory_is_seen_only_in_its_conversation(agent, alice, alice_owner):
     from agents.chat.services import conversation_create
 
-    first = conversation_create(team=agent.team, agent=agent, user=alice)
-    second = conversation_create(team=agent.team, agent=agent, user=alice)
+    first = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    second = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     in_first = MemoryOwner(team_id=agent.team_id, agent_id=agent.pk, user_id=alice.pk,
                            conversation_id=first.pk)
     in_second = MemoryOwner(team_id=agent.team_id, agent_id=agent.pk, user_id=alice.pk,

@@ -10,6 +10,7 @@ from agents.runtime.providers.base import ProviderError
 from agents.runtime.providers.demo import DemoProvider
 from agents.turns.services import approval_decide, turn_start
 from tests.approvals import waiting_approval
+from tests.members import member_of
 from traces.models import Trace
 
 GEN_AI_CHAT = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
@@ -49,12 +50,12 @@ def fail_first_request(monkeypatch) -> dict[str, int]:
 
 def run_approved_turn(make_agent, alice, run_in_thread) -> Trace:
     agent = make_agent(name="Careful", approval=("calculator",), system_prompt="Be brief. " * 40)
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice,
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation),
                        text="What is 6 * 7 and what time is it in UTC?")
     worker = run_in_thread(trace.pk)
     step = waiting_approval(trace, what="the calculator waiting for approval")
-    approval_decide(trace=trace, call_id=step.call_id, approved=True, user=alice)
+    approval_decide(trace=trace, call_id=step.call_id, approved=True, membership=member_of(alice, trace))
     worker.join(timeout=20)
     trace.refresh_from_db()
     assert trace.status == "completed", trace.error

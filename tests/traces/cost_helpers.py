@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
+from tests.members import member_of
 from traces.models import ConversationCostRollup, CostRollup, ModelPrice, Step, Trace
 
 EARLY = datetime(2020, 1, 1, tzinfo=UTC)
@@ -27,7 +28,7 @@ def run(conversation, user, text: str = "call the current_time tool 2 times") ->
     from agents.turns.services import turn_start
     from agents.turns.tasks import turn_run
 
-    trace = turn_start(conversation=conversation, user=user, text=text)
+    trace = turn_start(conversation=conversation, membership=member_of(user, conversation), text=text)
     turn_run(trace.pk)
     trace.refresh_from_db()
     return trace

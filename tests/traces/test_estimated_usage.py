@@ -17,6 +17,7 @@ from agents.runtime.pricing import Usage
 from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close
 from agents.turns.services import turn_start
 from agents.turns.turn_threads import TurnDb
+from tests.members import member_of
 from traces.costs.rollups import estimated_calls_backfill, rollups_rebuild
 from traces.models import ConversationCostRollup, CostRollup, Step, Trace
 from traces.record import live
@@ -49,7 +50,7 @@ def request(iteration: int, *, success: bool = True, estimated: bool = False, to
 def estimated_trace(conversation, alice, sent_turns, turn_db) -> Trace:
     """A finished trace of three model requests: one whose server reported no usage, one
     reported, one cut off mid-stream (both estimated ones flagged by the runtime)."""
-    trace = trace_claim(trace_id=turn_start(conversation=conversation, user=alice, text="hi").pk,
+    trace = trace_claim(trace_id=turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hi").pk,
                         worker="test")
 
     async def go() -> None:
@@ -134,7 +135,7 @@ def test_live_totals_and_the_chats_step_fragment_carry_the_flag(estimated_trace)
 
 
 def test_the_outcome_of_each_answer_is_recorded_on_its_step(conversation, alice, sent_turns, turn_db):
-    trace = trace_claim(trace_id=turn_start(conversation=conversation, user=alice, text="hi").pk,
+    trace = trace_claim(trace_id=turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hi").pk,
                         worker="test")
 
     async def go() -> TraceRecorder:

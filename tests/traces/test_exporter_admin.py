@@ -16,6 +16,7 @@ from django.utils import timezone
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.models import AuditEvent
+from tests.members import member_of
 from tests.otel.receiver import OTLPReceiver
 from traces.export import config as export_config
 from traces.export import pipeline
@@ -94,7 +95,7 @@ def test_another_teams_exporter_is_out_of_reach(client_for, charlie, vera, team_
 def test_the_backfill_sends_ended_turns_with_their_live_ids(
         settings, receiver, conversation, alice, sent_turns, use_redis, team_a):
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     assert turn_run(trace.pk) == "completed"  # no exporter yet: nothing leaves
     assert receiver.requests == 0
     today = timezone.localdate().isoformat()

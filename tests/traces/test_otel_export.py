@@ -19,6 +19,7 @@ from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.approvals import waiting_approval
 from tests.helpers import wait_for
+from tests.members import member_of
 from tests.otel.receiver import OTLPReceiver, ReceivedSpan
 from tests.otel.scenario import (
     CONTENT,
@@ -157,14 +158,14 @@ def test_each_step_leaves_as_it_ends_not_with_the_turn(
     while the turn still waits for a person."""
     exporter()
     agent = make_agent(name="Careful", approval=("calculator",))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
     step = waiting_approval(trace, what="the calculator waiting for approval")
     early = receiver.wait_for(lambda spans: any(s.name == "chat demo" for s in spans), timeout_s=10)
     assert Trace.objects.get(pk=trace.pk).status == "running"
     assert not any(s.name.startswith("invoke_agent") for s in early)
-    approval_decide(trace=trace, call_id=step.call_id, approved=True, user=alice)
+    approval_decide(trace=trace, call_id=step.call_id, approved=True, membership=member_of(alice, trace))
     worker.join(timeout=20)
     assert any(s.name.startswith("invoke_agent") for s in turn_spans(receiver, trace, count=5))
 
@@ -173,13 +174,13 @@ def test_a_stopped_turn_ends_its_open_request_and_says_why(
         exporter, receiver, make_agent, alice, sent_turns, use_redis, run_in_thread):
     exporter()
     agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.1})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Tell me a story")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Tell me a story")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists(),
              what="the story streaming")
     time.sleep(0.3)
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     worker.join(timeout=10)
     trace.refresh_from_db()
     assert trace.status == "cancelled"
@@ -196,7 +197,7 @@ def test_a_stopped_turn_ends_its_open_request_and_says_why(
 def test_full_content_is_structured_json_by_the_conventions(
         exporter, receiver, agent, conversation, alice, sent_turns, use_redis):
     exporter(content="full")
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     assert turn_run(trace.pk) == "completed"
     spans = turn_spans(receiver, trace, count=4)
     chats = sorted((s for s in spans if s.name == "chat demo"), key=lambda s: s.start_ns)
@@ -228,8 +229,8 @@ def test_redacted_content_is_scrubbed_and_cut_per_field(
         exporter, receiver, make_agent, alice, sent_turns, use_redis):
     exporter(content="redacted", max_field_chars=40)
     agent = make_agent(name="Wordy", system_prompt="Use the key sk-proj-" + "A1b2C3d4" * 6 + " " + "x" * 300)
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="hello there " * 20)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello there " * 20)
     assert turn_run(trace.pk) == "completed"
     chat = next(s for s in turn_spans(receiver, trace, count=2) if s.name == "chat demo").attributes
     system = json.loads(chat["gen_ai.system_instructions"])[0]["content"]
@@ -243,7 +244,7 @@ def test_redacted_content_is_scrubbed_and_cut_per_field(
 def test_a_callers_traceparent_is_the_parent_of_the_turn(
         exporter, receiver, agent, conversation, alice, sent_turns, use_redis):
     exporter()
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     caller = format_traceparent(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)
     Trace.objects.filter(pk=trace.pk).update(meta={"traceparent": caller})
     assert turn_run(trace.pk) == "completed"
@@ -258,15 +259,15 @@ def test_a_team_with_export_off_sends_nothing_and_other_teams_nothing_of_it(
         exporter, receiver, agent, conversation, alice, sent_turns, use_redis, team_b, make_agent,
         charlie):
     exporter(enabled=False)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     assert turn_run(trace.pk) == "completed"
     # team B's exporter points at the same receiver; team A's turn must not reach it
     TraceExporter.objects.create(team=team_b, endpoint=receiver.endpoint)
     export_config.forget()
     pipeline.forget_configured()
     rival = make_agent(name="Rival", team=team_b)
-    theirs = conversation_create(team=team_b, agent=rival, user=charlie)
-    other = turn_start(conversation=theirs, user=charlie, text="hello")
+    theirs = conversation_create(agent=rival, membership=member_of(charlie, team_b))
+    other = turn_start(conversation=theirs, membership=member_of(charlie, theirs), text="hello")
     assert turn_run(other.pk) == "completed"
     spans = turn_spans(receiver, other, count=2)
     assert {s.trace_id for s in receiver.spans} == {other.uuid.hex}
@@ -278,7 +279,7 @@ def test_the_sites_default_exporter_serves_teams_without_their_own(
     settings.OTEL_EXPORT_ENDPOINT = receiver.endpoint.removesuffix("/v1/traces")
     settings.OTEL_EXPORT_HEADERS = "x-api-key=s%3Dcret,x-other=1"
     settings.OTEL_SERVICE_NAME = "agents-prod"
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     assert turn_run(trace.pk) == "completed"
     spans = turn_spans(receiver, trace, count=2)
     assert spans[0].headers["x-api-key"] == "s=cret" and spans[0].headers["x-other"] == "1"
@@ -289,7 +290,7 @@ def test_a_teams_endpoint_goes_through_the_outbound_policy(
         settings, exporter, receiver, agent, conversation, alice, sent_turns, use_redis):
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     exporter()
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     assert turn_run(trace.pk) == "completed"
     pipeline.PIPELINE.flush(5.0)
     assert receiver.requests == 0  # loopback is refused before connecting
@@ -302,7 +303,7 @@ def test_a_receiver_that_answers_503_gets_the_spans_on_a_retry(
         exporter, receiver, agent, conversation, alice, sent_turns, use_redis):
     exporter()
     receiver.fail_with(503, times=1, retry_after="0")
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     assert turn_run(trace.pk) == "completed"
     spans = turn_spans(receiver, trace, count=2)
     assert {s.name for s in spans} == {"chat demo", "invoke_agent Helper"}
@@ -320,7 +321,7 @@ def test_a_slow_or_dead_receiver_never_slows_a_turn(
         pipeline.forget_configured()
         took = []
         for text in ("What is 6 * 7?", "What is 2 + 2?", "hello"):
-            trace = turn_start(conversation=conversation, user=alice, text=text)
+            trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text=text)
             started = time.perf_counter()
             assert turn_run(trace.pk) == "completed"
             took.append(time.perf_counter() - started)
@@ -331,7 +332,7 @@ def test_a_slow_or_dead_receiver_never_slows_a_turn(
 def test_a_failed_tools_error_is_content_and_follows_the_policy(
         exporter, receiver, agent, conversation, alice, sent_turns, use_redis, content, says):
     exporter(content=content)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 1 / 0?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 1 / 0?")
     assert turn_run(trace.pk) == "completed"
     tool = next(s for s in turn_spans(receiver, trace, count=4) if s.name == "execute_tool calculator")
     assert tool.status_code == "ERROR" and tool.attributes["error.type"] == "tool_error"

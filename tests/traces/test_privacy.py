@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.chat.services import conversation_create
 from agents.models import Conversation, Message
 from tests.helpers import communicator, session_cookie
+from tests.members import member_of
 from traces.models import ConversationCostRollup, CostRollup, Trace
 from traces.record.selectors import ADMIN_NOTICE
 from traces.sample import make_sample_trace
@@ -36,7 +37,7 @@ def trace_urls(trace) -> list[str]:
 @pytest.fixture
 def bobs_trace(agent, bob):
     """A finished trace of bob's private conversation."""
-    private = conversation_create(team=agent.team, agent=agent, user=bob, title="Bob's private notes")
+    private = conversation_create(agent=agent, membership=member_of(bob, agent.team), title="Bob's private notes")
     trace = make_sample_trace(conversation=private, user=bob, steps=4)
     Trace.objects.filter(pk=trace.pk).update(answer="bob's secret answer")
     Message.objects.filter(pk=trace.user_message_id).update(text="bob asks privately")
@@ -117,7 +118,7 @@ def test_the_costs_page_names_only_the_conversations_one_may_see(client_for, ali
 
 
 def test_the_trace_list_still_runs_a_bounded_number_of_queries(client_for, bob, agent, django_assert_max_num_queries):
-    own = conversation_create(team=agent.team, agent=agent, user=bob)
+    own = conversation_create(agent=agent, membership=member_of(bob, agent.team))
     for _ in range(30):
         make_sample_trace(conversation=own, user=bob, steps=2)
     c = client_for(bob)

@@ -135,7 +135,7 @@ def conversation_start(*, caller: Caller, agent_id: str, title: str) -> Conversa
     """A conversation of the key's person with one of the team's agents, started through the
     key (the chat's rule: a team member, not a viewer)."""
     agent = agent_get_or_404(caller.team, agent_id)
-    return turn_conversation_create(team=caller.team, agent=agent, user=caller.user, title=title,
+    return turn_conversation_create(membership=caller.membership, agent=agent, title=title,
                                     api_key=caller.key)
 
 
@@ -186,10 +186,11 @@ def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[
     caller = scope_check(request, Scope.CHAT)
     conversation = _conversation(caller.membership, conversation_id)
     # Who may send comes before the budgets: a viewer is told so, not that a budget is spent.
-    conversation_act_check(caller.user, conversation, "send messages in it")
+    conversation_act_check(caller.membership, conversation, "send messages in it")
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
-    sent = turn_send(conversation=conversation, user=caller.user, text=body.text, client_id=body.client_id,
-                     api_key=caller.key, **request_trace_context(request))
+    sent = turn_send(conversation=conversation, membership=caller.membership, text=body.text,
+                     client_id=body.client_id, api_key=caller.key,
+                     **request_trace_context(request))
     hard = conversation.agent.hard_time_limit_s
     return sent.trace, sent.resent, min(body.timeout_s, hard) if body.timeout_s else hard
 

@@ -55,7 +55,7 @@ def trace_fork_api(request: HttpRequest, trace_id: str, body: ForkIn) -> Status:
         raise Http404
     trace = trace_get_or_404(caller.membership, Trace.objects.select_related(
         "agent", "conversation", "user_message"), uuid=trace_id)
-    fork = fork_start(trace=trace, seq=body.seq, user=caller.user, provider=body.provider,
+    fork = fork_start(trace=trace, seq=body.seq, membership=caller.membership, provider=body.provider,
                       model=body.model, agent_version=body.agent_version,
                       system_prompt=body.system_prompt, message=body.message,
                       allow_new_tool_calls=body.allow_new_tool_calls)

@@ -99,13 +99,13 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     users = {u.username: u for u in get_user_model().objects.filter(pk__in=people.values())}
     for entry in spec.get("api_keys") or []:
         user = users[entry["user"]]
-        team = Membership.objects.filter(user=user).order_by("id").first().team
-        key, secret = api_key_create(team=team, actor=user, name=entry["name"],
+        membership = Membership.objects.filter(user=user).order_by("id").first()
+        key, secret = api_key_create(membership=membership, name=entry["name"],
                                      scopes=entry.get("scopes", ["chat"]),
                                      kind=entry.get("kind", ApiKey.Kind.PERSONAL),
                                      rpm_limit=entry.get("rpm"), tpm_limit=entry.get("tpm"))
         if entry.get("state") == "revoked":
-            api_key_revoke(key=key, actor=user)
+            api_key_revoke(key=key, membership=membership)
         elif entry.get("state") == "expired":
             ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() - timedelta(days=1))
         keys[entry["name"]] = secret

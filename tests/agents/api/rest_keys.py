@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.test import AsyncClient, Client
 
 from agentsite.api_keys import api_key_create
+from tests.members import member_of
 
 ALL_SCOPES = ("chat", "traces:read", "costs:read", "config:admin")
 
@@ -12,7 +13,7 @@ ALL_SCOPES = ("chat", "traces:read", "costs:read", "config:admin")
 def key_client(user, team, scopes=ALL_SCOPES, *, name: str = "tests", **options) -> Client:
     """A client whose every request carries a new key of ``user`` in ``team`` with ``scopes``
     (and ``options`` of ``api_key_create``); the key is ``client.key``."""
-    key, secret = api_key_create(team=team, actor=user, name=name, scopes=list(scopes), **options)
+    key, secret = api_key_create(membership=member_of(user, team), name=name, scopes=list(scopes), **options)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     client.key = key
     return client
@@ -31,7 +32,7 @@ class KeyAsyncClient(AsyncClient):
 
 
 def async_key_client(user, team, scopes=ALL_SCOPES) -> KeyAsyncClient:
-    key, secret = api_key_create(team=team, actor=user, name="tests", scopes=list(scopes))
+    key, secret = api_key_create(membership=member_of(user, team), name="tests", scopes=list(scopes))
     client = KeyAsyncClient(secret)
     client.key = key
     return client

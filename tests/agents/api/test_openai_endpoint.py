@@ -24,6 +24,7 @@ from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create, api_key_revoke
 from agentsite.celery import app
 from agentsite.models import ApiKey
+from tests.members import member_of
 from traces.models import Budget, CostRollup, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,7 +49,7 @@ def worker(monkeypatch):
 
 
 def key_for(user, team, scopes=("chat",), **fields) -> str:
-    return api_key_create(team=team, actor=user, name="test", scopes=scopes, **fields)[1]
+    return api_key_create(membership=member_of(user, team), name="test", scopes=scopes, **fields)[1]
 
 
 def api(secret: str | None) -> Client:
@@ -75,10 +76,10 @@ def test_without_a_key_or_with_a_wrong_one_the_answer_is_401_in_openais_shape(ag
 
 
 def test_a_revoked_or_expired_key_says_so(agent, alice, team_a):
-    key, secret = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
-    api_key_revoke(key=key, actor=alice)
+    key, secret = api_key_create(membership=member_of(alice, team_a), name="ci", scopes=["chat"])
+    api_key_revoke(key=key, membership=member_of(alice, key))
     assert "revoked" in error_of(api(secret).get("/v1/models"))["message"]
-    expired, secret = api_key_create(team=team_a, actor=alice, name="old", scopes=["chat"],
+    expired, secret = api_key_create(membership=member_of(alice, team_a), name="old", scopes=["chat"],
                                      expires_at=timezone.now() + timedelta(seconds=1))
     ApiKey.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(days=1))
     response = api(secret).get("/v1/models")
@@ -210,8 +211,8 @@ async def test_streaming_sends_the_answer_in_chunks_then_usage_and_done(
 
 
 def test_a_blocking_budget_of_the_key_already_spent_is_a_429_before_any_turn(agent, alice, team_a):
-    key, secret = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
-    other, other_secret = api_key_create(team=team_a, actor=alice, name="other", scopes=["chat"])
+    key, secret = api_key_create(membership=member_of(alice, team_a), name="ci", scopes=["chat"])
+    other, other_secret = api_key_create(membership=member_of(alice, team_a), name="other", scopes=["chat"])
     Budget.objects.create(team=team_a, api_key=key, period="day", limit_usd=Decimal("0.01"), mode="block")
     CostRollup.objects.create(team=team_a, day=timezone.localdate(), agent_id=agent.pk,
                               user_id=alice.pk, api_key_id=key.pk, provider="Demo", model="demo",

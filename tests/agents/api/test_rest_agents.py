@@ -10,6 +10,7 @@ from django.test import Client
 
 from agentsite.api_keys import api_key_revoke
 from tests.agents.api.rest_keys import error_of, key_client
+from tests.members import member_of
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +61,7 @@ def test_without_a_valid_key_it_is_a_401(agent, alice, team_a):
 
 def test_a_revoked_key_is_a_401(agent, alice, team_a):
     client = key_client(alice, team_a)
-    api_key_revoke(key=client.key, actor=alice)
+    api_key_revoke(key=client.key, membership=member_of(alice, client.key))
 
     response = client.get("/api/v1/agents")
 

@@ -10,6 +10,7 @@ from agents.chat.services import conversation_create
 from agents.models import Conversation
 from agentsite.models import Membership
 from tests.agents.api.rest_keys import error_of, key_client
+from tests.members import member_of
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
@@ -22,12 +23,12 @@ def ids(response) -> list[str]:
 
 # -- listing and reading --------------------------------------------------------------------------
 def test_a_member_lists_their_own_and_shared_conversations_but_not_ephemeral_ones(agent, alice, bob, team_a):
-    mine = conversation_create(team=team_a, agent=agent, user=bob, title="Mine")
-    private = conversation_create(team=team_a, agent=agent, user=alice, title="Alice's")
-    shared = conversation_create(team=team_a, agent=agent, user=alice, title="Shared")
+    mine = conversation_create(agent=agent, membership=member_of(bob, team_a), title="Mine")
+    private = conversation_create(agent=agent, membership=member_of(alice, team_a), title="Alice's")
+    shared = conversation_create(agent=agent, membership=member_of(alice, team_a), title="Shared")
     Conversation.objects.filter(pk=shared.pk).update(shared=True)
     ephemeral = Conversation.objects.create(team=team_a, agent=agent, created_by=bob, ephemeral=True)
-    deleted = conversation_create(team=team_a, agent=agent, user=bob)
+    deleted = conversation_create(agent=agent, membership=member_of(bob, team_a))
     Conversation.objects.filter(pk=deleted.pk).update(deleted_at="2026-01-01T00:00:00Z")
     client = key_client(bob, team_a, ["chat"])
 
@@ -39,7 +40,7 @@ def test_a_member_lists_their_own_and_shared_conversations_but_not_ephemeral_one
 
 
 def test_an_admin_sees_every_conversation_of_the_team(agent, alice, bob, team_a):
-    bobs = conversation_create(team=team_a, agent=agent, user=bob)
+    bobs = conversation_create(agent=agent, membership=member_of(bob, team_a))
 
     assert ids(key_client(alice, team_a, ["chat"]).get("/api/v1/conversations")) == [str(bobs.uuid)]
 
@@ -170,7 +171,7 @@ def test_a_bad_message_is_a_400_naming_the_field(conversation, alice, team_a, se
 
 def test_a_viewers_key_cannot_send(conversation, bob, team_a, make_member, sent_turns):
     client = key_client(bob, team_a, ["chat"])
-    own = conversation_create(team=team_a, agent=conversation.agent, user=bob)
+    own = conversation_create(agent=conversation.agent, membership=member_of(bob, team_a))
     make_member(team_a, "bob", Membership.Role.VIEWER)  # demoted after the key was made
 
     response = send(client, own, text="hello")

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from agents.chat.services import conversation_create
 from agents.models import Conversation
 from tests.agents.api.rest_keys import error_of, key_client
+from tests.members import member_of
 from traces.models import Trace
 from traces.sample import make_sample_trace
 
@@ -26,8 +27,8 @@ def ids(response) -> list[str]:
 
 # -- the list ---------------------------------------------------------------------------------------
 def test_a_member_lists_their_own_and_shared_traces(agent, alice, bob, team_a):
-    bobs = make_sample_trace(conversation=conversation_create(team=team_a, agent=agent, user=bob), user=bob, steps=2)
-    alices = make_sample_trace(conversation=conversation_create(team=team_a, agent=agent, user=alice),
+    bobs = make_sample_trace(conversation=conversation_create(agent=agent, membership=member_of(bob, team_a)), user=bob, steps=2)
+    alices = make_sample_trace(conversation=conversation_create(agent=agent, membership=member_of(alice, team_a)),
                                user=alice, steps=2)
     client = key_client(bob, team_a, ["traces:read"])
 
@@ -42,7 +43,7 @@ def test_the_inspectors_filters_apply(conversation, alice, team_a, make_agent):
     failed = make_sample_trace(conversation=conversation, user=alice, steps=2)
     Trace.objects.filter(pk=failed.pk).update(status="failed")
     other_agent = make_agent(name="Other")
-    other = make_sample_trace(conversation=conversation_create(team=team_a, agent=other_agent, user=alice),
+    other = make_sample_trace(conversation=conversation_create(agent=other_agent, membership=member_of(alice, team_a)),
                               user=alice, steps=2)
     client = key_client(alice, team_a, ["traces:read"])
 
@@ -180,7 +181,7 @@ def test_lists_take_the_same_queries_for_one_row_or_many(conversation, alice, bo
     queries()  # the key's first use is noted once
     few = queries()
     for _ in range(4):
-        other = conversation_create(team=team_a, agent=agent, user=bob)
+        other = conversation_create(agent=agent, membership=member_of(bob, team_a))
         make_sample_trace(conversation=other, user=bob, steps=2)
         turn = make_sample_trace(conversation=conversation, user=alice, steps=2)
         conversation.messages.create(role="assistant", text="answer", trace=turn, parent_turn=turn, author=alice)

@@ -14,6 +14,7 @@ from agents.turns.services import turn_start
 from agents.turns.signals import ENDED_KEY, _client
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create
+from tests.members import member_of
 from traces.models import Trace
 from traces.record.live import uuid_hex
 
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def api_trace(conversation, alice, team_a, sent_turns):
     """A turn sent through an API key (only those signal their end), not yet run."""
-    key, _ = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
-    trace = turn_start(conversation=conversation, user=alice, text="Hello")
+    key, _ = api_key_create(membership=member_of(alice, team_a), name="ci", scopes=["chat"])
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Hello")
     Trace.objects.filter(pk=trace.pk).update(api_key=key)
     trace.api_key_id = key.pk
     return trace

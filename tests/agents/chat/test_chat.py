@@ -21,13 +21,14 @@ from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
 from agents.turns.tasks import turn_run
 from agents.turns.windows import DEFAULT_CONTEXT_WINDOW, context_window
+from tests.members import member_of
 from traces.models import Step, StepPayload, Trace
 
 turns = pytest.mark.django_db(transaction=True)
 
 
 def send(conversation, user, text, **kwargs) -> Trace:
-    return turn_services.turn_start(conversation=conversation, user=user, text=text, **kwargs)
+    return turn_services.turn_start(conversation=conversation, membership=member_of(user, conversation), text=text, **kwargs)
 
 
 def answered(trace: Trace) -> Trace:
@@ -44,7 +45,7 @@ def texts(history) -> list[tuple[str, str]]:
 @turns
 def test_regenerate_answers_the_same_message_on_a_new_branch(conversation, alice, sent_turns, use_redis):
     first = answered(send(conversation, alice, "What is 2 + 3?"))
-    again = turn_services.turn_regenerate(conversation=conversation, trace=first, user=alice)
+    again = turn_services.turn_regenerate(conversation=conversation, trace=first, membership=member_of(alice, conversation))
     assert again.user_message_id == first.user_message_id and again.pk != first.pk
     assert sent_turns == [first.pk, again.pk]
     answered(again)
@@ -63,7 +64,7 @@ def test_regenerate_answers_the_same_message_on_a_new_branch(conversation, alice
 def test_an_edit_starts_a_branch_and_the_history_follows_the_branch(conversation, alice, sent_turns, use_redis):
     first = answered(send(conversation, alice, "What is 2 + 3?"))
     second = answered(send(conversation, alice, "What is 6 * 7?"))
-    edited = turn_services.turn_edit(conversation=conversation, message=second.user_message, user=alice,
+    edited = turn_services.turn_edit(conversation=conversation, message=second.user_message, membership=member_of(alice, conversation),
                                 text="What is 4 * 5?")
     assert edited.user_message.parent_turn_id == first.pk
     history = turn_history(trace=edited, agent=conversation.agent)
@@ -99,12 +100,12 @@ def test_the_trajectory_state_carried_over_is_the_branchs_own(conversation, alic
 def test_a_running_answer_cannot_be_regenerated(conversation, alice, sent_turns):
     trace = send(conversation, alice, "hello")
     with pytest.raises(turn_services.ValidationError, match="still being written"):
-        turn_services.turn_regenerate(conversation=conversation, trace=trace, user=alice)
+        turn_services.turn_regenerate(conversation=conversation, trace=trace, membership=member_of(alice, conversation))
 
 
 @turns
 def test_a_parent_from_another_conversation_is_refused(conversation, agent, alice, sent_turns):
-    elsewhere = services.conversation_create(team=agent.team, agent=agent, user=alice)
+    elsewhere = services.conversation_create(agent=agent, membership=member_of(alice, agent.team))
     foreign = send(elsewhere, alice, "hello")
     with pytest.raises(turn_services.ValidationError, match="another conversation"):
         send(conversation, alice, "hi", parent=foreign)
@@ -115,7 +116,7 @@ def test_a_resent_message_with_the_same_client_id_starts_one_turn(conversation, 
     first = send(conversation, alice, "hello", client_id="c-123")
     again = send(conversation, alice, "hello", client_id="c-123")
     assert again.pk == first.pk
-    resent = turn_services.turn_send(conversation=conversation, user=alice, text="hello",
+    resent = turn_services.turn_send(conversation=conversation, membership=member_of(alice, conversation), text="hello",
                                      client_id="c-123")
     assert resent.resent and resent.trace.pk == first.pk
     assert Message.objects.filter(conversation=conversation).count() == 1 and Trace.objects.count() == 1
@@ -151,31 +152,31 @@ def test_commands_answer_in_the_chat_and_never_reach_the_model(client_for, alice
 
 
 def test_unknown_commands_answer_with_the_help_text(conversation, alice):
-    reply = services.chat_command(conversation=conversation, user=alice, text="/nope")
+    reply = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/nope")
     assert reply.command == "unknown" and reply.text.endswith(HELP_TEXT)
 
 
 def test_a_slash_that_is_not_a_command_is_an_ordinary_message(conversation, alice, sent_turns):
-    assert services.chat_command(conversation=conversation, user=alice, text="/usr/bin is a directory") is None
-    assert services.chat_command(conversation=conversation, user=alice, text="/ 2 = 0.5") is None
+    assert services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/usr/bin is a directory") is None
+    assert services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/ 2 = 0.5") is None
 
 
 def test_model_switches_only_to_the_agents_allowed_models(conversation, agent, alice):
     agent.allowed_models = ["demo-large", "demo-mini"]
     agent.save()
-    refused = services.chat_command(conversation=conversation, user=alice, text="/model gpt-4o")
+    refused = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model gpt-4o")
     assert "not one of the models" in refused.text and "demo-large" in refused.text
     conversation.refresh_from_db()
     assert conversation.model_override == "" and not refused.changed_model
 
-    switched = services.chat_command(conversation=conversation, user=alice, text="/model DEMO-large")
+    switched = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model DEMO-large")
     conversation.refresh_from_db()
     assert switched.changed_model and conversation.model_override == "demo-large"
     assert route_turn(agent=agent, conversation=conversation, text="hi").model == "demo-large"
-    listing = services.chat_command(conversation=conversation, user=alice, text="/models").text
+    listing = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/models").text
     assert "• demo-large" in listing and "demo (the agent’s default)" in listing
 
-    back = services.chat_command(conversation=conversation, user=alice, text="/model demo")
+    back = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model demo")
     conversation.refresh_from_db()
     assert back.changed_model and conversation.model_override == ""
 
@@ -191,7 +192,7 @@ def test_model_change_updates_the_header_and_meter(client_for, alice, conversati
 
 def test_stop_cancels_the_turns_of_the_conversation(conversation, alice, sent_turns):
     trace = send(conversation, alice, "hello")
-    reply = services.chat_command(conversation=conversation, user=alice, text="/stop")
+    reply = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/stop")
     assert reply.text == "Stopped the reply."
     trace.refresh_from_db()
     assert trace.status == "cancelled" and trace.cancel_reason == "Cancelled by alice"
@@ -218,7 +219,7 @@ def test_the_meter_counts_every_branch_and_measures_the_branch_on_screen(convers
     agent.system_prompt = "x" * 400
     agent.save()
     first = answered(send(conversation, alice, "What is 2 + 3?"))
-    again = answered(turn_services.turn_regenerate(conversation=conversation, trace=first, user=alice))
+    again = answered(turn_services.turn_regenerate(conversation=conversation, trace=first, membership=member_of(alice, conversation)))
     Trace.objects.filter(pk=first.pk).update(cost_usd=Decimal("0.25"))
     Trace.objects.filter(pk=again.pk).update(cost_usd=Decimal("0.5"))
 
@@ -418,7 +419,7 @@ def test_the_page_reads_each_kind_of_row_once_however_long_the_conversation(
         trace = answered(send(conversation, alice, f"What is {n + 12} * {n + 7}?"))
     Feedback.objects.create(team=agent.team, trace=trace, user=alice, rating=Feedback.Rating.UP)
     for n in range(8):
-        services.conversation_create(team=agent.team, agent=agent, user=alice, title=f"Other {n}")
+        services.conversation_create(agent=agent, membership=member_of(alice, agent.team), title=f"Other {n}")
     Budget.objects.create(team=agent.team, period="month", limit_usd=Decimal("5"))
     Budget.objects.create(team=agent.team, user=alice, period="day", limit_usd=Decimal("1"))
     c = client_for(alice)

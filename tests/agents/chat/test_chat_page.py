@@ -14,6 +14,7 @@ from agents.chat.markdown import ALLOWED_TAGS
 from agents.chat.services import conversation_create
 from agents.models import Conversation
 from agents.runtime.commands import command_list
+from tests.members import member_of
 
 
 def page(client, conversation) -> str:
@@ -23,7 +24,7 @@ def page(client, conversation) -> str:
 
 
 def titled(agent, user, title, **fields) -> Conversation:
-    c = conversation_create(team=agent.team, agent=agent, user=user, title=title)
+    c = conversation_create(agent=agent, membership=member_of(user, agent.team), title=title)
     if fields:
         Conversation.objects.filter(pk=c.pk).update(**fields)
         c.refresh_from_db()
@@ -77,14 +78,14 @@ def test_only_the_owner_pins(client_for, alice, bob, vera, agent):
 def test_an_empty_chat_shows_the_agent_and_its_starters(client_for, alice, make_agent):
     agent = make_agent(name="Researcher", description="Cites <b>sources</b>.",
                        suggested_prompts=["What is 6 * 7?"])
-    html = page(client_for(alice), conversation_create(team=agent.team, agent=agent, user=alice))
+    html = page(client_for(alice), conversation_create(agent=agent, membership=member_of(alice, agent.team)))
     assert "Cites &lt;b&gt;sources&lt;/b&gt;." in html
     assert 'class="inline starter-form"' in html and 'value="What is 6 * 7?"' in html
 
 
 def test_the_model_picker_switches_like_model_does(client_for, alice, vera, make_agent, sent_turns):
     agent = make_agent(name="Picky", allowed_models=["demo-fast"])
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     html = page(client_for(alice), conversation)
     assert 'id="model-picker"' in html and '<option value="demo-fast">' in html
     url = reverse("conversation_model", args=[conversation.uuid])

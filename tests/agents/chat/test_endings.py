@@ -16,6 +16,7 @@ from agents.runtime.providers.demo import DemoProvider
 from agents.turns.execution import stored_messages
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from tests.members import member_of
 from traces.models import Step, Trace
 
 turns = pytest.mark.django_db(transaction=True)
@@ -51,7 +52,7 @@ def test_an_answer_that_did_not_end_by_itself_says_so_in_the_chat(
         badge):
     monkeypatch.setattr(FakeEndingDemoProvider, "stop_reason", stop_reason)
     monkeypatch.setitem(registry.PROVIDER_CLASSES, "demo", FakeEndingDemoProvider)
-    trace = turn_start(conversation=conversation, user=alice, text="<script>alert(1)</script> hi")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="<script>alert(1)</script> hi")
 
     assert turn_run(trace.pk) == "completed"
 
@@ -70,7 +71,7 @@ def test_an_answer_that_did_not_end_by_itself_says_so_in_the_chat(
 
 @turns
 def test_a_whole_answer_has_no_badge(conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     assert turn_run(trace.pk) == "completed"
     assert list(Message.objects.filter(trace_id=trace.pk, role="assistant").values_list("outcome", flat=True)) == [""]
     html = answer_html(conversation, trace)
@@ -86,8 +87,8 @@ def test_text_streamed_before_the_turn_stopped_stays_marked_interrupted(
 
     # the offline model streams slowly; the step timeout stops it mid-answer
     agent = make_agent(name="Slow", provider_options={"token_delay_s": 0.25}, step_timeout_s=1)
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Please explain something long")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Please explain something long")
 
     assert turn_run(trace.pk) == "timed_out"
 
@@ -112,7 +113,7 @@ def test_stored_messages_mark_the_last_answer_only():
 
 
 def test_an_interrupted_answer_shows_its_text_and_the_error_escaped(conversation, alice, sent_turns, client_for):
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Trace.objects.filter(pk=trace.pk).update(
         status="failed", error_kind="provider",
         error="The model <b>server</b> stopped answering; try again in a minute.")
@@ -134,7 +135,7 @@ def test_an_interrupted_answer_shows_its_text_and_the_error_escaped(conversation
 
 
 def test_charlie_cannot_read_the_badges_of_team_a(conversation, alice, charlie, sent_turns, client_for):
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Message.objects.create(conversation=conversation, role="assistant", trace_id=trace.pk,
                            text="Secret", outcome="refusal", blocks=[{"type": "text", "text": "Secret"}])
     assert client_for(charlie).get(reverse("conversation", args=[conversation.uuid])).status_code == 404
@@ -142,7 +143,7 @@ def test_charlie_cannot_read_the_badges_of_team_a(conversation, alice, charlie, 
 
 # -- estimated tokens in the chat -----------------------------------------------------------------------
 def test_the_meter_and_the_turn_say_when_tokens_are_estimated(conversation, alice, sent_turns, client_for):
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed", input_tokens=1000, output_tokens=200)
     url = reverse("conversation", args=[conversation.uuid])
 

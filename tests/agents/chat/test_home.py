@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agents.chat.services import conversation_create, conversation_share
 from agents.models import Agent, Conversation, Provider
+from tests.members import member_of
 from traces.models import Budget, CostRollup, Trace
 
 
@@ -68,7 +69,7 @@ def test_the_connect_card_shows_only_while_the_team_has_just_the_demo(client_for
 
 
 def test_recent_work_lists_only_what_the_person_may_see(client_for, alice, bob, vera, agent, charlie):
-    mine = conversation_create(team=agent.team, agent=agent, user=bob)
+    mine = conversation_create(agent=agent, membership=member_of(bob, agent.team))
     mine.title = "Bob's private plan"
     mine.save()
     Trace.objects.create(team=agent.team, conversation=mine, agent=agent, user=bob, status="running")
@@ -77,7 +78,7 @@ def test_recent_work_lists_only_what_the_person_may_see(client_for, alice, bob, 
     for other in (vera,):
         html = home(client_for(other))
         assert "Bob&#x27;s private plan" not in html and "Running now" not in html
-    conversation_share(conversation=mine, user=bob, shared=True)
+    conversation_share(conversation=mine, membership=member_of(bob, mine), shared=True)
     assert "Running now" in home(client_for(vera))  # a shared conversation's turns are the team's
     assert "Bob&#x27;s private plan" not in home(client_for(charlie))
 
@@ -109,7 +110,7 @@ def test_the_page_reads_each_kind_of_row_once_however_many_there_are(
     agents = [make_agent(name=f"Agent {n}", suggested_prompts=["What is 6 * 7?"]) for n in range(4)]
     today = timezone.localdate()
     for n in range(9):
-        chat = conversation_create(team=team_a, agent=agents[n % 4], user=alice)
+        chat = conversation_create(agent=agents[n % 4], membership=member_of(alice, team_a))
         Conversation.objects.filter(pk=chat.pk).update(title=f"Plan {n}")
         for status in ("completed", "failed", "running" if n < 3 else "completed"):
             question = chat.messages.create(role="user", text=f"Question {n}", author=alice)

@@ -16,6 +16,7 @@ from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.live import user_group
 from tests.helpers import communicator, session_cookie
+from tests.members import member_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,19 +37,19 @@ def home_lists(client, *, since: str = ""):
 
 def test_the_sidebar_read_again_is_204_until_the_persons_conversations_change(client_for, alice, agent):
     client = client_for(alice)
-    here = conversation_create(team=agent.team, agent=agent, user=alice, title="Here")
+    here = conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Here")
     page = client.get(reverse("conversation", args=[here.uuid])).content.decode()
     shown = version(page)
     assert sidebar(client, since=shown, current=here.uuid.hex).status_code == 204
 
-    conversation_create(team=agent.team, agent=agent, user=alice, title="Made in another tab")
+    conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Made in another tab")
     response = sidebar(client, since=shown, current=here.uuid.hex)
     html = response.content.decode()
     assert response.status_code == 200 and "Made in another tab" in html
     assert f'href="{reverse("conversation", args=[here.uuid])}" aria-current="page"' in html
     assert version(html) != shown  # the new list carries its own version
 
-    conversation_rename(conversation=here, user=alice, title="Renamed elsewhere")
+    conversation_rename(conversation=here, membership=member_of(alice, here), title="Renamed elsewhere")
     assert "Renamed elsewhere" in sidebar(client, since=version(html)).content.decode()
 
 
@@ -59,7 +60,7 @@ def test_the_home_lists_read_again_show_a_turn_that_started_and_ended_after_the_
     shown = version(page)
     assert home_lists(client, since=shown).status_code == 204
 
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     started = home_lists(client, since=shown)
     assert started.status_code == 200 and "Running now" in started.content.decode()
     turn_run(trace.pk)
@@ -69,7 +70,7 @@ def test_the_home_lists_read_again_show_a_turn_that_started_and_ended_after_the_
 
 
 def test_another_persons_lists_are_not_read_through_the_version(client_for, alice, bob, agent):
-    conversation_create(team=agent.team, agent=agent, user=bob, title="Bob's own")
+    conversation_create(agent=agent, membership=member_of(bob, agent.team), title="Bob's own")
     html = sidebar(client_for(alice)).content.decode()
     assert "Bob&#x27;s own" not in html
 
@@ -79,7 +80,8 @@ async def test_lists_changed_reaches_the_persons_chat_and_team_sockets_but_not_t
         alice, team_a, conversation, sent_turns):
     from channels.layers import get_channel_layer
 
-    trace = await sync_to_async(turn_start)(conversation=conversation, user=alice, text="Hello")
+    membership = await sync_to_async(member_of)(alice, conversation)
+    trace = await sync_to_async(turn_start)(conversation=conversation, membership=membership, text="Hello")
     cookie = await sync_to_async(session_cookie)(alice)
     sockets = {path: communicator(path, cookie=cookie) for path in (
         f"/ws/team/{team_a.uuid}/", f"/ws/conversations/{conversation.uuid}/",
@@ -108,13 +110,13 @@ def test_what_changes_a_persons_lists_is_announced_to_them(alice, agent, convers
     monkeypatch.setattr("agentsite.live.announce_lists", announce)
     monkeypatch.setattr("agents.turns.execution.announce_lists", announce)
     with django_capture_on_commit_callbacks(execute=True):
-        made = conversation_create(team=agent.team, agent=agent, user=alice, title="New")
-        trace = turn_start(conversation=conversation, user=alice, text="Hi")
+        made = conversation_create(agent=agent, membership=member_of(alice, agent.team), title="New")
+        trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Hi")
     assert told == []
     turn_run(trace.pk)
     assert told == [alice.pk, alice.pk]  # started, ended
     with django_capture_on_commit_callbacks(execute=True):
-        conversation_rename(conversation=made, user=alice, title="Renamed")
+        conversation_rename(conversation=made, membership=member_of(alice, made), title="Renamed")
     assert told == [alice.pk] * 3
 
 
@@ -127,6 +129,6 @@ def test_a_conversation_read_again_is_204_until_a_turn_starts_or_ends_in_it(
     version = re.search(r'data-version="([0-9.]+)"', client.get(url).content.decode()).group(1)
     reread = {"part": "messages", "since": version}
     assert client.get(url, reread, HTTP_HX_REQUEST="true").status_code == 204
-    turn_start(conversation=conversation, user=alice, text="Sent from another tab")
+    turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Sent from another tab")
     again = client.get(url, reread, HTTP_HX_REQUEST="true")
     assert again.status_code == 200 and "Sent from another tab" in again.content.decode()

@@ -16,6 +16,7 @@ from agents.models import Conversation, Message
 from agents.turns import services as turns
 from agentsite import live
 from tests.helpers import communicator, session_cookie
+from tests.members import member_of
 from traces.models import Trace
 
 SECRET = "the office wifi password is hunter2"
@@ -38,7 +39,7 @@ def listed(response) -> str:
 
 def test_a_private_conversation_is_a_404_for_teammates_and_missing_from_lists_and_search(
         client_for, alice, bob, vera, conversation, sent_turns):
-    turns.turn_start(conversation=conversation, user=alice, text=SECRET)
+    turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text=SECRET)
     for person in (bob, vera):
         c = client_for(person)
         assert c.get(page(conversation)).status_code == 404
@@ -54,7 +55,7 @@ def test_a_private_conversation_is_a_404_for_teammates_and_missing_from_lists_an
 
 
 def test_a_teammate_cannot_act_in_a_private_conversation_either(client_for, alice, bob, conversation, sent_turns):
-    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     c = client_for(bob)
     for name, args, data in [
         ("message_send", [conversation.uuid], {"text": "hi"}),
@@ -73,9 +74,9 @@ def test_a_teammate_cannot_act_in_a_private_conversation_either(client_for, alic
 
 def test_a_shared_conversation_is_read_by_the_team_but_only_its_owner_acts(
         client_for, alice, bob, vera, conversation, sent_turns):
-    first = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    first = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Trace.objects.filter(pk=first.pk).update(status="completed")
-    services.conversation_share(conversation=conversation, user=alice, shared=True)
+    services.conversation_share(conversation=conversation, membership=member_of(alice, conversation), shared=True)
 
     for person in (bob, vera):
         body = client_for(person).get(page(conversation)).content.decode()
@@ -146,7 +147,7 @@ def test_sharing_is_a_post_with_the_csrf_token(alice, conversation):
 
 
 def test_share_notices_and_lists_escape_the_title(client_for, alice, bob, conversation):
-    services.conversation_rename(conversation=conversation, user=alice, title="<img src=x onerror=alert(1)>")
+    services.conversation_rename(conversation=conversation, membership=member_of(alice, conversation), title="<img src=x onerror=alert(1)>")
     shared = client_for(alice).post(reverse("conversation_share", args=[conversation.uuid]), {"shared": "1"},
                                     follow=True).content.decode()
     assert "is shared: everyone in the team can read it" in shared
@@ -156,7 +157,7 @@ def test_share_notices_and_lists_escape_the_title(client_for, alice, bob, conver
 
 
 def test_an_admin_sees_and_acts_in_a_members_private_conversation(client_for, bob, admin, agent, sent_turns):
-    bobs = services.conversation_create(team=agent.team, agent=agent, user=bob, title="Bob's notes")
+    bobs = services.conversation_create(agent=agent, membership=member_of(bob, agent.team), title="Bob's notes")
     c = client_for(admin)
     body = c.get(page(bobs)).content.decode()
     assert "started by bob" in body and 'id="composer"' in body and "Private" in body

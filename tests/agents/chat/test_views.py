@@ -7,6 +7,7 @@ import pytest
 from django.urls import reverse
 
 from agents.models import Conversation, Message
+from tests.members import member_of
 from traces.models import Trace
 
 
@@ -99,9 +100,9 @@ def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_tu
     from agents.chat import services
     from agents.turns import services as turns
 
-    weather = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Weather talk")
-    recipes = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Cooking")
-    turns.turn_start(conversation=recipes, user=alice, text="How long do I boil an egg?")
+    weather = services.conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Weather talk")
+    recipes = services.conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Cooking")
+    turns.turn_start(conversation=recipes, membership=member_of(alice, recipes), text="How long do I boil an egg?")
     c = client_for(alice)
     by_title = c.get(reverse("chat"), {"q": "weather"}).content.decode()
     assert "Weather talk" in by_title and "Cooking" not in by_title
@@ -115,12 +116,12 @@ def test_the_list_searches_titles_and_messages(client_for, alice, agent, sent_tu
 def test_mine_and_team_lists_show_a_teammates_conversation_once_shared(client_for, alice, bob, agent, sent_turns):
     from agents.chat import services
 
-    plan = services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's plan")
-    services.conversation_create(team=agent.team, agent=agent, user=alice, title="Alice's diary")
+    plan = services.conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Alice's plan")
+    services.conversation_create(agent=agent, membership=member_of(alice, agent.team), title="Alice's diary")
     mine = client_for(bob).get(reverse("chat")).content.decode()
     team = client_for(bob).get(reverse("chat"), {"scope": "team"}).content.decode()
     assert "Alice&#x27;s plan" not in mine and "Alice&#x27;s plan" not in team and "Alice&#x27;s diary" not in team
-    services.conversation_share(conversation=plan, user=alice, shared=True)
+    services.conversation_share(conversation=plan, membership=member_of(alice, plan), shared=True)
     team = listed(client_for(bob).get(reverse("chat"), {"scope": "team"}))
     assert "Alice&#x27;s plan" in team and "Shared" in team and "Alice&#x27;s diary" not in team
     assert "Alice&#x27;s plan" not in listed(client_for(bob).get(reverse("chat")))
@@ -129,7 +130,7 @@ def test_mine_and_team_lists_show_a_teammates_conversation_once_shared(client_fo
 def test_owner_renames_archives_and_deletes(client_for, alice, conversation, sent_turns):
     from agents.turns import services as turns
 
-    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     c = client_for(alice)
     assert c.post(reverse("conversation_rename", args=[conversation.uuid]), {"title": "  Trip   plans "}).status_code == 302
     conversation.refresh_from_db()
@@ -181,7 +182,7 @@ def test_only_the_starter_or_an_admin_manages_a_conversation(client_for, alice, 
 def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conversation, sent_turns):
     from agents.turns import services as turns
 
-    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     c = client_for(charlie)
     for name, args, data in [
         ("conversation_rename", [conversation.uuid], {"title": "x"}),
@@ -199,7 +200,7 @@ def test_charlie_gets_404_on_every_chat_action(client_for, alice, charlie, conve
 def test_viewers_read_shared_branches_but_cannot_edit_or_regenerate(client_for, alice, conversation, sent_turns, vera):
     from agents.turns import services as turns
 
-    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
     Conversation.objects.filter(pk=conversation.pk).update(shared=True)
     c = client_for(vera)
@@ -213,7 +214,7 @@ def test_viewers_read_shared_branches_but_cannot_edit_or_regenerate(client_for, 
 def test_regenerate_and_edit_answer_with_the_new_branch(client_for, alice, conversation, sent_turns):
     from agents.turns import services as turns
 
-    trace = turns.turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     Trace.objects.filter(pk=trace.pk).update(status="completed")
     c = client_for(alice)
     response = c.post(reverse("turn_regenerate", args=[conversation.uuid, trace.uuid]), HTTP_HX_REQUEST="true")
@@ -237,9 +238,9 @@ def test_regenerate_and_edit_answer_with_the_new_branch(client_for, alice, conve
 def test_the_composer_continues_the_branch_on_screen(client_for, alice, conversation, sent_turns):
     from agents.turns import services as turns
 
-    first = turns.turn_start(conversation=conversation, user=alice, text="one")
+    first = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="one")
     Trace.objects.filter(pk=first.pk).update(status="completed")
-    other = turns.turn_start(conversation=conversation, user=alice, text="elsewhere", parent=None)
+    other = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text="elsewhere", parent=None)
     Trace.objects.filter(pk=other.pk).update(status="completed")
     c = client_for(alice)
     c.post(reverse("message_send", args=[conversation.uuid]), {"text": "two", "parent": first.uuid.hex})
@@ -258,10 +259,10 @@ def test_the_conversation_page_queries_stay_bounded_with_branches_and_tools(
 
     def grow(count):
         for i in range(count):
-            first = turns.turn_start(conversation=conversation, user=alice, text=f"question {i}")
+            first = turns.turn_start(conversation=conversation, membership=member_of(alice, conversation), text=f"question {i}")
             Trace.objects.filter(pk=first.pk).update(status="completed")
             first.refresh_from_db()
-            trace = turns.turn_regenerate(conversation=conversation, trace=first, user=alice)
+            trace = turns.turn_regenerate(conversation=conversation, trace=first, membership=member_of(alice, conversation))
             Trace.objects.filter(pk=trace.pk).update(status="completed")
             Message.objects.create(conversation=conversation, role="assistant", trace=trace, text="",
                                    blocks=[{"type": "tool_use", "id": f"c{i}", "name": "calculator", "input": {"expression": "1+1"}}])

@@ -14,6 +14,7 @@ from agents.config.versions import agent_revert, agent_save, agent_version_diff
 from agents.models import Agent, AgentVersion, Provider, Tool
 from agents.turns.services import turn_start
 from agentsite.models import AuditEvent, Membership
+from tests.members import member_of
 
 
 def agent_data(agent: Agent | None = None, **changes) -> dict:
@@ -357,8 +358,8 @@ def test_members_and_viewers_never_reach_agent_pages(client_for, bob, versioned,
 def test_a_turn_records_the_version_saved_in_the_admin(client_for, alice, helper, sent_turns):
     client_for(alice).post(change_url(helper), agent_data(helper, system_prompt="Changed."))
     helper.refresh_from_db()
-    conversation = conversation_create(team=helper.team, agent=helper, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="hi")
+    conversation = conversation_create(agent=helper, membership=member_of(alice, helper.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hi")
     assert trace.agent_version == helper.version == 2
     assert helper.versions.get(number=trace.agent_version).snapshot["system_prompt"] == "Changed."
 
@@ -375,7 +376,7 @@ def test_agent_update_and_delete_are_audited(client_for, alice, helper):
 
 
 def test_an_agent_with_conversations_cannot_be_deleted_and_says_why(client_for, alice, helper):
-    conversation_create(team=helper.team, agent=helper, user=alice)
+    conversation_create(agent=helper, membership=member_of(alice, helper.team))
     c = client_for(alice)
     url = reverse("admin:agents_agent_delete", args=[helper.pk])
     assert "people have conversations with it" in c.get(url).content.decode()

@@ -14,6 +14,7 @@ from agents.config.providers import provider_save, provider_test_connection
 from agents.models import Agent, Provider
 from agentsite.crypto import decrypt, encrypt
 from agentsite.models import AuditEvent
+from tests.members import member_of
 
 RAW_KEY = "sk-live-RAWSECRET-0123456789abcdef"
 
@@ -392,8 +393,8 @@ def test_a_turn_sends_the_decrypted_key_and_never_stores_it(make_agent, alice, s
                         lambda *a, **kw: real_client(*a, **{**kw, "transport": httpx.MockTransport(handler)}))
     agent = make_agent(name="Keyed", tools=())
     Provider.objects.filter(pk=agent.provider_id).update(kind="openai", api_key_encrypted=encrypt(RAW_KEY))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
 
     assert turn_run(trace.pk) == "failed"
 

@@ -13,6 +13,7 @@ from agents.turns.routing import route_turn
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.crypto import decrypt
+from tests.members import member_of
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +38,8 @@ def test_the_demo_agent_answers_a_first_question_in_several_steps(sent_turns, us
     assert version.snapshot["provider"] == agent.provider.name and version.snapshot["model"] == "demo"
 
     user = result.team.memberships.get().user
-    conversation = conversation_create(team=result.team, agent=agent, user=user)
-    trace = turn_start(conversation=conversation, user=user, text="What is 12 * (7 + 5)?")
+    conversation = conversation_create(agent=agent, membership=member_of(user, result.team))
+    trace = turn_start(conversation=conversation, membership=member_of(user, conversation), text="What is 12 * (7 + 5)?")
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == "12 × (7 + 5) = 144."

@@ -15,6 +15,7 @@ from agents.models import Conversation, Message, ModelRoute, Provider, RoutingRu
 from agents.turns.routing import route_turn
 from agentsite.models import AuditEvent
 from tests.helpers import SUPERLINEAR_S
+from tests.members import member_of
 
 SIMULATOR = reverse("routing_simulator")
 BACKTEST = reverse("routing_backtest")
@@ -128,7 +129,7 @@ def test_the_simulator_answers_exactly_as_a_turn_would(helper, make_agent, route
     RoutingRule.objects.create(team=helper.team, agent=helper, hint="sql", keywords=["deploy"], priority=1)
     RoutingRule.objects.create(team=helper.team, hint="broken", patterns=["(a+)+", "now$"], priority=1)
     RoutingRule.objects.create(team=helper.team, hint="off", keywords=["python"], priority=99, enabled=False)
-    conversation = conversation_create(team=helper.team, agent=helper, user=alice)
+    conversation = conversation_create(agent=helper, membership=member_of(alice, helper.team))
     turn = route_turn(agent=helper, conversation=conversation, text=text)
     sim = simulate(helper, text)
     assert (sim.choice.provider, sim.choice.model, sim.choice.routing, sim.choice.warnings) == (

@@ -13,6 +13,7 @@ from agents.runtime.tools import ToolError
 from agents.tools import ToolContext, runtime_tool_for_row
 from memory.models import MemoryEntry
 from memory.services import MemoryOwner, memory_store
+from tests.members import member_of
 
 
 def tool_for(name: str, *, team, agent, user, **context):
@@ -107,8 +108,8 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
     from traces.models import StepPayload
 
     agent = make_agent(name="Demo memory", tools=("memory_store", "memory_recall", "memory_forget"))
-    first = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=first, user=alice, text="Remember that my favourite colour is blue")
+    first = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=first, membership=member_of(alice, first), text="Remember that my favourite colour is blue")
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == "Got it, I'll remember that your favourite colour is blue."
@@ -116,8 +117,8 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
     assert (entry.key, entry.content, entry.user_id, entry.source_trace_id) == (
         "favourite_colour", "my favourite colour is blue", alice.pk, trace.pk)
 
-    second = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=second, user=alice, text="What is my favourite colour?")
+    second = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=second, membership=member_of(alice, second), text="What is my favourite colour?")
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert trace.answer == ("Here is what I remember about favourite colour:\n"
@@ -127,7 +128,7 @@ def test_the_demo_assistant_remembers_and_recalls_across_conversations(
     assert ("[Memory context]\n- favourite_colour: my favourite colour is blue\n[/Memory context]"
             in json.dumps(request["system"], ensure_ascii=False).replace("\\n", "\n"))
 
-    trace = turn_start(conversation=second, user=alice, text="Forget my favourite colour")
+    trace = turn_start(conversation=second, membership=member_of(alice, second), text="Forget my favourite colour")
     assert turn_run(trace.pk) == "completed"
     assert not MemoryEntry.objects.exists()
 
@@ -139,10 +140,10 @@ def test_an_agent_that_auto_saves_keeps_long_messages(make_agent, alice, sent_tu
     from agents.turns.tasks import turn_run
 
     agent = make_agent(name="Autosaver", tools=(), memory_auto_save=True)
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="I am planning a trip to Lisbon in spring")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="I am planning a trip to Lisbon in spring")
     turn_run(trace.pk)
-    trace = turn_start(conversation=conversation, user=alice, text="hello there")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello there")
     turn_run(trace.pk)
 
     entry = MemoryEntry.objects.get()

@@ -13,6 +13,7 @@ from agents.turns.builder import turn_role
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.models import Membership
+from tests.members import member_of
 from traces.models import Step, StepPayload
 
 
@@ -94,8 +95,8 @@ def test_a_denied_call_never_runs_and_the_trace_records_the_decision(make_agent,
     row = Tool.objects.get(team=agent.team, name="calculator")
     row.min_role = "admin"
     row.save()
-    conversation = conversation_create(team=agent.team, agent=agent, user=bob)
-    trace = turn_start(conversation=conversation, user=bob, text="what is 6 * 7?")
+    conversation = conversation_create(agent=agent, membership=member_of(bob, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(bob, conversation), text="what is 6 * 7?")
     assert turn_run(trace.pk) == "completed"
 
     step = Step.objects.get(trace=trace, kind="tool_call")

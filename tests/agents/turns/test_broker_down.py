@@ -12,6 +12,7 @@ from django.urls import reverse
 from agents.models import Message
 from agents.turns.reaper import LOST_AFTER_S, RESEND_AFTER_S, trace_reap
 from agents.turns.services import turn_start
+from tests.members import member_of
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,8 +58,8 @@ def test_a_send_that_fails_ends_the_reapers_run(make_agent, alice, broker, caplo
     from agents.chat.services import conversation_create
 
     agent = make_agent()
-    traces = [turn_start(conversation=conversation_create(team=agent.team, agent=agent, user=alice),
-                         user=alice, text=f"What is {n} + {n}?") for n in range(3)]
+    traces = [turn_start(conversation=conversation_create(agent=agent, membership=member_of(alice, agent.team)),
+                         membership=member_of(alice, agent.team), text=f"What is {n} + {n}?") for n in range(3)]
     assert Trace.objects.filter(enqueued_at__isnull=True).count() == 3
     caplog.clear()
 
@@ -73,7 +74,7 @@ def test_a_send_that_fails_ends_the_reapers_run(make_agent, alice, broker, caplo
 def test_what_a_redis_restart_lost_is_sent_again_at_once(conversation, alice, broker):
     broker.start()
     trace_reap()  # the reapers look at the broker every few seconds
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
     assert broker.turn_tasks() == [trace.pk]
     assert trace_reap().dispatched == []
 
@@ -89,7 +90,7 @@ def test_what_a_redis_restart_lost_is_sent_again_at_once(conversation, alice, br
 def test_a_task_neither_queued_nor_claimed_after_seconds_is_sent_again(conversation, alice, broker):
     broker.start()
     trace_reap()
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
     broker.client().delete("turns")  # lost on the way, though Redis did not restart
     sent_at = Trace.objects.get(pk=trace.pk).enqueued_at
 
@@ -102,7 +103,7 @@ def test_a_task_waiting_in_the_queue_is_sent_again_only_after_two_minutes(conver
                                                                           broker):
     broker.start()
     trace_reap()
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
     sent_at = Trace.objects.get(pk=trace.pk).enqueued_at  # no worker takes it: it waits
 
     assert trace_reap(now=sent_at + timedelta(seconds=RESEND_AFTER_S - 1)).dispatched == []

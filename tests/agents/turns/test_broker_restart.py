@@ -15,6 +15,7 @@ from agents.chat.services import conversation_create
 from agents.turns.reaper import trace_reap
 from agents.turns.services import turn_start
 from tests.helpers import database_url, wait_for, worker_start, worker_stop
+from tests.members import member_of
 from traces.models import Step, Trace
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -59,8 +60,8 @@ def test_a_worker_survives_redis_restarts_with_a_turn_in_flight(make_agent, alic
     quick = make_agent(name="Quick")
 
     def chat(agent, text: str) -> Trace:
-        return turn_start(conversation=conversation_create(team=agent.team, agent=agent, user=alice),
-                          user=alice, text=text)
+        return turn_start(conversation=conversation_create(agent=agent, membership=member_of(alice, agent.team)),
+                          membership=member_of(alice, agent.team), text=text)
 
     for _ in range(RESTARTS):
         running = chat(slow, "call the current_time tool 6 times")

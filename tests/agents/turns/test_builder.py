@@ -13,6 +13,7 @@ from agents.turns.providers import TurnSetupError, provider_api_key
 from agents.turns.routing import route_turn
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from tests.members import member_of
 from traces.models import Trace
 
 
@@ -105,8 +106,8 @@ def test_setup_wraps_fallbacks_and_records_warnings_on_the_trace(
     agent = make_agent(name="Resilient", fallbacks=[{"provider": "Coder box", "model": "demo-b"},
                                                    {"provider": "Gone", "model": "x"}])
     agent.tools.add(Tool.objects.create(team=agent.team, name="weather", kind="http"))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     trace = Trace.objects.select_related("user_message").get(pk=trace.pk)
 
     setup = turn_setup_build(trace=trace)
@@ -126,8 +127,8 @@ def test_a_provider_that_cannot_run_fails_the_turn_with_its_message(make_agent, 
 
     agent = make_agent(name="Keyed")
     Provider.objects.filter(pk=agent.provider_id).update(api_key_encrypted="gAAAA...")
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
 
     assert turn_run(trace.pk) == "failed"
 
@@ -138,9 +139,9 @@ def test_a_provider_that_cannot_run_fails_the_turn_with_its_message(make_agent, 
 
 @pytest.mark.django_db(transaction=True)
 def test_history_puts_each_turns_answer_before_messages_sent_meanwhile(conversation, alice, sent_turns, use_redis):
-    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
-    second = turn_start(conversation=conversation, user=alice, text="hello again")  # waits
-    third = turn_start(conversation=conversation, user=alice, text="and more")  # waits
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello again")  # waits
+    third = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="and more")  # waits
     turn_run(first.pk)
     agent = conversation.agent
 
@@ -157,12 +158,12 @@ def test_history_puts_each_turns_answer_before_messages_sent_meanwhile(conversat
 
 @pytest.mark.django_db(transaction=True)
 def test_the_next_turn_starts_from_the_previous_turns_trajectory_state(conversation, alice, sent_turns, use_redis):
-    first = turn_start(conversation=conversation, user=alice, text="what is 12*7?")
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 12*7?")
     assert turn_run(first.pk) == "completed"
     last_state = first.trajectory_states.order_by("-iteration").first()
     assert last_state is not None and "calculator" in " ".join(last_state.fields["evidence"])
 
-    second = turn_start(conversation=conversation, user=alice, text="thanks")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="thanks")
     setup = turn_setup_build(trace=second)
     assert setup.config.previous_trajectory_state == last_state.fields
 
@@ -171,7 +172,7 @@ def test_the_next_turn_starts_from_the_previous_turns_trajectory_state(conversat
 def test_a_trace_records_the_agent_version_it_ran_with(conversation, alice, sent_turns, use_redis):
     from agents.config.versions import agent_save
 
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+2?")
     agent = conversation.agent
     queued_version = trace.agent_version
     agent.system_prompt = "Answer in one word."

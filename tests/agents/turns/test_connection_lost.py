@@ -20,6 +20,7 @@ from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create
 from agentsite.auth_backend import MembershipBackend
 from agentsite.db import connection_release
+from tests.members import member_of
 from traces.models import Step, Trace
 from traces.record import services as trace_services
 
@@ -64,7 +65,7 @@ def test_a_turn_goes_on_when_every_connection_of_the_database_is_terminated(
         conversation, alice, sent_turns, use_redis, monkeypatch):
     killed: list[int] = []
     record_then(monkeypatch, 2, lambda: killed.append(terminate_other_backends()))
-    trace = turn_start(conversation=conversation, user=alice, text="What is 17 * 23?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 17 * 23?")
     assert turn_run(trace.pk) == "completed"
     assert killed and killed[0] >= 1
     connection_release()  # this thread's connection was terminated too: it goes, a live one comes
@@ -82,7 +83,7 @@ def test_a_write_whose_connection_breaks_hands_the_turn_back_and_it_continues(
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
     calls = record_then(monkeypatch, 3, own_connection_terminated)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 17 * 23?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 17 * 23?")
     assert turn_run(trace.pk) == "handed_back"
     trace.refresh_from_db()
     assert trace.status == Trace.Status.QUEUED
@@ -106,7 +107,7 @@ def test_a_turn_resumed_too_often_fails_with_the_error_rather_than_loop(
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
     record_then(monkeypatch, 3, own_connection_terminated)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 17 * 23?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 17 * 23?")
     assert turn_run(trace.pk) == "failed"
     trace.refresh_from_db()
     assert trace.status == Trace.Status.FAILED and trace.attempts == 1
@@ -120,7 +121,7 @@ def test_a_connection_that_breaks_while_the_turn_is_set_up_hands_it_back(
     from agents.turns import execution
 
     own_connection_dies_before(execution, "turn_setup_build", monkeypatch)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 17 * 23?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 17 * 23?")
     assert turn_run(trace.pk) == "handed_back"
     trace.refresh_from_db()
     assert trace.status == Trace.Status.QUEUED and trace.meta["excused_resumes"] == 1
@@ -162,7 +163,7 @@ def test_a_page_whose_connection_breaks_is_answered_503_and_the_next_one_works(
 
 def test_an_api_request_whose_connection_breaks_is_answered_503_in_openais_shape(
         agent, alice, team_a, monkeypatch):
-    secret = api_key_create(team=team_a, actor=alice, name="t", scopes=["chat"])[1]
+    secret = api_key_create(membership=member_of(alice, team_a), name="t", scopes=["chat"])[1]
     own_connection_dies_before(openai, "_prepare", monkeypatch)
     response = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(
         "/v1/chat/completions", json.dumps({"model": agent.slug, "messages": [

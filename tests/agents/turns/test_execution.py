@@ -19,6 +19,7 @@ from agents.turns.services import approval_decide, turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.approvals import waiting_approval
 from tests.helpers import drain, listen, wait_for
+from tests.members import member_of
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,7 +33,7 @@ def status_of(trace: Trace) -> str:
 
 # -- the whole turn ---------------------------------------------------------------------------------
 def test_a_turn_records_every_step_state_total_and_message(conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 2 times")
     channel = listen(trace.group_name)
     assert sent_turns == [trace.pk]
 
@@ -93,8 +94,8 @@ def test_a_prompt_guided_call_with_no_other_text_is_stored_as_an_empty_message_n
     from agents.runtime.sanitize import MALFORMED_REPLY
 
     agent = make_agent(name="Tags", tool_dispatcher="xml")
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 1 time")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 1 time")
 
     assert turn_run(trace.pk) == "completed"
 
@@ -106,7 +107,7 @@ def test_a_prompt_guided_call_with_no_other_text_is_stored_as_an_empty_message_n
 
 
 def test_the_same_task_delivered_twice_runs_once(conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="What is 12 * (7 + 5)?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 12 * (7 + 5)?")
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     steps = list(Step.objects.filter(trace=trace).values_list("seq", "kind", "event_seq"))
@@ -125,8 +126,8 @@ def test_a_turn_for_a_missing_trace_does_nothing(db):
 
 # -- one turn in flight per conversation -----------------------------------------------------------
 def test_a_message_sent_during_a_turn_waits_and_runs_next(conversation, alice, sent_turns, use_redis):
-    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
-    second = turn_start(conversation=conversation, user=alice, text="And what is 4 * 5?")
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="And what is 4 * 5?")
     assert sent_turns == [first.pk]  # the second waits
     assert status_of(second) == "queued"
     assert turn_run(second.pk) == ""  # even if it were delivered early, it may not start
@@ -148,12 +149,12 @@ def test_a_new_message_interrupts_the_running_turn_when_the_agent_says_so(
 
     agent = make_agent(name="Eager", interrupt_on_new_message=True,
                        provider_options={"request_latency_s": 5})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
     worker = run_in_thread(first.pk)
     wait_for(lambda: Step.objects.filter(trace=first, status="running").exists())
 
-    second = turn_start(conversation=conversation, user=alice, text="Never mind: what is 4 * 5?")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Never mind: what is 4 * 5?")
     worker.join(timeout=5)
 
     first.refresh_from_db()
@@ -189,13 +190,13 @@ def test_cancel_mid_stream_is_seen_within_a_second_and_closes_the_stream(
     FakeClosingDemoProvider.finished.clear()
     monkeypatch.setitem(registry.PROVIDER_CLASSES, "demo", FakeClosingDemoProvider)
     agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.2})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Tell me something nice")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Tell me something nice")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists())
     time.sleep(0.3)  # a few words are out
 
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     wait_for(lambda: status_of(trace) == "cancelled", timeout=10)  # the answer had seconds to go
     worker.join(timeout=5)
 
@@ -215,12 +216,12 @@ def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
     from agents.chat.services import conversation_create
 
     agent = slow_tool_agent.agent
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
     assert slow_tool_agent.started.wait(10)
 
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     wait_for(lambda: status_of(trace) == "cancelled", timeout=10)
     worker.join(timeout=5)
 
@@ -231,7 +232,7 @@ def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
     result = Message.objects.get(trace=trace, role="tool").blocks[0]
     assert result["is_error"] is True and result["output"] == "Cancelled by user."
 
-    following = turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+    following = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
     assert turn_run(following.pk) == "completed"
     request = StepPayload.objects.get(step__trace=following, step__seq=1, kind="request")
     import json
@@ -243,10 +244,10 @@ def test_cancel_mid_tool_answers_the_dangling_call_so_the_next_turn_is_valid(
 
 
 def test_cancelling_a_queued_turn_ends_it_at_once_and_starts_the_next(conversation, alice, sent_turns):
-    first = turn_start(conversation=conversation, user=alice, text="one")
-    second = turn_start(conversation=conversation, user=alice, text="two")
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="one")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="two")
 
-    turn_cancel(trace=first, user=alice)
+    turn_cancel(trace=first, membership=member_of(alice, first))
 
     first.refresh_from_db()
     assert (first.status, first.error, first.finished_at is not None) == ("cancelled", "Cancelled by alice.", True)
@@ -265,12 +266,12 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
 
     agent = make_agent(name="Careful", approval=("calculator",))
     # bob's conversation; alice decides, as the team's owner may (the step names the decider)
-    conversation = conversation_create(team=agent.team, agent=agent, user=bob)
-    trace = turn_start(conversation=conversation, user=bob, text="What is 6 * 7?")
+    conversation = conversation_create(agent=agent, membership=member_of(bob, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(bob, conversation), text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
     step = waiting_approval(trace)
 
-    approval_decide(trace=trace, call_id=step.call_id, approved=approved, user=alice)
+    approval_decide(trace=trace, call_id=step.call_id, approved=approved, membership=member_of(alice, trace))
     worker.join(timeout=10)
 
     trace.refresh_from_db()
@@ -288,8 +289,8 @@ def test_an_approval_nobody_gives_times_out_as_a_denial(make_agent, alice, sent_
     from agents.chat.services import conversation_create
 
     agent = make_agent(name="Patient", approval=("calculator",), approval_timeout_s=1)
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
 
     assert turn_run(trace.pk) == "completed"
 
@@ -306,8 +307,8 @@ def test_the_soft_time_limit_ends_the_turn_timed_out_and_keeps_its_steps(
 
     agent = make_agent(name="Slowpoke", turn_time_limit_s=1, max_tool_iterations=50,
                        provider_options={"request_latency_s": 0.3})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 30 times")
 
     assert turn_run(trace.pk) == "timed_out"  # 30 calls would take 9 s
 
@@ -333,7 +334,7 @@ def test_a_turn_that_crashes_under_a_running_step_leaves_no_step_running(
         raise RuntimeError("the loop broke")
 
     monkeypatch.setattr(execution, "run_turn", crashing)
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     assert turn_run(trace.pk) == "failed"
     steps = list(Trace.objects.get(pk=trace.pk).steps.order_by("seq"))
     llm = [s for s in steps if s.kind == "llm_request"]

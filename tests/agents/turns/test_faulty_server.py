@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agents.models import Message, Provider
+from tests.members import member_of
 
 PRIMARY_ANSWER = "The primary answer is complete."
 FALLBACK_ANSWER = "The fallback answer is complete."
@@ -147,8 +148,8 @@ def test_no_truncated_answer_is_stored_as_complete(faulty_server, make_agent, al
 
     outcomes: Counter[str] = Counter()
     for number in range(20):
-        conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-        trace = turn_start(conversation=conversation, user=alice, text=f"question {number}")
+        conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+        trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text=f"question {number}")
         status = turn_run(trace.pk)
         trace.refresh_from_db()
         answer = Message.objects.filter(conversation=conversation, role="assistant").last()

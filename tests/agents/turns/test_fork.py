@@ -20,6 +20,7 @@ from agents.turns.services import approval_decide, turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.approvals import waiting_approval
+from tests.members import member_of
 from traces.debug.compare_selectors import trace_comparison
 from traces.models import Step, StepPayload, Trace
 
@@ -56,11 +57,11 @@ def counted(monkeypatch, make_agent):
 
 
 def _conversation(agent, user):
-    return conversation_create(team=agent.team, agent=agent, user=user)
+    return conversation_create(agent=agent, membership=member_of(user, agent.team))
 
 
 def _finished(agent, user, text: str) -> Trace:
-    trace = turn_start(conversation=_conversation(agent, user), user=user, text=text)
+    trace = turn_start(conversation=_conversation(agent, user), membership=member_of(user, agent.team), text=text)
     assert turn_run(trace.pk) == "completed"
     return Trace.objects.select_related("conversation", "user_message").get(pk=trace.pk)
 
@@ -85,7 +86,7 @@ def test_a_fork_at_a_model_request_sends_it_again_and_replays_the_later_call(
     assert counted.calls["counter"] == 2
     second_request = parent.steps.filter(kind="llm_request").order_by("seq")[1]
 
-    fork = fork_start(trace=parent, seq=second_request.seq, user=alice)
+    fork = fork_start(trace=parent, seq=second_request.seq, membership=member_of(alice, parent))
     assert sent_turns[-1] == fork.pk
     fork = _run(fork)
 
@@ -112,7 +113,7 @@ def test_a_fork_at_a_tool_call_makes_the_call_again_from_the_record(
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     first_call = parent.steps.filter(kind="tool_call").order_by("seq").first()
 
-    fork = _run(fork_start(trace=parent, seq=first_call.seq, user=alice))
+    fork = _run(fork_start(trace=parent, seq=first_call.seq, membership=member_of(alice, parent)))
 
     assert counted.calls["counter"] == 2
     tools = _tools(fork)
@@ -128,16 +129,16 @@ def test_a_fork_at_a_tool_call_makes_the_call_again_from_the_record(
 def test_a_fork_at_an_approval_replays_the_approved_call_without_asking_again(
         counted, alice, sent_turns, use_redis, run_in_thread):
     Tool.objects.filter(team=counted.agent.team, name="counter").update(policy="ask")
-    trace = turn_start(conversation=_conversation(counted.agent, alice), user=alice,
+    trace = turn_start(conversation=_conversation(counted.agent, alice), membership=member_of(alice, counted.agent.team),
                        text="call the counter tool 1 times")
     worker = run_in_thread(trace.pk)
     waiting = waiting_approval(trace)
-    approval_decide(trace=trace, call_id=waiting.call_id, approved=True, user=alice)
+    approval_decide(trace=trace, call_id=waiting.call_id, approved=True, membership=member_of(alice, trace))
     worker.join(timeout=10)
     assert worker.result == "completed" and counted.calls["counter"] == 1
     parent = Trace.objects.get(pk=trace.pk)
 
-    fork = _run(fork_start(trace=parent, seq=waiting.seq, user=alice))
+    fork = _run(fork_start(trace=parent, seq=waiting.seq, membership=member_of(alice, parent)))
 
     assert counted.calls["counter"] == 1
     assert not fork.steps.filter(kind="approval").exists()
@@ -151,7 +152,7 @@ def test_a_call_that_was_not_recorded_is_refused_with_a_clear_result(counted, al
     parent = _finished(counted.agent, alice, "call the counter tool 1 times")
     first_request = parent.steps.get(kind="llm_request", iteration=1)
 
-    fork = _run(fork_start(trace=parent, seq=first_request.seq, user=alice,
+    fork = _run(fork_start(trace=parent, seq=first_request.seq, membership=member_of(alice, parent),
                            message="call the tally tool 1 times"))
 
     assert counted.calls == {"counter": 1, "tally": 0}
@@ -169,7 +170,7 @@ def test_a_recorded_call_made_more_often_than_recorded_gets_the_last_recorded_re
     parent = _finished(counted.agent, alice, "call the tally tool 1 times")
     first_request = parent.steps.get(kind="llm_request", iteration=1)
 
-    fork = _run(fork_start(trace=parent, seq=first_request.seq, user=alice,
+    fork = _run(fork_start(trace=parent, seq=first_request.seq, membership=member_of(alice, parent),
                            message="call the tally tool 2 times", allow_new_tool_calls=True))
 
     # same tool, same arguments: a recorded call, so nothing runs even with new calls allowed
@@ -182,7 +183,7 @@ def test_an_allowed_new_call_runs_for_real(counted, alice, sent_turns, use_redis
     parent = _finished(counted.agent, alice, "call the counter tool 1 times")
     first_request = parent.steps.get(kind="llm_request", iteration=1)
 
-    fork = _run(fork_start(trace=parent, seq=first_request.seq, user=alice,
+    fork = _run(fork_start(trace=parent, seq=first_request.seq, membership=member_of(alice, parent),
                            message="call the tally tool 1 times", allow_new_tool_calls=True))
 
     assert counted.calls == {"counter": 1, "tally": 1}
@@ -200,7 +201,7 @@ def test_a_fork_of_a_long_turn_replays_every_later_call_from_the_record_in_order
     assert counted.calls["counter"] == 90
     first_call = parent.steps.filter(kind="tool_call").order_by("seq").first()
 
-    fork = _run(fork_start(trace=parent, seq=first_call.seq, user=alice))
+    fork = _run(fork_start(trace=parent, seq=first_call.seq, membership=member_of(alice, parent)))
 
     assert counted.calls["counter"] == 90  # nothing ran again
     tools = _tools(fork)
@@ -215,7 +216,7 @@ def test_a_fork_runs_on_another_model_of_the_agent(counted, alice, sent_turns, u
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second_request = parent.steps.filter(kind="llm_request").order_by("seq")[1]
 
-    fork = _run(fork_start(trace=parent, seq=second_request.seq, user=alice, model="demo-large"))
+    fork = _run(fork_start(trace=parent, seq=second_request.seq, membership=member_of(alice, parent), model="demo-large"))
 
     assert fork.model == "demo-large" and parent.model == "demo"
     assert set(fork.steps.filter(kind="llm_request").values_list("model", flat=True)) == {"demo-large"}
@@ -227,7 +228,7 @@ def test_a_fork_runs_on_another_provider_of_the_team(counted, alice, sent_turns,
     other = Provider.objects.create(team=counted.agent.team, name="Second demo", kind="demo")
     parent = _finished(counted.agent, alice, "What is 6 * 7?")
 
-    fork = _run(fork_start(trace=parent, seq=1, user=alice, provider=other.name, model="demo-two"))
+    fork = _run(fork_start(trace=parent, seq=1, membership=member_of(alice, parent), provider=other.name, model="demo-two"))
 
     assert (fork.provider_name, fork.model) == ("Second demo", "demo-two")
     assert fork.answer == parent.answer
@@ -238,11 +239,11 @@ def test_a_fork_runs_on_another_provider_of_the_team(counted, alice, sent_turns,
 def test_a_model_the_agent_may_not_use_or_an_unknown_provider_is_refused(counted, alice, sent_turns, use_redis):
     parent = _finished(counted.agent, alice, "What is 6 * 7?")
     with pytest.raises(ValidationError, match="may use demo, demo-large"):
-        fork_start(trace=parent, seq=1, user=alice, model="gpt-9")
+        fork_start(trace=parent, seq=1, membership=member_of(alice, parent), model="gpt-9")
     with pytest.raises(ValidationError, match="no provider named"):
-        fork_start(trace=parent, seq=1, user=alice, provider="Nowhere")
+        fork_start(trace=parent, seq=1, membership=member_of(alice, parent), provider="Nowhere")
     with pytest.raises(ValidationError, match="no step 99"):
-        fork_start(trace=parent, seq=99, user=alice)
+        fork_start(trace=parent, seq=99, membership=member_of(alice, parent))
 
 
 def test_a_fork_uses_an_edited_system_prompt_and_another_agent_version(counted, alice, sent_turns, use_redis):
@@ -251,8 +252,8 @@ def test_a_fork_uses_an_edited_system_prompt_and_another_agent_version(counted, 
         "system_prompt": "You are version seven.", "max_tool_iterations": 3, "tools": ["calculator"]})
     parent = _finished(agent, alice, "What is 6 * 7?")
 
-    fork = _run(fork_start(trace=parent, seq=1, user=alice, agent_version=7))
-    edited = _run(fork_start(trace=parent, seq=1, user=alice, system_prompt="Answer in French."))
+    fork = _run(fork_start(trace=parent, seq=1, membership=member_of(alice, parent), agent_version=7))
+    edited = _run(fork_start(trace=parent, seq=1, membership=member_of(alice, parent), system_prompt="Answer in French."))
 
     assert fork.agent_version == 7 and fork.meta["fork"]["agent_version"] == 7
     request = StepPayload.objects.get(step__trace=fork, step__kind="llm_request", step__iteration=1,
@@ -274,7 +275,7 @@ def test_a_versions_tools_are_offered_even_those_the_agent_has_dropped_since(
     AgentVersion.objects.create(agent=agent, number=8, snapshot={"tools": ["counter", "tally", "gone_tool"]})
     agent.tools.remove(Tool.objects.get(team=agent.team, name="tally"))
 
-    fork = _run(fork_start(trace=parent, seq=1, user=alice, agent_version=8))
+    fork = _run(fork_start(trace=parent, seq=1, membership=member_of(alice, parent), agent_version=8))
 
     assert fork.steps.filter(kind="llm_request").first().meta["tools_available"] == ["counter", "tally"]
     [(name, ok, meta)] = _tools(fork)
@@ -289,12 +290,12 @@ def test_a_versions_tools_are_offered_even_those_the_agent_has_dropped_since(
 def test_the_fork_links_to_its_parent_and_leaves_the_original_conversation_alone(
         counted, alice, sent_turns, use_redis):
     first = _finished(counted.agent, alice, "What is 6 * 7?")
-    parent = turn_start(conversation=first.conversation, user=alice, text="call the counter tool 1 times")
+    parent = turn_start(conversation=first.conversation, membership=member_of(alice, first.conversation), text="call the counter tool 1 times")
     turn_run(parent.pk)
     parent = Trace.objects.get(pk=parent.pk)
     before = list(Message.objects.filter(conversation=first.conversation).values_list("pk", "text"))
 
-    fork = _run(fork_start(trace=parent, seq=1, user=alice))
+    fork = _run(fork_start(trace=parent, seq=1, membership=member_of(alice, parent)))
 
     assert (fork.forked_from_id, fork.fork_seq) == (parent.pk, 1)
     assert list(parent.forks.all()) == [fork]
@@ -312,17 +313,17 @@ def test_a_running_turn_or_a_step_of_another_kind_cannot_be_forked(counted, alic
     parent = _finished(counted.agent, alice, "What is 6 * 7?")
     Step.objects.create(trace=parent, seq=50, kind="retry", started_at=parent.created_at)
     with pytest.raises(ValidationError, match="model request, a tool call or an approval"):
-        fork_start(trace=parent, seq=50, user=alice)
+        fork_start(trace=parent, seq=50, membership=member_of(alice, parent))
     Trace.objects.filter(pk=parent.pk).update(status="running")
     with pytest.raises(ValidationError, match="still running"):
-        fork_start(trace=Trace.objects.get(pk=parent.pk), seq=1, user=alice)
+        fork_start(trace=Trace.objects.get(pk=parent.pk), seq=1, membership=member_of(alice, parent))
 
 
 def test_only_those_who_may_act_in_the_conversation_fork(counted, alice, bob, vera, sent_turns, use_redis):
     parent = _finished(counted.agent, alice, "What is 6 * 7?")
     for person in (bob, vera):
         with pytest.raises(PermissionDenied):
-            fork_start(trace=parent, seq=1, user=person)
+            fork_start(trace=parent, seq=1, membership=member_of(person, parent))
 
 
 def test_a_forked_run_resumed_after_its_worker_died_keeps_the_parent_record(
@@ -330,7 +331,7 @@ def test_a_forked_run_resumed_after_its_worker_died_keeps_the_parent_record(
 
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second_request = parent.steps.filter(kind="llm_request").order_by("seq")[1]
-    fork = _run(fork_start(trace=parent, seq=second_request.seq, user=alice))
+    fork = _run(fork_start(trace=parent, seq=second_request.seq, membership=member_of(alice, parent)))
     # as it was when its worker died: its own model request answered, its call running
     call = fork.steps.get(kind="tool_call")
     fork.steps.filter(seq__gt=call.seq).delete()
@@ -434,8 +435,8 @@ def test_a_fork_compared_with_its_parent_is_compared_from_the_fork_point(
     no divergence, although its record starts there; on another model, the request differs."""
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second_request = parent.steps.filter(kind="llm_request").order_by("seq")[1]
-    same = _run(fork_start(trace=parent, seq=second_request.seq, user=alice))
-    other = _run(fork_start(trace=parent, seq=second_request.seq, user=alice, model="demo-large"))
+    same = _run(fork_start(trace=parent, seq=second_request.seq, membership=member_of(alice, parent)))
+    other = _run(fork_start(trace=parent, seq=second_request.seq, membership=member_of(alice, parent), model="demo-large"))
 
     comparison = trace_comparison(parent, same)
     assert comparison.divergence is None
@@ -456,7 +457,7 @@ def test_a_forks_totals_are_whole_run_figures_like_its_steps_and_tokens(
     # requests and tool calls are still counted over its whole run, as its steps and tokens are.
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     last_request = parent.steps.filter(kind="llm_request").order_by("seq").last()
-    fork = _run(fork_start(trace=parent, seq=last_request.seq, user=alice))
+    fork = _run(fork_start(trace=parent, seq=last_request.seq, membership=member_of(alice, parent)))
     totals = {row.key: (row.a, row.b) for row in trace_comparison(parent, fork).totals}
     assert totals["model_requests"] == (3, 1) and totals["tool_calls"] == (2, 0)
     assert totals["steps"] == (parent.step_count, fork.step_count)
@@ -473,7 +474,7 @@ def test_a_fork_with_an_edited_message_diverges_at_its_first_request_and_says_ho
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     first, second = parent.steps.filter(kind="llm_request").order_by("seq")[:2]
     for step in (first, second):
-        fork = _run(fork_start(trace=parent, seq=step.seq, user=alice,
+        fork = _run(fork_start(trace=parent, seq=step.seq, membership=member_of(alice, parent),
                                message="call the counter tool 2 times, please"))
 
         divergence = trace_comparison(parent, fork).divergence
@@ -485,9 +486,9 @@ def test_a_fork_with_an_edited_message_diverges_at_its_first_request_and_says_ho
 def test_a_fork_on_another_model_with_an_edited_message_names_both(counted, alice, sent_turns, use_redis):
     parent = _finished(counted.agent, alice, "call the counter tool 2 times")
     second = parent.steps.filter(kind="llm_request").order_by("seq")[1]
-    both = _run(fork_start(trace=parent, seq=second.seq, user=alice, model="demo-large",
+    both = _run(fork_start(trace=parent, seq=second.seq, membership=member_of(alice, parent), model="demo-large",
                            message="call the counter tool 2 times, please"))
-    only_model = _run(fork_start(trace=parent, seq=second.seq, user=alice, model="demo-large"))
+    only_model = _run(fork_start(trace=parent, seq=second.seq, membership=member_of(alice, parent), model="demo-large"))
 
     divergence = trace_comparison(parent, both).divergence
     assert divergence.what == "model"

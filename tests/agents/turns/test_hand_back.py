@@ -17,6 +17,7 @@ from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run, worker_stopping
 from agents.turns.workers import worker_name
 from tests.helpers import wait_for
+from tests.members import member_of
 from traces.models import Step, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,8 +46,8 @@ def assert_handed_back(trace: Trace) -> Trace:
 def test_a_streaming_turn_is_handed_back_and_its_thread_ends(
         make_agent, alice, sent_turns, use_redis, run_in_thread):
     agent = make_agent(name="Slow", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.2})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Tell me something nice")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Tell me something nice")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists())
     time.sleep(0.3)  # a few words are out
@@ -66,8 +67,8 @@ def test_a_streaming_turn_is_handed_back_and_its_thread_ends(
 def test_a_tool_cut_off_by_the_hand_back_gets_no_cancelled_result(
         slow_tool_agent, alice, sent_turns, use_redis, run_in_thread):
     agent = slow_tool_agent.agent
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
     assert slow_tool_agent.started.wait(10)
 
@@ -83,7 +84,7 @@ def test_a_tool_cut_off_by_the_hand_back_gets_no_cancelled_result(
 
 def test_a_turn_that_starts_after_the_hand_back_is_handed_back_at_once(
         conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
     assert turns_hand_back(wait_s=1) == 0  # nothing runs; the worker is stopping now
 
     # The task of a stopping worker goes back to the queue unclaimed ...
@@ -106,9 +107,9 @@ def test_a_worker_that_waits_marks_itself_stopping_and_lets_its_turns_run(
         settings, make_agent, alice, sent_turns, use_redis, run_in_thread):
     settings.TURN_SHUTDOWN = "wait"
     agent = make_agent(name="Patient", provider_options={"request_latency_s": 1})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     row = TurnWorker.objects.create(name=worker_name("turns-1@here"), pid=1, beat_at=timezone.now())
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
 
@@ -123,9 +124,9 @@ def test_a_worker_that_waits_marks_itself_stopping_and_lets_its_turns_run(
 def test_a_worker_that_hands_off_marks_itself_stopping_and_hands_its_turns_back(
         make_agent, alice, sent_turns, use_redis, run_in_thread):
     agent = make_agent(name="Slowish", provider_options={"request_latency_s": 5})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     row = TurnWorker.objects.create(name=worker_name("turns-2@here"), pid=1, beat_at=timezone.now())
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, status="running").exists())
 

@@ -10,6 +10,7 @@ from agents.models import Hook, Message
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.tools.hook_server import SECRET, serve_hooks
+from tests.members import member_of
 from traces.models import Step, StepPayload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ def test_a_webhook_denies_a_call_and_the_model_reads_why(conversation, alice, se
                                                           hook_server):
     hook_server.answer = lambda p: (200, {"decision": "deny", "message": "no maths today"})
     add_hook(conversation.team, hook_server.url, matcher="calculator")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
 
     assert hook_server.bad_signatures == 0 and hook_server.received[0]["tool_name"] == "calculator"
@@ -55,7 +56,7 @@ def test_a_webhook_denies_a_call_and_the_model_reads_why(conversation, alice, se
 def test_a_warning_webhook_lets_the_call_run(conversation, alice, sent_turns, use_redis, hook_server):
     hook_server.answer = lambda p: (200, {"decision": "warn", "message": "logged for review"})
     add_hook(conversation.team, hook_server.url)
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     output = tool_output(conversation)
     assert output.startswith("5") and "Hook feedback:\nlogged for review" in output
@@ -65,7 +66,7 @@ def test_an_operator_command_that_exits_2_denies(conversation, alice, sent_turns
     settings.HOOK_COMMANDS = {"guard": {"command": "cat >/dev/null; echo 'blocked by policy'; exit 2"}}
     Hook.objects.create(team=conversation.team, name="policy", event="PreToolUse", kind="command",
                         operator_key="guard")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     assert "Permission denied: blocked by policy" in tool_output(conversation)
 
@@ -74,7 +75,7 @@ def test_a_slow_webhook_times_out_and_the_turn_goes_on(conversation, alice, sent
                                                         hook_server):
     hook_server.delay_s = 3
     add_hook(conversation.team, hook_server.url, timeout_s=0.5)
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     output = tool_output(conversation)
     assert output.startswith("5") and "did not answer within 0.5 s" in output
@@ -83,7 +84,7 @@ def test_a_slow_webhook_times_out_and_the_turn_goes_on(conversation, alice, sent
 def test_a_private_webhook_is_refused_at_run_time(conversation, alice, sent_turns, use_redis, settings):
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     add_hook(conversation.team, "https://10.9.8.7/hook")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     output = tool_output(conversation)
     assert output.startswith("5") and "private address" in output
@@ -94,7 +95,7 @@ def test_a_received_hook_rewrites_what_the_model_gets(conversation, alice, sent_
                                                        hook_server):
     hook_server.answer = lambda p: (200, {"content": "what is 4+4"})
     add_hook(conversation.team, hook_server.url, event="on_message_received")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     rows = messages_of(conversation)
     assert rows[0].text == "what is 2+3"  # stored as typed
@@ -109,7 +110,7 @@ def test_a_received_hook_rewrites_what_the_model_gets(conversation, alice, sent_
 def test_a_received_hook_drops_the_message(conversation, alice, sent_turns, use_redis, hook_server):
     hook_server.answer = lambda p: (200, {"decision": "deny", "message": "Off-topic for this agent."})
     add_hook(conversation.team, hook_server.url, event="on_message_received")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "failed"
     trace.refresh_from_db()
     assert trace.error_kind == "hook" and "Off-topic for this agent." in trace.error
@@ -121,7 +122,7 @@ def test_a_received_hook_drops_the_message(conversation, alice, sent_turns, use_
 def test_a_sending_hook_rewrites_the_reply(conversation, alice, sent_turns, use_redis, hook_server):
     hook_server.answer = lambda p: (200, {"content": p["content"].replace("5", "five")})
     add_hook(conversation.team, hook_server.url, event="on_message_sending")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     assert messages_of(conversation)[-1].text == "2 + 3 = five." == trace.answer
@@ -131,7 +132,7 @@ def test_a_sending_hook_rewrites_the_reply(conversation, alice, sent_turns, use_
 def test_a_sending_hook_suppresses_the_reply(conversation, alice, sent_turns, use_redis, hook_server):
     hook_server.answer = lambda p: (200, {"decision": "deny", "message": "contains figures"})
     add_hook(conversation.team, hook_server.url, event="on_message_sending")
-    trace = turn_start(conversation=conversation, user=alice, text="what is 2+3")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is 2+3")
     assert turn_run(trace.pk) == "completed"
     last = messages_of(conversation)[-1]
     assert last.text == "The reply was withheld by a hook: contains figures"

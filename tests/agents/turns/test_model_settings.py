@@ -13,6 +13,7 @@ from agents.turns.providers import runtime_provider
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.helpers import drain, listen
+from tests.members import member_of
 from traces.models import Step, Trace
 
 
@@ -47,7 +48,7 @@ def test_settings_for_layers_the_row_over_the_provider(team_a):
 
 def test_setup_takes_streaming_and_the_longest_answer_from_the_settings(agent, conversation, alice, sent_turns):
     provider = agent.provider
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     setup = turn_setup_build(trace=Trace.objects.get(pk=trace.pk))
     assert setup.config.stream is True and setup.config.max_tokens is None
 
@@ -104,7 +105,7 @@ def test_streaming_off_sends_one_request_per_answer_and_no_deltas(
     provider.save()
     if row_streaming is not None:
         ProviderModel.objects.create(provider=provider, model="demo", streaming=row_streaming)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     channel = listen(trace.group_name)
 
     assert turn_run(trace.pk) == "completed"

@@ -21,6 +21,7 @@ from agents.turns.services import (
     turn_start,
 )
 from agents.turns.signals import cancel_key
+from tests.members import member_of
 from traces.models import Step, Trace
 
 
@@ -42,16 +43,16 @@ def waiting_for_approval(trace) -> None:
 
 
 def test_a_teammate_cannot_act_in_a_shared_conversation(conversation, alice, bob, sent_turns):
-    first = turn_start(conversation=conversation, user=alice, text="hello")
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     share(conversation)
     for act, action in [
-        (lambda: turn_start(conversation=conversation, user=bob, text="hi"), "send messages in it"),
-        (lambda: turn_regenerate(conversation=conversation, trace=first, user=bob), "regenerate its answers"),
-        (lambda: turn_edit(conversation=conversation, message=first.user_message, user=bob, text="x"),
+        (lambda: turn_start(conversation=conversation, membership=member_of(bob, conversation), text="hi"), "send messages in it"),
+        (lambda: turn_regenerate(conversation=conversation, trace=first, membership=member_of(bob, conversation)), "regenerate its answers"),
+        (lambda: turn_edit(conversation=conversation, message=first.user_message, membership=member_of(bob, conversation), text="x"),
          "edit its messages"),
-        (lambda: turn_cancel(trace=first, user=bob), "stop its turns"),
-        (lambda: conversation_stop(conversation=conversation, user=bob), "stop its turns"),
-        (lambda: approval_decide(trace=first, call_id="call_1", approved=True, user=bob),
+        (lambda: turn_cancel(trace=first, membership=member_of(bob, first)), "stop its turns"),
+        (lambda: conversation_stop(conversation=conversation, membership=member_of(bob, conversation)), "stop its turns"),
+        (lambda: approval_decide(trace=first, call_id="call_1", approved=True, membership=member_of(bob, first)),
          "approve or deny its tool calls"),
     ]:
         with pytest.raises(PermissionDenied, match=f"^Only the conversation's owner or a team admin can {action}.$"):
@@ -60,24 +61,24 @@ def test_a_teammate_cannot_act_in_a_shared_conversation(conversation, alice, bob
 
 
 def test_editing_says_why_an_answer_cannot_be_edited(conversation, alice, sent_turns):
-    trace = turn_start(conversation=conversation, user=alice, text="hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="hello")
     answer = Message.objects.create(conversation=conversation, role="assistant", text="hi", trace=trace,
                                     blocks=[{"type": "text", "text": "hi"}])
     with pytest.raises(ValidationError, match="not its answers"):
-        turn_edit(conversation=conversation, message=answer, user=alice, text="x")
+        turn_edit(conversation=conversation, message=answer, membership=member_of(alice, conversation), text="x")
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_admin_stops_a_members_turn_and_decides_on_its_tool_calls(agent, bob, admin, sent_turns, use_redis):
-    bobs = conversation_create(team=agent.team, agent=agent, user=bob)
-    trace = turn_start(conversation=bobs, user=bob, text="one")
+    bobs = conversation_create(agent=agent, membership=member_of(bob, agent.team))
+    trace = turn_start(conversation=bobs, membership=member_of(bob, bobs), text="one")
     waiting_for_approval(trace)
 
-    approval_decide(trace=trace, call_id="call_1", approved=False, user=admin)
+    approval_decide(trace=trace, call_id="call_1", approved=False, membership=member_of(admin, trace))
     stored = redis.Redis.from_url(use_redis).get(f"agentsite:approval:{trace.uuid.hex}:call_1")
     assert stored == b'{"approved": false, "decided_by": "adam", "role": "a team admin"}'
 
-    trace = turn_cancel(trace=trace, user=admin)
+    trace = turn_cancel(trace=trace, membership=member_of(admin, trace))
     assert trace.cancel_reason == "Cancelled by adam"
     assert redis.Redis.from_url(use_redis).get(cancel_key(trace.uuid)) == b"Cancelled by adam"
 
@@ -85,7 +86,7 @@ def test_an_admin_stops_a_members_turn_and_decides_on_its_tool_calls(agent, bob,
 @pytest.mark.django_db(transaction=True)
 def test_the_turn_endpoints_are_404_on_a_private_conversation_and_403_on_a_shared_one(
         client_for, conversation, alice, bob, vera, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="one")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="one")
     waiting_for_approval(trace)
     cancel = reverse("trace_cancel", args=[trace.uuid])
     decide = reverse("approval_decision", args=[trace.uuid, "call_1"])
@@ -104,8 +105,8 @@ def test_the_turn_endpoints_are_404_on_a_private_conversation_and_403_on_a_share
 
 
 def test_an_admin_stops_a_members_turn_from_the_page(client_for, agent, bob, admin, sent_turns):
-    bobs = conversation_create(team=agent.team, agent=agent, user=bob)
-    trace = turn_start(conversation=bobs, user=bob, text="one")
+    bobs = conversation_create(agent=agent, membership=member_of(bob, agent.team))
+    trace = turn_start(conversation=bobs, membership=member_of(bob, bobs), text="one")
     assert client_for(admin).post(reverse("trace_cancel", args=[trace.uuid]),
                                   HTTP_HX_REQUEST="true").status_code == 204
     trace.refresh_from_db()

@@ -14,6 +14,7 @@ from agents.turns.lifecycle import TurnOutcome, trace_claim, trace_close, trace_
 from agents.turns.reaper import INTERRUPTED_MESSAGE, Silence, trace_reap
 from agents.turns.services import turn_start
 from agents.turns.tasks import reap, turn_run
+from tests.members import member_of
 from traces.models import Step, Trace
 from traces.record.services import TraceNotOwned, step_record
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def start(conversation, alice, sent_turns):
     def go(text: str = "What is 2 + 2?") -> Trace:
-        return turn_start(conversation=conversation, user=alice, text=text)
+        return turn_start(conversation=conversation, membership=member_of(alice, conversation), text=text)
 
     return go
 
@@ -235,7 +236,7 @@ def test_tasks_queued_under_their_earlier_names_still_run(conversation, alice, s
     from agentsite.celery import app
 
     app.loader.import_default_modules()
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2+2?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2+2?")
     assert app.tasks["agents.tasks.run_turn"](trace.pk) == "completed"
     assert app.tasks["traces.tasks.reap"]() == {"interrupted": [], "timed_out": [], "requeued": [],
                                                 "dispatched": []}

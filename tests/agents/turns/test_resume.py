@@ -14,6 +14,7 @@ from agents.turns.lifecycle import trace_claim, trace_hand_back
 from agents.turns.resume import CUT_OFF_ERROR, resume_from_steps, turn_resume_plan
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from tests.members import member_of
 from tests.traces.cost_helpers import ledger_total, priced_demo, steps_total
 from traces.models import Step, StepPayload, Trace
 from traces.record.services import step_partial_save, step_record
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_a_finished_turn_is_rebuilt_from_its_steps_exactly_as_it_was_stored(
         conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 3 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 3 times")
     assert turn_run(trace.pk) == "completed"
 
     resume = resume_from_steps(trace_id=trace.pk)
@@ -40,7 +41,7 @@ def test_a_finished_turn_is_rebuilt_from_its_steps_exactly_as_it_was_stored(
 
 
 def test_only_the_steps_up_to_a_point_are_used_when_asked(conversation, alice, sent_turns, use_redis):
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 3 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 3 times")
     turn_run(trace.pk)
     second_tool = Step.objects.filter(trace=trace, kind="tool_call").order_by("seq")[1]
 
@@ -56,7 +57,7 @@ def test_only_the_steps_up_to_a_point_are_used_when_asked(conversation, alice, s
 def _died_mid_tools(conversation, alice) -> Trace:
     """A turn whose worker died while the second of two calls ran: rebuilt from a finished turn
     by putting its later steps back as they were at that moment."""
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 2 times")
     turn_run(trace.pk)
     tools = list(Step.objects.filter(trace=trace, kind="tool_call").order_by("seq"))
     # the second call still running, nothing after it
@@ -84,7 +85,7 @@ def test_a_call_that_was_running_is_left_to_the_runtime_to_settle(conversation, 
 def test_a_cut_off_request_ends_as_an_aborted_attempt_with_its_text_and_an_estimated_price(
         conversation, alice, sent_turns, use_redis):
     priced_demo(conversation.team, inp="3", out="15")
-    trace = turn_start(conversation=conversation, user=alice, text="Hello")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Hello")
     claimed = trace_claim(trace_id=trace.pk, worker="dead@host")
     step_record(trace_id=trace.pk, attempt=1, seq=1, values={
         "kind": "llm_request", "status": "running", "name": "demo", "model": "demo",

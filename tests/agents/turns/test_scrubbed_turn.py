@@ -16,6 +16,7 @@ from agentsite.logging import ScrubSecretsFilter
 from memory.models import MemoryEntry
 from tests.agents.runtime.secret_corpus import SECRETS
 from tests.helpers import drain, listen
+from tests.members import member_of
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.record.live import inspector_payload
 
@@ -39,7 +40,7 @@ def test_a_turn_whose_tool_returns_secrets_stores_and_broadcasts_none(make_agent
     from agents.chat.services import conversation_create
 
     agent = make_agent(name="Ops", tools=("memory_recall",))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     for index, (label, secret, context) in enumerate(SECRETS):
         MemoryEntry.objects.create(team=agent.team, agent=agent, scope=MemoryEntry.Scope.AGENT,
                                    key=f"deploy note {index:02d}",
@@ -48,7 +49,7 @@ def test_a_turn_whose_tool_returns_secrets_stores_and_broadcasts_none(make_agent
     agent.save()
 
     caplog.set_level(logging.DEBUG)
-    trace = turn_start(conversation=conversation, user=alice, text="what is my deploy note?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="what is my deploy note?")
     channel = listen(trace.group_name)
     assert turn_run(trace.pk) == "completed"
 

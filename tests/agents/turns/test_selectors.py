@@ -10,6 +10,7 @@ from django.utils import timezone
 from agents.chat.services import conversation_create
 from agents.turns.selectors import running_turns_time_left
 from agents.turns.services import turn_start
+from tests.members import member_of
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
@@ -24,8 +25,8 @@ def test_the_time_left_of_a_worker_s_turns_counts_from_their_first_start(make_ag
     now = timezone.now()
     quick = make_agent(name="Quick", turn_time_limit_s=60)
     slow = make_agent(name="Slow", turn_time_limit_s=600)
-    traces = [turn_start(conversation=conversation_create(team=agent.team, agent=agent, user=alice),
-                         user=alice, text="hello") for agent in (quick, slow, slow)]
+    traces = [turn_start(conversation=conversation_create(agent=agent, membership=member_of(alice, agent.team)),
+                         membership=member_of(alice, agent.team), text="hello") for agent in (quick, slow, slow)]
     running(traces[0], worker="dev-7@box", started_s_ago=10, now=now)
     running(traces[1], worker="dev-7@box", started_s_ago=100, now=now)
     running(traces[2], worker="dev-70@box", started_s_ago=0, now=now)  # another runner's

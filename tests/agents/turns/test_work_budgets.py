@@ -15,8 +15,9 @@ from agents.api.openai_schemas import ChatCompletionIn
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_authenticate, api_key_create
 from tests.helpers import work_counted
+from tests.members import member_of
 from traces.models import Trace
-from traces.record import recorder
+from traces.record import streaming
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,8 +42,8 @@ def api(make_agent, alice, team_a, sent_turns, use_redis, monkeypatch):
     model request ends (no 55 ms frames: their number would depend on the machine's speed), and
     the process's cancel watch, which polls on its own clock for every turn at once, is not
     counted."""
-    monkeypatch.setattr(recorder, "DELTA_FRAME_S", 3600.0)
-    _, secret = api_key_create(team=team_a, actor=alice, name="ci", scopes=["chat"])
+    monkeypatch.setattr(streaming, "DELTA_FRAME_S", 3600.0)
+    _, secret = api_key_create(membership=member_of(alice, team_a), name="ci", scopes=["chat"])
 
     def run(agent, text: str):
         with work_counted() as start:

@@ -11,6 +11,7 @@ import pytest
 from agents.chat.services import conversation_create
 from agents.turns.services import turn_start
 from tests.helpers import wait_for
+from tests.members import member_of
 from traces.models import Step, Trace
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -18,8 +19,8 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 def test_a_real_worker_runs_queued_turns_one_after_the_other(conversation, alice, start_worker):
     start_worker()
-    first = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
-    second = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    first = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
+    second = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 2 times")
 
     wait_for(lambda: Trace.objects.filter(pk=second.pk, status="completed").exists(), timeout=20)
 
@@ -35,9 +36,9 @@ def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worke
         make_agent, alice, start_worker):
     agent = make_agent(name="Slow worker", max_tool_iterations=40,
                        provider_options={"request_latency_s": 0.3})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     worker = start_worker()
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 12 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 12 times")
     wait_for(lambda: Step.objects.filter(trace=trace, kind="tool_call", status="ok").count() >= 3,
              timeout=30)
 
@@ -66,7 +67,7 @@ def test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worke
     # the conversation goes on: the next message gets a turn that completes
     agent.provider.options = {}
     agent.provider.save()
-    following = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    following = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     wait_for(lambda: Trace.objects.get(pk=following.pk).status == "completed", timeout=30)
     assert Trace.objects.get(pk=following.pk).answer == "6 × 7 = 42."
 
@@ -75,9 +76,9 @@ def test_a_sigterm_d_worker_hands_its_running_turn_back_within_seconds(
         make_agent, alice, start_worker, tmp_path):
     agent = make_agent(name="Slow handoff", max_tool_iterations=40,
                        provider_options={"request_latency_s": 0.3})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     worker = start_worker()
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 30 times")
     wait_for(lambda: Step.objects.filter(trace=trace).count() >= 3, timeout=20)
 
     os.kill(worker.pid, signal.SIGTERM)  # what systemd, Kubernetes and docker stop send first

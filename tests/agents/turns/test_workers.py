@@ -26,6 +26,7 @@ from agents.turns.workers import (
     worker_name,
 )
 from tests.helpers import wait_for
+from tests.members import member_of
 from traces.models import Step, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -119,7 +120,7 @@ def test_rows_of_workers_silent_for_long_are_forgotten():
 @pytest.fixture
 def start_turn(conversation, alice, sent_turns):
     def go():
-        return turn_start(conversation=conversation, user=alice, text="What is 2 + 2?")
+        return turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 2?")
 
     return go
 
@@ -138,7 +139,7 @@ def test_a_real_worker_beats_under_the_name_its_claims_record(conversation, alic
     row = wait_for(lambda: alive_rows(process).get(process.node), timeout=10, what="the worker's row")
     assert row.name == f"{process.node} pid {process.pid}"
 
-    trace = turn_start(conversation=conversation, user=alice, text="What is 2 + 3?")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 2 + 3?")
     wait_for(lambda: Trace.objects.filter(pk=trace.pk, status="completed").exists(), timeout=20)
     assert Trace.objects.get(pk=trace.pk).worker == row.name
     wait_for(lambda: TurnWorker.objects.get(pk=row.pk).reaped_at is not None, timeout=10,
@@ -163,8 +164,8 @@ def test_a_killed_workers_running_turn_is_picked_up_by_another_within_10_s(make_
     detections, pickups = [], []
     for _ in range(KILLS):
         wait_for(lambda: len(alive_rows(*workers)) == len(workers), timeout=15, what="both rows")
-        conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-        trace = turn_start(conversation=conversation, user=alice,
+        conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+        trace = turn_start(conversation=conversation, membership=member_of(alice, conversation),
                            text="call the current_time tool 12 times")
         wait_for(lambda trace=trace: Step.objects.filter(trace=trace).exists(), timeout=20, what="a first step")
         running = Trace.objects.get(pk=trace.pk)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents.models import Conversation
 from agentsite.models import AuditEvent
 from tests.helpers import drain, listen
+from tests.members import member_of
 from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, ModelPrice, Trace
 from traces.record.live import inspector_payload
@@ -130,7 +131,7 @@ def test_the_cost_so_far_is_announced_as_each_model_request_finishes(priced_agen
     from agents.turns.services import turn_start
     from agents.turns.tasks import turn_run
 
-    trace = turn_start(conversation=chat, user=alice, text="call the current_time tool 2 times")
+    trace = turn_start(conversation=chat, membership=member_of(alice, chat), text="call the current_time tool 2 times")
     channel = listen(trace.group_name)
     turn_run(trace.pk)
     trace.refresh_from_db()

@@ -16,6 +16,7 @@ from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create, api_key_revoke
 from agentsite.models import ApiKey
+from tests.members import member_of
 from traces.costs.budgets import budget_states
 from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, Trace
@@ -26,12 +27,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def key_for(user, team, name: str = "report script") -> ApiKey:
-    key, _secret = api_key_create(team=team, actor=user, name=name, scopes=["chat"])
+    key, _secret = api_key_create(membership=member_of(user, team), name=name, scopes=["chat"])
     return key
 
 
 def run_with_key(conversation, user, key: ApiKey, text: str = "call the current_time tool 2 times") -> Trace:
-    trace = turn_send(conversation=conversation, user=user, text=text, api_key=key).trace
+    trace = turn_send(conversation=conversation, membership=member_of(user, conversation), text=text, api_key=key).trace
     turn_run(trace.pk)
     trace.refresh_from_db()
     return trace
@@ -76,7 +77,7 @@ def test_the_costs_page_splits_by_key_and_names_browser_revoked_and_deleted_keys
     spend(team_a, alice, "0.25", key=old)
     spend(team_a, bob, "0.75", key=gone)
     spend(team_a, alice, "2")
-    api_key_revoke(key=old, actor=alice)
+    api_key_revoke(key=old, membership=member_of(alice, old))
     gone.delete()
     c = client_for(alice)
     with django_assert_max_num_queries(30):

@@ -18,9 +18,10 @@ from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.agents.turns.conftest import SlowTool, slow_tool_agent  # noqa: F401 - a fixture
 from tests.helpers import wait_for
+from tests.members import member_of
 from traces.debug.audit import APPROVAL_WITHDRAWN_REASON, CUT_PREFIXES, trace_audit
 from traces.models import Step, Trace
-from traces.record import live, recorder, services
+from traces.record import live, services, step_values
 from traces.sample import make_sample_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,23 +38,23 @@ def fresh(trace: Trace) -> Trace:
 def stopped_mid_stream(make_agent, alice, run_in_thread) -> Trace:
     """A story streamed slowly, stopped by alice after about a second."""
     agent = make_agent(name="Storyteller", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.1})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Tell me a story")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Tell me a story")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", status="running").exists())
     time.sleep(1.0)  # past the first save of the streamed text
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     wait_for(lambda: status_of(trace) == "cancelled", timeout=3)
     worker.join(timeout=5)
     return fresh(trace)
 
 
 def stopped_in_slow_tool(slow: SlowTool, alice, run_in_thread) -> Trace:
-    conversation = conversation_create(team=slow.agent.team, agent=slow.agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    conversation = conversation_create(agent=slow.agent, membership=member_of(alice, slow.agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
     assert slow.started.wait(10)
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     wait_for(lambda: status_of(trace) == "cancelled", timeout=3)
     worker.join(timeout=5)
     return fresh(trace)
@@ -145,11 +146,11 @@ def test_calls_the_model_asked_for_that_never_ran_are_listed(
 # -- Stop while an approval waits ------------------------------------------------------------------
 def test_a_stop_while_an_approval_waits_lists_it_withdrawn(make_agent, alice, sent_turns, use_redis, run_in_thread):
     agent = make_agent(name="Careful", approval=("calculator",))
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="What is 6 * 7?")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="approval", status="waiting").exists())
-    turn_cancel(trace=trace, user=alice)
+    turn_cancel(trace=trace, membership=member_of(alice, trace))
     wait_for(lambda: status_of(trace) == "cancelled", timeout=3)
     worker.join(timeout=5)
 
@@ -158,7 +159,7 @@ def test_a_stop_while_an_approval_waits_lists_it_withdrawn(make_agent, alice, se
     approval = trace.steps.get(kind="approval")
     [row] = audit["approvals"]
     assert (row["seq"], row["name"]) == (approval.seq, "calculator")
-    assert row["detail"] == recorder.APPROVAL_ERRORS["cancelled"]
+    assert row["detail"] == step_values.APPROVAL_ERRORS["cancelled"]
     assert [s["name"] for s in audit["synthetic"]] == ["calculator"]
 
 
@@ -167,8 +168,8 @@ def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sen
     # the first model request takes 3 s, so the limit of 1 s always lands inside it
     agent = make_agent(name="Slowpoke", turn_time_limit_s=1, max_tool_iterations=50,
                        provider_options={"request_latency_s": 3.0})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 30 times")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 30 times")
     assert turn_run(trace.pk) == "timed_out"
     trace = fresh(trace)
 
@@ -200,8 +201,8 @@ def test_a_time_limit_names_the_limit_and_the_call_it_cut(make_agent, alice, sen
 def test_a_worker_that_died_mid_tool_ends_interrupted_with_the_call_abandoned(
         slow_tool_agent, alice, sent_turns, use_redis, run_in_thread, settings):  # noqa: F811
     settings.TURN_MAX_RESUMES = 0  # the reaper ends the turn instead of resuming it
-    conversation = conversation_create(team=slow_tool_agent.agent.team, agent=slow_tool_agent.agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="call the slow_tool tool 1 times")
+    conversation = conversation_create(agent=slow_tool_agent.agent, membership=member_of(alice, slow_tool_agent.agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the slow_tool tool 1 times")
     worker = run_in_thread(trace.pk)
     assert slow_tool_agent.started.wait(10)
     # The worker falls silent: the reaper finds its heartbeat stale and ends the turn.
@@ -228,8 +229,8 @@ def test_a_request_cut_by_a_dead_worker_keeps_the_text_it_saved(
         make_agent, alice, sent_turns, use_redis, run_in_thread, settings):
     settings.TURN_MAX_RESUMES = 0
     agent = make_agent(name="Storyteller", provider_options={"first_token_latency_s": 0.05, "token_delay_s": 0.1})
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    trace = turn_start(conversation=conversation, user=alice, text="Tell me a story")
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="Tell me a story")
     worker = run_in_thread(trace.pk)
     wait_for(lambda: Step.objects.filter(trace=trace, kind="llm_request", payloads__kind="partial").exists())
     assert trace_reap(stale_after_s=-1).interrupted == [trace.pk]
@@ -244,7 +245,7 @@ def test_a_request_cut_by_a_dead_worker_keeps_the_text_it_saved(
 
 def test_what_the_audit_matches_is_what_the_services_write():
     assert services.STEP_INTERRUPTED.startswith(CUT_PREFIXES[0])
-    assert APPROVAL_WITHDRAWN_REASON in recorder.APPROVAL_ERRORS
+    assert APPROVAL_WITHDRAWN_REASON in step_values.APPROVAL_ERRORS
 
 
 # -- where it shows -------------------------------------------------------------------------------------

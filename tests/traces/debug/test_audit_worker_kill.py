@@ -32,6 +32,7 @@ from agents.turns.reaper import INTERRUPTED_MESSAGE
 from agents.turns.services import turn_start
 from tests.agents.turns.test_workers import alive_rows
 from tests.helpers import wait_for
+from tests.members import member_of
 from traces.debug.audit import trace_audit
 from traces.models import Step, Trace
 from traces.record.services import STEP_INTERRUPTED
@@ -124,8 +125,8 @@ def name_of(process) -> str:
 
 
 def start(agent, alice, text: str) -> Trace:
-    conversation = conversation_create(team=agent.team, agent=agent, user=alice)
-    return turn_start(conversation=conversation, user=alice, text=text)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, agent.team))
+    return turn_start(conversation=conversation, membership=member_of(alice, conversation), text=text)
 
 
 def claimed_by(trace: Trace, process) -> bool:

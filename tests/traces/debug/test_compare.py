@@ -16,6 +16,7 @@ from agents.chat.services import conversation_create
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
+from tests.members import member_of
 from traces.debug import compare
 from traces.debug.compare import Pair, StepFacts
 from traces.debug.compare_selectors import trace_comparison
@@ -80,8 +81,8 @@ def calculator_run(expressions: list[str], *, question: str = "Compute things", 
 
 
 def run_turn(agent, user, text: str) -> Trace:
-    conversation = conversation_create(team=agent.team, agent=agent, user=user)
-    trace = turn_start(conversation=conversation, user=user, text=text)
+    conversation = conversation_create(agent=agent, membership=member_of(user, agent.team))
+    trace = turn_start(conversation=conversation, membership=member_of(user, conversation), text=text)
     assert turn_run(trace.pk) == "completed"
     trace.refresh_from_db()
     return trace
@@ -219,7 +220,7 @@ def test_totals_are_side_by_side_with_their_difference(conversation, alice, clie
 def test_another_teams_trace_is_a_404(conversation, alice, charlie, make_agent, team_b, client_for):
     mine = build(conversation, alice, calculator_run(["6*7"]))
     other_agent = make_agent(name="Theirs", team=team_b)
-    theirs = build(conversation_create(team=team_b, agent=other_agent, user=charlie), charlie,
+    theirs = build(conversation_create(agent=other_agent, membership=member_of(charlie, team_b)), charlie,
                    calculator_run(["6*7"]))
     assert client_for(alice).get(compare_url(mine, theirs)).status_code == 404
     assert client_for(charlie).get(compare_url(mine, theirs)).status_code == 404
@@ -229,7 +230,7 @@ def test_another_teams_trace_is_a_404(conversation, alice, charlie, make_agent, 
 @pytest.mark.django_db
 def test_a_members_private_trace_is_a_404_for_another_member(conversation, alice, bob, agent, client_for):
     alices = build(conversation, alice, calculator_run(["6*7"]))
-    bobs = build(conversation_create(team=agent.team, agent=agent, user=bob), bob, calculator_run(["6*7"]))
+    bobs = build(conversation_create(agent=agent, membership=member_of(bob, agent.team)), bob, calculator_run(["6*7"]))
     assert client_for(bob).get(compare_url(bobs, alices)).status_code == 404
     # an owner sees every trace of the team
     assert client_for(alice).get(compare_url(bobs, alices)).status_code == 200

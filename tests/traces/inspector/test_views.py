@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.urls import reverse
 
 from agents.models import Conversation
+from tests.members import member_of
 from traces.models import Step, StepPayload, Trace
 
 
@@ -108,7 +109,7 @@ def test_the_list_reads_each_kind_of_row_once_however_many_traces(
     agents = [conversation.agent, make_agent(name="Writer"), make_agent(name="Triage")]
     for n in range(30):
         person = (alice, bob)[n % 2]
-        chat = conversation_create(team=conversation.team, agent=agents[n % 3], user=person)
+        chat = conversation_create(agent=agents[n % 3], membership=member_of(person, conversation.team))
         trace = make_sample_trace(conversation=chat, user=person, steps=2)
         Trace.objects.filter(pk=trace.pk).update(agent=agents[n % 3], model=f"model-{n % 4}")
         if n % 5 == 0:

@@ -27,15 +27,17 @@ from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
 from agents.turns.turn_threads import TurnDb
 from tests.helpers import listen, receive_all
+from tests.members import member_of
+from traces.costs.pricing import step_cost
 from traces.models import Step, StepPayload, Trace, TrajectoryState
-from traces.record.recorder import TraceRecorder, step_cost
+from traces.record.recorder import TraceRecorder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def claimed(conversation, alice, sent_turns):
-    trace = turn_start(conversation=conversation, user=alice, text="call the current_time tool 2 times")
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="call the current_time tool 2 times")
     return trace_claim(trace_id=trace.pk, worker="test")
 
 

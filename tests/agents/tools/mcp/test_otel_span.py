@@ -9,6 +9,7 @@ import pytest
 from agents.chat.services import conversation_create
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from tests.members import member_of
 from tests.otel.receiver import OTLPReceiver
 from traces.export import config as export_config
 from traces.export import pipeline
@@ -22,12 +23,12 @@ def test_an_mcp_call_is_an_execute_tool_span_with_the_mcp_facts(
         settings, timekeeper, alice, team_a, sent_turns, use_redis) -> None:
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     agent = timekeeper
-    conversation = conversation_create(team=team_a, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, team_a))
     with OTLPReceiver() as receiver:
         TraceExporter.objects.create(team=team_a, endpoint=receiver.endpoint)
         export_config.forget()
         pipeline.forget_configured()
-        trace = turn_start(conversation=conversation, user=alice, text="What time is it in Europe/Paris?")
+        trace = turn_start(conversation=conversation, membership=member_of(alice, conversation), text="What time is it in Europe/Paris?")
         assert turn_run(trace.pk) == "completed"
         pipeline.PIPELINE.flush(10.0)
         spans = receiver.wait_for(lambda found: any(s.name.startswith("invoke_agent") for s in found))

@@ -10,15 +10,16 @@ import pytest
 from agents.chat.services import conversation_create
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
+from tests.members import member_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_a_turn_asks_the_mcp_time_server(timekeeper, alice, team_a, sent_turns, use_redis) -> None:
     agent = timekeeper
-    conversation = conversation_create(team=team_a, agent=agent, user=alice)
+    conversation = conversation_create(agent=agent, membership=member_of(alice, team_a))
 
-    trace = turn_start(conversation=conversation, user=alice,
+    trace = turn_start(conversation=conversation, membership=member_of(alice, conversation),
                        text="What time is it in Europe/Paris?")
     assert turn_run(trace.pk) == "completed"
 
