@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.test import RequestFactory
 
-from agents.api.openai import chat_start
 from agents.api.openai_schemas import ChatCompletionIn
+from agents.api.openai_start import chat_start
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_authenticate, api_key_create
 from tests.helpers import work_counted

@@ -1,0 +1,218 @@
+"""Starting a turn for ``POST /v1/chat/completions``: the request checked and admitted
+(``chat_prepare``: the key's scope, the agent and model, the messages, the bound conversation,
+the budgets and rate limits), then stored and queued (``chat_commit``: its conversation, message
+and trace, in one transaction). The answer itself, whole or streamed, is ``agents.api.openai``'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import HttpRequest
+
+from agents.access import chat_check, conversation_act_check, conversation_get_or_404
+from agents.api.auth import scope_check
+from agents.api.errors import ApiError
+from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn
+from agents.api.trace_context import request_trace_context
+from agents.models import Agent, Conversation, Message
+from agents.runtime.history import estimate_tokens
+from agents.team_config import kept, team_config_read
+from agents.turns.quotas import budgets_admit, turn_admit
+from agents.turns.services import (
+    conversation_check_open,
+    conversation_create,
+    message_text_clean,
+    turn_cancel,
+    turn_send,
+)
+from agentsite.api_keys import Caller
+from agentsite.models import ApiKey, Membership
+from traces.models import Trace
+
+Scope = ApiKey.Scope
+CONVERSATION_HEADER = "X-Agentsite-Conversation"
+
+
+@dataclass
+class Prepared:
+    """A request checked and admitted (its rate-limit places taken), not yet written: its trace
+    and conversation ids are chosen, so the answer's headers can go before the turn is stored."""
+
+    caller: Caller
+    agent: Agent
+    override: str
+    history: list[tuple[str, str]]
+    text: str
+    conversation: Conversation | None  # a bound one; None: a new ephemeral one
+    conversation_uuid: uuid.UUID
+    trace_uuid: uuid.UUID
+    quota_keys: list[str]
+    model: str
+    # The caller's W3C trace context (``traceparent``, ``tracestate``), when valid.
+    trace_context: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Started:
+    trace: Trace
+    conversation: Conversation
+    agent: Agent
+    model: str
+
+
+def _agent_for(team: Any, name: str) -> tuple[Agent, str]:
+    slug, _, model = (name or "").strip().partition("/")
+    found = kept(team.pk, ("agent by slug", slug),
+                 lambda: Agent.objects.select_related("provider").filter(team=team, slug=slug).first())
+    agent = copy.copy(found)  # kept for every request of the process: this one's own copy
+    if agent is None:
+        raise ApiError(404, f"The model {name!r} does not exist: no agent of this team has the slug "
+                            f"{slug!r}. GET /v1/models lists the agents this key may call.",
+                       param="model", code="model_not_found")
+    if not model:
+        return agent, ""
+    choices = agent.model_choices()
+    chosen = next((m for m in choices if m.lower() == model.lower()), None)
+    if chosen is None:
+        raise ApiError(400, f"{model!r} is not one of the models the agent {agent.slug!r} may use "
+                            f"({', '.join(choices)}).", param="model", code="model_not_allowed")
+    return agent, "" if chosen == agent.model else chosen
+
+
+def _text_of(message: ChatMessageIn, index: int) -> str:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type != "text":
+            raise ApiError(400, f"Content parts of type {part.type!r} are not accepted; send text.",
+                           param=f"messages[{index}].content", code="unsupported_content")
+        texts.append(part.text or "")
+    return "\n".join(texts)
+
+
+def _conversation_of(body: ChatCompletionIn) -> tuple[list[tuple[str, str]], str]:
+    """The request's history as (role, text) and its last message, which must be the person's.
+    System and developer messages become the caller's instructions at the head of the first
+    user message (the agent's own system prompt stays the system prompt)."""
+    if body.n not in (None, 1):
+        raise ApiError(400, "Only one choice per request is supported (n = 1).", param="n")
+    if body.tools:
+        raise ApiError(400, "The agent's own tools run on the server; a request cannot add tools "
+                            "of its own. Configure tools on the agent instead.", param="tools",
+                       code="client_tools_unsupported")
+    instructions: list[str] = []
+    turns: list[tuple[str, str]] = []
+    for index, message in enumerate(body.messages):
+        if message.role == "tool" or message.tool_calls:
+            raise ApiError(400, "Tool calls and tool results cannot be sent: the agent runs its own "
+                                "tools on the server.", param=f"messages[{index}]",
+                           code="client_tools_unsupported")
+        text = _text_of(message, index)
+        if message.role in ("system", "developer"):
+            instructions.append(text)
+        else:
+            turns.append((message.role, text))
+    if not turns or turns[-1][0] != "user":
+        raise ApiError(400, "The last message must be the person's (role 'user').",
+                       param="messages", code="last_message_not_user")
+    if instructions:
+        head = "Instructions from the caller:\n" + "\n\n".join(instructions)
+        first = next(i for i, (role, _) in enumerate(turns) if role == "user")
+        role, text = turns[first]
+        turns[first] = (role, f"{head}\n\n{text}")
+    *history, (_, last) = turns
+    return history, last
+
+
+def _blocks(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
+    """Everything that can refuse the request, before anything is written: the key's scope, the
+    agent and model, the messages, the bound conversation (seen and open to this person), the
+    budgets, and the rate limits (whose places this takes, under the turn's id to be)."""
+    caller = scope_check(request, Scope.CHAT)
+    with team_config_read(caller.team.pk):  # the agent and budgets as this process has them
+        return _prepare(request, body, caller)
+
+
+def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
+    agent, override = _agent_for(caller.team, body.model)
+    history, last = _conversation_of(body)
+    chat_check(caller.membership)
+    bound = request.headers.get(CONVERSATION_HEADER, "").strip()
+    conversation = None
+    if bound:
+        conversation = conversation_get_or_404(caller.membership, uuid=bound)
+        if conversation.agent_id != agent.pk:
+            raise ApiError(400, f"This conversation is with another agent; send model "
+                                f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
+        conversation_act_check(caller.membership, conversation, "send messages in it")
+        history = []
+    try:
+        last = message_text_clean(last)
+        if conversation is not None:
+            conversation_check_open(conversation)
+    except ValidationError as exc:
+        raise ApiError(400, " ".join(exc.messages), param="messages") from exc
+    budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
+    sizes = [{"role": "system", "content": agent.system_prompt},
+             *({"role": r, "content": t} for r, t in history), {"role": "user", "content": last}]
+    trace_uuid = uuid.uuid4()
+    quota_keys = turn_admit(membership=caller.membership, api_key=caller.key,
+                            request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
+    return Prepared(caller, agent, override, history, last, conversation,
+                    conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
+                    quota_keys, body.model, trace_context=request_trace_context(request))
+
+
+def chat_commit(prepared: Prepared) -> Started:
+    """Store the request's conversation (a new ephemeral one holds the history it sent) and its
+    message, and queue the turn (``turn_send``), in one transaction."""
+    caller, conversation = prepared.caller, prepared.conversation
+    new = conversation is None
+    with transaction.atomic():
+        if conversation is None:
+            conversation = conversation_create(
+                membership=caller.membership, agent=prepared.agent,
+                title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
+                conversation_uuid=prepared.conversation_uuid)
+            Message.objects.bulk_create([
+                Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
+                        author=caller.user if role == "user" else None)
+                for role, text in prepared.history])
+        if prepared.override != conversation.model_override and (
+                prepared.override or conversation.ephemeral):
+            Conversation.objects.filter(pk=conversation.pk).update(model_override=prepared.override)
+            conversation.model_override = prepared.override
+        try:
+            trace = turn_send(conversation=conversation, membership=caller.membership,
+                              text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
+                              quota_keys=prepared.quota_keys, agent=prepared.agent,
+                              new_conversation=new,
+                              **prepared.trace_context).trace
+        except ValidationError as exc:
+            raise ApiError(400, " ".join(exc.messages), param="messages") from exc
+    return Started(trace, conversation, prepared.agent, prepared.model)
+
+
+def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
+    """``chat_prepare`` then ``chat_commit``."""
+    return chat_commit(chat_prepare(request, body))
+
+
+def turn_stop(trace: Trace, membership: Membership) -> None:
+    """Stop the request's turn when it is still queued or running (the client left, or the wait
+    ran out)."""
+    trace = Trace.objects.select_related("conversation").get(pk=trace.pk)
+    if trace.status in Trace.ACTIVE:
+        turn_cancel(trace=trace, membership=membership)
