@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from .config import read
+
 PR_SET_PDEATHSIG = 1
 
 COLORS = {
@@ -105,8 +107,8 @@ class Printer:
     def __init__(self, stream: IO[str] | None = None, *, color: bool | None = None) -> None:
         self.stream = stream or sys.stdout
         if color is None:
-            color = hasattr(self.stream, "isatty") and self.stream.isatty() and not os.environ.get("NO_COLOR")
-        self.color = bool(color) or bool(os.environ.get("FORCE_COLOR"))
+            color = hasattr(self.stream, "isatty") and self.stream.isatty() and not read("NO_COLOR")
+        self.color = bool(color) or bool(read("FORCE_COLOR"))
         self.lock = threading.Lock()
 
     def line(self, name: str, text: str) -> None:

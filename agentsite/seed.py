@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from .config import read
 from .models import Membership, Team
 
 DEMO_TEAM = "Demo team"
@@ -34,7 +34,7 @@ def demo_owner_seed(*, password: str | None = None) -> SeedResult:
     The password comes from ``password`` or ``DEMO_PASSWORD``; without either, a new account
     gets a random one (returned here, to be printed once) and an existing account keeps its own.
     """
-    password = password or os.environ.get("DEMO_PASSWORD") or None
+    password = password or read("DEMO_PASSWORD") or None
     User = get_user_model()
     user = User.objects.filter(username=DEMO_USERNAME).first()
     created_user = user is None

@@ -12,6 +12,7 @@ from django.db import connections
 
 from agents.config.seed import demo_seed
 from agents.turns.selectors import running_turns_time_left
+from agentsite.config import read
 from agentsite.devrunner import DevOptions, DevRunner, Printer, dev_worker_prefix
 
 # What ``manage.py dev`` allows unless OUTBOUND_ALLOWED_NETWORKS is set: loopback only.
@@ -95,7 +96,7 @@ class Command(BaseCommand):
         connections.close_all()
         if result.password:
             login = f"Log in as {result.username} / {result.password}"
-            chosen = bool(os.environ.get("DEMO_PASSWORD"))
+            chosen = bool(read("DEMO_PASSWORD"))
             note = "" if chosen else "(shown only now; set DEMO_PASSWORD to choose your own)"
         else:
             login = f"Log in as {result.username} with the password shown at the first start"
