@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import health, key_views, views
+from . import docs_site, health, key_views, views
 
 handler500 = "agentsite.views.server_error"
 
@@ -12,6 +12,9 @@ urlpatterns = [
     path("", include("agents.chat.home")),
     path("healthz", health.healthz, name="healthz"),
     path("favicon.ico", views.favicon),
+    # the documentation site, when `make docs` has built it (agentsite.docs_site)
+    path("docs/", docs_site.docs, name="docs"),
+    path("docs/<path:path>", docs_site.docs, name="docs_page"),
     # accounts
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
