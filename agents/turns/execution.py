@@ -20,11 +20,8 @@ pool cannot enforce Celery's: at the soft limit the turn is cancelled with a rea
 ``timed_out`` with every step recorded so far; at the hard limit the loop is abandoned. If the
 whole thread hangs, the reaper is the backstop.
 
-A worker that is told to stop (SIGTERM, Celery's warm shutdown) hands its running turns back
-(``turns_hand_back``) instead of letting a later SIGKILL cut them off: each turn's recorder stops
-recording, its task is cancelled, and its trace goes back to the queue, where another worker
-continues it from its last recorded step. Nothing the cancellation causes (a tool's "cancelled"
-result) is recorded, so the trace reads as if the worker had simply stopped there.
+A worker that is told to stop hands its running turns back (``running``; a turn's part is
+``TurnRun.hand_back``).
 """
 
 from __future__ import annotations
@@ -32,38 +29,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from agents.models import Message
 from agents.runtime.cancel import CancelToken
-from agents.runtime.hooks import MESSAGE_RECEIVED, MESSAGE_SENDING
-from agents.runtime.loop import TurnResult, TurnStatus, run_turn
-from agents.runtime.messages import Message as RuntimeMessage
-from agents.runtime.messages import Role
-from agents.runtime.providers.base import Outcome
-from agents.runtime.sanitize import MALFORMED_REPLY, sanitize_response
-from agents.tools.hooks import message_hooks_run
+from agents.runtime.loop import TurnResult, run_turn
 from agents.tools.mcp import mcp_connections_close
 from agents.turns.announce import announcements
 from agents.turns.builder import TurnSetup, turn_setup_build
 from agents.turns.lifecycle import (
     ClosedTurn,
-    NewMessage,
     TurnOutcome,
     may_resume,
     trace_claim,
     trace_close,
     trace_hand_back,
 )
+from agents.turns.message_hooks import DROPPED_MESSAGE, message_received, message_sending
+from agents.turns.outcome import turn_outcome
 from agents.turns.providers import TurnSetupError
 from agents.turns.replay import turn_plan
 from agents.turns.resume import ResumePlan
+from agents.turns.running import RUNNING
 from agents.turns.signals import CancelWatch, RedisApprover, TurnSignals
 from agents.turns.turn_threads import CONNECTION_LOST_REASON, TurnDb, thread_loop_run
 from agentsite.db import connection_lost
@@ -73,41 +64,26 @@ from traces.record.recorder import TraceRecorder
 from traces.record.services import (
     StoredSteps,
     TraceNotOwned,
-    reason_sentence,
     step_keys,
     trace_configure,
     trace_heartbeat,
 )
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-Status = Trace.Status
 
 TIME_LIMIT_MESSAGE = (
     "The turn ran longer than this agent's time limit of {seconds} seconds and was stopped. "
     "The steps so far are kept. Ask again, perhaps in smaller parts, or ask an admin to raise "
     "the limit."
 )
-INTERNAL_ERROR_MESSAGE = (
-    "The turn stopped because of an internal error. The steps so far are kept. Try again; if "
-    "it happens again, tell an admin (the worker's log has the details)."
-)
 SETUP_ERROR_MESSAGE = (
     "The turn could not be prepared because of an internal error. Try again; if it happens "
     "again, tell an admin (the worker's log has the details)."
 )
-DROPPED_MESSAGE = "A hook stopped this message before it reached the model: {reason}"
-WITHHELD_REPLY = "The reply was withheld by a hook: {reason}"
 LOST_REASON = "This turn was taken over by the reaper or another worker."
 HANDED_BACK = "handed_back"
 # How long a cancelled turn may take to stop before its thread goes on without it.
 STOP_GRACE_S = 2.0
-STATUS_FOR = {
-    TurnStatus.COMPLETED: Status.COMPLETED,
-    TurnStatus.CANCELLED: Status.CANCELLED,
-    TurnStatus.FAILED: Status.FAILED,
-    TurnStatus.TIMED_OUT: Status.TIMED_OUT,
-}
 
 
 def turn_execute(*, trace_id: int, worker: str) -> str:
@@ -123,61 +99,6 @@ def turn_execute(*, trace_id: int, worker: str) -> str:
         return thread_loop_run(TurnRun(trace=trace, db=db).run())
     finally:
         db.release()
-
-
-class RunningTurns:
-    """The turns this process runs, so that a worker asked to stop can hand them back. Once
-    closed (the worker is stopping), a turn that starts is handed back at once."""
-
-    def __init__(self) -> None:
-        self._runs: set[TurnRun] = set()
-        self._lock = threading.Lock()
-        self.closed_for = ""
-
-    def add(self, run: TurnRun) -> None:
-        with self._lock:
-            self._runs.add(run)
-            reason = self.closed_for
-        if reason:
-            run.hand_back(reason)
-
-    def discard(self, run: TurnRun) -> None:
-        with self._lock:
-            self._runs.discard(run)
-
-    def close(self, reason: str) -> list[TurnRun]:
-        with self._lock:
-            self.closed_for = reason
-            return list(self._runs)
-
-    def reopen(self) -> None:
-        with self._lock:
-            self.closed_for = ""
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._runs)
-
-
-RUNNING = RunningTurns()
-
-
-def turns_hand_back(*, reason: str = "handoff", wait_s: float = 10.0) -> int:
-    """Hand every turn this process runs, and every turn it starts from now on, back to the
-    queue to be continued elsewhere from its last recorded step (a worker that is stopping).
-    Waits up to ``wait_s`` for them; returns how many were handed back by then. Any thread."""
-    runs = RUNNING.close(reason)
-    for run in runs:
-        run.hand_back(reason)
-    deadline = time.monotonic() + wait_s
-    for run in runs:
-        run.ended.wait(max(deadline - time.monotonic(), 0))
-    return sum(run.handed_back for run in runs)
-
-
-def turns_handing_back() -> str:
-    """Why this process hands its turns back ("" while it runs them)."""
-    return RUNNING.closed_for
 
 
 class TurnRun:
@@ -200,7 +121,6 @@ class TurnRun:
         self.finishing = False  # the loop is over: the turn ends here, whatever comes
         self.handed_back = False
         self.ended = threading.Event()
-        self.dropped = ""  # why an on_message_received hook dropped the message
 
     async def run(self) -> str:
         self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
@@ -263,13 +183,17 @@ class TurnRun:
             await announce_lists(self.trace.user_id)
         if self.plan is not None:
             await self._announce_resumption(self.plan)
-        if setup.received_hooks and not await self._message_received(setup):
-            await _aclose(setup.provider)
-            return await self._fail(DROPPED_MESSAGE.format(reason=self.dropped), "hook")
+        if setup.received_hooks:
+            dropped = await message_received(setup, trace=self.trace, db=self.db,
+                                             emit=self.recorder.emit)
+            if dropped is not None:
+                await _aclose(setup.provider)
+                return await self._fail(DROPPED_MESSAGE.format(reason=dropped), "hook")
         result = await self._loop(setup)
         outcome = self._outcome(result, setup)
         if setup.sending_hooks and result is not None:
-            await self._message_sending(setup, outcome, iteration=result.iterations)
+            await message_sending(setup, outcome, iteration=result.iterations, trace=self.trace,
+                                  db=self.db, emit=self.recorder.emit)
         closed = await self._finish(outcome)
         return closed.trace.status if closed is not None else "lost"
 
@@ -297,42 +221,6 @@ class TurnRun:
         except TraceNotOwned:
             prepared.configured = None
         return prepared
-
-    # -- message hooks ------------------------------------------------------------------------------
-    async def _message_received(self, setup: TurnSetup) -> bool:
-        """The person's message through the team's on_message_received hooks: a rewrite is
-        what the model gets (the stored message stays as typed); False when one dropped it
-        (``self.dropped`` says why)."""
-        verdict = await message_hooks_run(
-            setup.received_hooks, event=MESSAGE_RECEIVED, text=setup.user_text,
-            emit=self.recorder.emit, iteration=0, **await self.db(_hook_identity, self.trace))
-        if verdict.action == "drop":
-            self.dropped = verdict.reason
-            return False
-        setup.user_text = verdict.text
-        return True
-
-    async def _message_sending(self, setup: TurnSetup, outcome: TurnOutcome, *,
-                               iteration: int) -> None:
-        """The final answer through the on_message_sending hooks before it is stored: a
-        rewrite replaces it, a suppression stores a short notice instead (the trace's model
-        request keeps the original)."""
-        last = outcome.messages[-1] if outcome.messages else None
-        if (outcome.status != Status.COMPLETED or last is None
-                or last.role != Message.Role.ASSISTANT or not last.text.strip()):
-            return
-        verdict = await message_hooks_run(
-            setup.sending_hooks, event=MESSAGE_SENDING, text=last.text, emit=self.recorder.emit,
-            iteration=iteration, **await self.db(_hook_identity, self.trace))
-        if verdict.action == "suppress":
-            text = WITHHELD_REPLY.format(reason=verdict.reason)
-        elif verdict.action == "rewrite":
-            text = verdict.text
-        else:
-            return
-        last.text = outcome.answer = text
-        last.blocks = [{"type": "text", "text": text},
-                       *(b for b in last.blocks if b.get("type") != "text")]
 
     # -- the loop and its companions ----------------------------------------------------------------
     async def _loop(self, setup: TurnSetup) -> TurnResult | None:
@@ -452,8 +340,8 @@ class TurnRun:
     # -- the end ------------------------------------------------------------------------------------
     async def _fail(self, message: str, error_kind: str) -> str:
         await self.recorder.record_error(message=message, error_kind=error_kind)
-        closed = await self._finish(TurnOutcome(status=Status.FAILED, error=message,
-                                                        error_kind=error_kind))
+        closed = await self._finish(TurnOutcome(status=Trace.Status.FAILED, error=message,
+                                                error_kind=error_kind))
         return closed.trace.status if closed is not None else "lost"
 
     async def _finish(self, outcome: TurnOutcome) -> ClosedTurn | None:
@@ -477,40 +365,11 @@ class TurnRun:
         return closed
 
     def _outcome(self, result: TurnResult | None, setup: TurnSetup) -> TurnOutcome:
-        limit_message = TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s)
-        if result is None:
-            if self.stop_cause == "time_limit":
-                return TurnOutcome(status=Status.TIMED_OUT, error=limit_message,
-                                   error_kind="time_limit", stop_requested_at=self.time_limit_at)
-            return TurnOutcome(status=Status.FAILED, error=INTERNAL_ERROR_MESSAGE,
-                               error_kind="internal")
-        status = STATUS_FOR.get(result.status, Status.FAILED)
-        error, error_kind = result.error or "", result.error_kind or ""
-        if result.status is TurnStatus.MAX_ITERATIONS:
-            # The loop ran out of iterations; with a summary the user still got an answer.
-            status = Status.COMPLETED if result.text.strip() else Status.FAILED
-        if result.status is TurnStatus.CANCELLED and self.stop_cause == "time_limit":
-            status, error, error_kind = Status.TIMED_OUT, limit_message, "time_limit"
-        elif result.status is TurnStatus.CANCELLED:
-            error = reason_sentence(error)
-        tool_names = [t.name for t in setup.tools]
-        return TurnOutcome(status=status, error=error, error_kind=error_kind,
-                           stop_requested_at=self.time_limit_at if status == Status.TIMED_OUT else None,
-                           answer=result.text, iterations=result.iterations,
-                           messages=stored_messages(result.new_messages, tool_names,
-                                                    ending=self._ending(result, status)))
-
-    def _ending(self, result: TurnResult, status: str) -> str:
-        """How the turn's last answer ended, when it is not a whole answer: the text streamed
-        before the turn stopped (the runtime keeps it as the last message), or an answer the
-        model cut off, refused, or had filtered."""
-        if status != Status.COMPLETED:
-            return Message.Outcome.INTERRUPTED if result.raw_text.strip() else ""
-        outcome = self.recorder.last_outcome
-        return outcome.value if outcome in INCOMPLETE_OUTCOMES else ""
-
-
-INCOMPLETE_OUTCOMES = (Outcome.LENGTH, Outcome.REFUSAL, Outcome.FILTERED)
+        return turn_outcome(
+            result, tool_names=[t.name for t in setup.tools], stop_cause=self.stop_cause,
+            time_limit_at=self.time_limit_at,
+            limit_message=TIME_LIMIT_MESSAGE.format(seconds=self.agent.turn_time_limit_s),
+            last_outcome=self.recorder.last_outcome)
 
 
 @dataclass
@@ -524,39 +383,6 @@ class Prepared:
     setup: TurnSetup | None = None
     error: Exception | None = None
     configured: dict[str, Any] | None = field(default_factory=dict)
-
-
-def stored_messages(messages: list[RuntimeMessage], tool_names: list[str], *,
-                    ending: str = "") -> list[NewMessage]:
-    """The turn's new messages as rows to store: everything after the user's own message
-    (which the turn's start stored), with the text a reader sees. ``ending`` (a
-    ``Message.Outcome``) marks the last message, when it is the assistant's."""
-    rows = []
-    for index, message in enumerate(messages):
-        if index == 0 and message.role is Role.USER:
-            continue
-        text = message.text
-        if message.role is Role.ASSISTANT and text.strip():
-            text = sanitize_response(text, tool_names)
-            if message.tool_uses and text == MALFORMED_REPLY:
-                # Prompt-guided calls and nothing else: the text was the <tool_call> markup
-                # of the calls the message holds, so there is nothing to show, and nothing
-                # malformed.
-                text = ""
-        elif message.role is Role.TOOL:
-            text = ""
-        rows.append(NewMessage(role=str(message.role), blocks=message.to_dict()["blocks"],
-                               text=text, usage=message.usage.to_dict() if message.usage else None))
-    if ending and rows and rows[-1].role == Message.Role.ASSISTANT:
-        rows[-1].outcome = ending
-    return rows
-
-
-def _hook_identity(trace: Trace) -> dict[str, str]:
-    """Who a message hook's payload names: the agent, the conversation and the sender."""
-    return {"agent": trace.agent.name if trace.agent_id else "",
-            "conversation": trace.conversation.uuid.hex,
-            "sender": trace.user.get_username() if trace.user_id else ""}
 
 
 async def _aclose(provider: Any) -> None:

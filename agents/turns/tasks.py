@@ -20,14 +20,10 @@ from django.db import connections
 from django.utils import timezone
 
 from agents.models import TurnWorker
-from agents.turns.execution import (
-    RUNNING,
-    turn_execute,
-    turns_hand_back,
-    turns_handing_back,
-)
+from agents.turns.execution import turn_execute
 from agents.turns.health import beat_tick_record
 from agents.turns.reaper import trace_reap
+from agents.turns.running import RUNNING, turns_hand_back, turns_handing_back
 from agents.turns.turn_threads import TurnDb
 from agents.turns.workers import worker_name
 

@@ -13,7 +13,7 @@ from agents.models import Message
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
-from agents.turns.execution import stored_messages
+from agents.turns.outcome import stored_messages
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.members import member_of

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from agents.chat.services import conversation_create
 from agents.models import Message, TurnWorker
-from agents.turns.execution import HANDED_BACK, RUNNING, turn_execute, turns_hand_back
+from agents.turns.execution import HANDED_BACK, turn_execute
+from agents.turns.running import RUNNING, turns_hand_back
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run, worker_stopping
 from agents.turns.workers import worker_name
