@@ -20,7 +20,8 @@ from traces.models import Step, Trace
 from traces.record import live
 from traces.record.live import Announcement, Announcements, render
 
-from .selectors import TurnView, tool_card_for_step, turn_view
+from .selectors import TurnView, turn_view
+from .tool_cards import tool_card_for_step
 
 ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 

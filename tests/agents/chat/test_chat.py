@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.chat import live, selectors, services
+from agents.chat import live, selectors, services, tool_cards
 from agents.models import Conversation, Message, ProviderModel
 from agents.runtime.commands import HELP_TEXT
 from agents.runtime.history import estimate_tokens
@@ -308,14 +308,14 @@ def test_an_approval_card_waits_with_a_countdown_then_shows_the_outcome(conversa
     _step(trace, 1, "tool_call", "running", args={"expression": "2+3"})
     approval = _step(trace, 2, "approval", "waiting", meta={"timeout_s": 300}, args={"expression": "2+3"})
 
-    card = selectors.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
+    card = tool_cards.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
     assert card.state == "waiting" and card.needs_approval and 295 <= card.seconds_left <= 300
     assert card.decision_url == reverse("approval_decision", args=[trace.uuid, "call_1"])
 
     Step.objects.filter(pk=approval.pk).update(status="error", meta={"timeout_s": 300, "reason": "timeout"},
                                                error="Nobody decided in time, so the call was denied.")
     Step.objects.filter(trace=trace, seq=1).update(status="error", error="Denied by user.")
-    card = selectors.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
+    card = tool_cards.tool_card_for_step(Step.objects.select_related("trace").get(pk=approval.pk))
     assert card.state == "timeout" and card.label == "Denied: no decision in time"
     assert card.error == "Nobody decided in time, so the call was denied."
 
