@@ -23,7 +23,7 @@ import httpx
 from ..scrub import redact
 from ._redact import ERROR_DETAIL_LIMIT, sanitize_detail
 from .base import ErrorKind, Provider, ProviderError
-from .reliable import (
+from .retry_rules import (
     is_context_window_exceeded,
     is_non_retryable_rate_limit,
     is_tool_schema_error,

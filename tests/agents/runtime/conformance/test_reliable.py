@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from agents.runtime.providers import reliable
+from agents.runtime.providers import retry_rules
 from tests.agents.runtime.conformance import approx_equal, vectors
 
 STRING_FUNCTIONS = (
@@ -17,20 +17,20 @@ STRING_FUNCTIONS = (
 
 @pytest.mark.parametrize("vector", vectors("reliable.json", *STRING_FUNCTIONS))
 def test_classifier(vector):
-    fn = getattr(reliable, vector["fn"])
+    fn = getattr(retry_rules, vector["fn"])
     assert fn(vector["input"]) == vector["expected"]
 
 
 @pytest.mark.parametrize("vector", vectors("reliable.json", "compute_backoff"))
 def test_compute_backoff(vector):
     given = vector["input"]
-    assert reliable.compute_backoff(given["base"], given["error"]) == vector["expected"]
+    assert retry_rules.compute_backoff(given["base"], given["error"]) == vector["expected"]
 
 
 @pytest.mark.parametrize("vector", vectors("reliable.json", "truncate_for_context"))
 def test_truncate_for_context(vector):
     messages = copy.deepcopy(vector["input"])
-    dropped = reliable.truncate_for_context(messages)
+    dropped = retry_rules.truncate_for_context(messages)
     assert approx_equal({"dropped": dropped, "messages": messages}, vector["expected"])
 
 

@@ -19,7 +19,8 @@ from agents.runtime.providers.base import (
     StreamText,
 )
 from agents.runtime.providers.openai import OpenAIProvider
-from agents.runtime.providers.reliable import ReliableProvider, truncate_for_context
+from agents.runtime.providers.reliable import ReliableProvider
+from agents.runtime.providers.retry_rules import truncate_for_context
 
 from .fakes import FakeLLMServer, json_response
 
