@@ -1,7 +1,7 @@
 """A throwaway copy of the whole product for browser tests and benchmarks.
 
 ``Stack`` starts, on free loopback ports and in a temporary directory: the embedded Redis
-(``devrunner.EmbeddedRedis``), a migrated file SQLite database that every process shares,
+(``processes.EmbeddedRedis``), a migrated file SQLite database that every process shares,
 daphne (HTTP and websockets), a Celery worker and Celery beat, as in production; ``stop`` ends
 them all. Django's own ``live_server`` cannot serve websockets, hence real processes.
 
@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .devrunner import Child, EmbeddedRedis, Printer, daphne_command, free_port
+from .processes import Child, EmbeddedRedis, Printer, daphne_command, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "stack-pass-123"  # noqa: S105 - throwaway accounts of a throwaway database

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from agentsite.processes import EmbeddedRedis, Printer, free_port
 
 REDIS: EmbeddedRedis | None = None
 DATA_DIR: Path | None = None

@@ -38,7 +38,7 @@ from django.utils import timezone  # noqa: E402
 from agents.models import Message  # noqa: E402
 from agents.runtime.events import ToolStarted  # noqa: E402
 from agents.turns.turn_threads import TurnDb  # noqa: E402
-from agentsite.devrunner import daphne_command, free_port  # noqa: E402
+from agentsite.processes import daphne_command, free_port  # noqa: E402
 from traces.models import Trace  # noqa: E402
 from traces.record import services  # noqa: E402
 from traces.record.recorder import TraceRecorder  # noqa: E402

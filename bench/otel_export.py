@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.conf import settings
 
-from agentsite.devrunner import free_port
+from agentsite.processes import free_port
 from bench import (
     _django,
     _measure,

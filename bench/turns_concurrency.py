@@ -43,7 +43,7 @@ TARGET_RATIO = 2.0
 
 
 def start_redis(var: Path):
-    from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+    from agentsite.processes import EmbeddedRedis, Printer, free_port
 
     server = EmbeddedRedis(port=free_port(), data_dir=var / "redis")
     log = open(var / "redis.log", "w")  # noqa: SIM115 - closed at exit

@@ -170,7 +170,7 @@ def redis_server(data_dir: Path, *, external_db: int = 0) -> Iterator[str]:
         base, _, db = EXTERNAL_REDIS_URL.rpartition("/")
         yield f"{base}/{(int(db or 0) + external_db) % 16}"
         return
-    from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+    from agentsite.processes import EmbeddedRedis, Printer, free_port
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = EmbeddedRedis(port=free_port(), data_dir=data_dir / "redis")

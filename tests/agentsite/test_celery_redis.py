@@ -10,7 +10,7 @@ import time
 
 from kombu import Connection, Consumer, Exchange, Queue
 
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from agentsite.processes import EmbeddedRedis, Printer, free_port
 
 
 def test_a_channel_that_lost_redis_with_a_task_unacknowledged_fails_as_a_lost_connection(tmp_path, caplog):

@@ -17,7 +17,7 @@ from django.urls import reverse
 from agents.api.turn_stream import trace_listening
 from agentsite import channel_layer
 from agentsite.channel_layer import RedisChannelLayer
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from agentsite.processes import EmbeddedRedis, Printer, free_port
 from tests.helpers import communicator, session_cookie, work_counted
 from traces.models import Trace
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from agentsite import devrunner
-from agentsite.devrunner import Child, DevOptions, DevRunner, Printer
+from agentsite.devrunner import DevOptions, DevRunner
+from agentsite.processes import Child, Printer
 from tests.helpers import wait_for
 
 # A child that notes when it gets SIGTERM and exits ``grace`` seconds later.

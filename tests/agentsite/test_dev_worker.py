@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 import sys
 
-from agentsite.devrunner import RESTARTS_PER_MINUTE, Child, DevOptions, DevRunner, Printer
+from agentsite.devrunner import RESTARTS_PER_MINUTE, DevOptions, DevRunner
+from agentsite.processes import Child, Printer
 
 
 def test_the_dev_worker_consumes_both_queues_and_beat_runs_beside_it(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port, pid_alive
+from agentsite.processes import EmbeddedRedis, Printer, free_port, pid_alive
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

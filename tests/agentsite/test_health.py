@@ -13,7 +13,7 @@ from agents.models import TurnWorker
 from agents.turns.health import BEAT_TICK_KEY, beat_tick_record
 from agents.turns.lifecycle import trace_claim
 from agents.turns.services import turn_start
-from agentsite.devrunner import free_port
+from agentsite.processes import free_port
 from tests.helpers import wait_for
 from tests.members import member_of
 

@@ -23,7 +23,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from agentsite.devrunner import _die_with_parent
+from agentsite.processes import _die_with_parent
 
 from .measures import targets_missed
 from .report import table

@@ -4,7 +4,7 @@ afterwards), several Celery worker processes (thread pool, queues ``turns`` and
 ``maintenance``) and a separate beat process, as production runs them.
 
 Every child runs in a process group of its own and is told by the kernel to die with this
-process (``agentsite.devrunner.Child``); ``ChaosStack.stop`` ends them all and is safe to call
+process (``agentsite.processes.Child``); ``ChaosStack.stop`` ends them all and is safe to call
 twice (the suite calls it from ``finally``, ``atexit`` and its signal handlers).
 """
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentsite.devrunner import Child, EmbeddedRedis, Printer, free_port
+from agentsite.processes import Child, EmbeddedRedis, Printer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

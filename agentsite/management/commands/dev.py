@@ -13,7 +13,8 @@ from django.db import connections
 from agents.config.seed import demo_seed
 from agents.turns.selectors import running_turns_time_left
 from agentsite.config import read
-from agentsite.devrunner import DevOptions, DevRunner, Printer, dev_worker_prefix
+from agentsite.devrunner import DevOptions, DevRunner, dev_worker_prefix
+from agentsite.processes import Printer
 
 # What ``manage.py dev`` allows unless OUTBOUND_ALLOWED_NETWORKS is set: loopback only.
 DEV_ALLOWED_NETWORKS = "127.0.0.0/8,::1/128"

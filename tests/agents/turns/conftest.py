@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from agents.turns.lifecycle import TURN_TASK
-from agentsite.devrunner import EmbeddedRedis, Printer, free_port
+from agentsite.processes import EmbeddedRedis, Printer, free_port
 from tests.conftest import point_at_redis, set_celery_broker
 
 
