@@ -247,7 +247,7 @@ async def breakdown(endpoint: Any, runs: int, *, listing: bool = False) -> dict[
 def transport_setup(runs: int) -> list[float]:
     """Ms to build what ``connect`` builds before any request: the guarded HTTP transport
     (``GuardedBridge`` -> ``GuardedTransport`` -> ``httpx.AsyncHTTPTransport``, on the TLS
-    context ``agentsite.outbound.tls_context`` builds once per process)."""
+    context ``agentsite.outbound.transport.tls_context`` builds once per process)."""
     from agents.tools.mcp.transport import GuardedBridge
 
     samples = []

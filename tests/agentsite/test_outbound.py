@@ -9,13 +9,9 @@ import ssl
 import httpx
 import pytest
 
-from agentsite.outbound import (
-    GuardedTransport,
-    OutboundFailed,
-    OutboundRefused,
-    fetch_document,
-    tls_context,
-)
+from agentsite.outbound import OutboundFailed, OutboundRefused
+from agentsite.outbound.document import fetch_document
+from agentsite.outbound.transport import GuardedTransport, tls_context
 from tests.helpers import FakeResolver
 
 PUBLIC_IP = "93.184.216.34"

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentsite.outbound import GuardedAdapter, OutboundBlockedError, guarded_session
+from agentsite.outbound.session import GuardedAdapter, OutboundBlockedError, guarded_session
 from tests.helpers import FakeResolver
 from tests.otel.receiver import OTLPReceiver
 

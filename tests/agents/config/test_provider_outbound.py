@@ -14,7 +14,8 @@ from django.urls import reverse
 from agents.config.providers import provider_test_connection
 from agents.models import Provider
 from agents.turns.providers import runtime_provider
-from agentsite.outbound import GuardedTransport, OutboundBlocked, base_url_problem
+from agentsite.outbound import base_url_problem
+from agentsite.outbound.transport import GuardedTransport, OutboundBlocked
 from tests.agents.config.test_providers import messages_of, provider_data
 
 ADD = reverse("admin:agents_provider_add")
