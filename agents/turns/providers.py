@@ -15,7 +15,7 @@ from agents.runtime.providers._http import HttpProvider
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.providers.reliable import ReliableProvider
 from agentsite.crypto import SecretUnreadable, decrypt
-from agentsite.outbound import GuardedTransport
+from agentsite.outbound.transport import GuardedTransport
 
 OnRetry = Callable[[Retry], Awaitable[None]]
 

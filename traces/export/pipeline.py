@@ -40,7 +40,8 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from agents.runtime.scrub import scrubbed_line
-from agentsite.outbound import guarded_session, reached_by_allowlist
+from agentsite.outbound import reached_by_allowlist
+from agentsite.outbound.session import guarded_session
 
 from ..models import Step, StepPayload, Trace, TraceExporter, TrajectoryState
 from ..record.request_history import conversation_of

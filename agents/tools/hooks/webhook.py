@@ -47,7 +47,8 @@ from agents.runtime.hooks import (
     matcher_matches,
 )
 from agents.runtime.scrub import scrubbed_line
-from agentsite.outbound import GuardedTransport, allowed_networks, base_url_problem, parse_ip
+from agentsite.outbound import allowed_networks, base_url_problem, parse_ip
+from agentsite.outbound.transport import GuardedTransport
 
 MAX_ANSWER_BYTES = 64 * 1024
 USER_AGENT = "agentsite-hooks/1.0"

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import httpx2
 
-from agentsite.outbound import GuardedTransport, OutboundBlocked
+from agentsite.outbound.transport import GuardedTransport, OutboundBlocked
 
 SESSION_HEADER = "mcp-session-id"
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from agentsite.outbound import DOCUMENT_MAX_BYTES, OutboundFailed, OutboundRefused, fetch_document
+from agentsite.outbound import OutboundFailed, OutboundRefused
+from agentsite.outbound.document import DOCUMENT_MAX_BYTES, fetch_document
 
 from .plan import Action, ApplyReport, Plan, PlanItem, catalogue_apply, catalogue_plan
 from .read import COMPACT_FORMAT, Catalogue, CatalogueError, Entry, Skip, catalogue_read

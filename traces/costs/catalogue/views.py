@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentsite.outbound import DOCUMENT_MAX_BYTES
+from agentsite.outbound.document import DOCUMENT_MAX_BYTES
 
 from . import catalogue_fetch
 from .plan import Plan, catalogue_apply, catalogue_plan
