@@ -32,7 +32,7 @@ from agentsite.models import Membership, Team
 
 from .costs.budgets import BudgetState, spent_of, with_spend
 from .costs.catalogue.views import catalogue_import_view
-from .costs.pricing import _next_version, price_export, price_import
+from .costs.price_services import next_version, price_export, price_import
 from .export import admin as export_admin  # noqa: F401 - the exporter page registers itself
 from .models import Budget, ModelPrice
 
@@ -198,7 +198,7 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
             obj.pk = obj.id = None
             obj.uuid = uuid.uuid4()
             obj._state.adding = True
-            obj.version = _next_version(team_id=obj.team_id, provider_kind=obj.provider_kind,
+            obj.version = next_version(team_id=obj.team_id, provider_kind=obj.provider_kind,
                                         model=obj.model)
             obj.created_by = request.user
             obj.save()
@@ -207,7 +207,7 @@ class ModelPriceAdmin(AuditedAdmin, TeamScopedAdmin):
                                        f"{previous} stays for the requests it priced.")
             return
         if not change:
-            obj.version = _next_version(team_id=obj.team_id, provider_kind=obj.provider_kind,
+            obj.version = next_version(team_id=obj.team_id, provider_kind=obj.provider_kind,
                                         model=obj.model)
             obj.created_by = request.user
         obj.save()

@@ -23,8 +23,7 @@ from agents.runtime.routing import RoutingRule as RuntimeRoutingRule
 from agentsite.admin_site import TeamScopedAdmin
 from agentsite.audit import AuditedAdmin, audit_record, snapshot
 from agentsite.models import AuditEvent, Team
-from traces.costs.pricing import price_table_load
-from traces.record.recorder import step_price
+from traces.costs.pricing import price_table_load, step_price
 
 UNROUTED_SHOWN = 10
 

@@ -35,8 +35,7 @@ from agents.turns.routing import RouteChoice, RoutingTable, route_choice, routin
 from agents.turns.services import MAX_MESSAGE_CHARS
 from agentsite.access import get_for_team_or_404, require_role
 from agentsite.models import Membership, Team
-from traces.costs.pricing import PriceTable, price_table_for
-from traces.record.recorder import step_cost, step_price
+from traces.costs.pricing import PriceTable, price_table_for, step_cost, step_price
 
 Role = Membership.Role
 SIMULATOR_TEMPLATE = "admin/agents/routing_simulator.html"

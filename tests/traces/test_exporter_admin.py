@@ -19,7 +19,7 @@ from agentsite.models import AuditEvent
 from tests.members import member_of
 from tests.otel.receiver import OTLPReceiver
 from traces.export import config as export_config
-from traces.export import pipeline
+from traces.export import probe
 from traces.export.ids import span_id_for, tool_step_key
 from traces.models import TraceExporter
 
@@ -157,14 +157,14 @@ def talking_receiver():
 def test_a_teams_internal_endpoint_shows_nothing_of_its_answer(settings, talking_receiver):
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     settings.DEBUG = True  # plain http to the allowlisted address
-    result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver))
+    result = probe.send_test_span(export_config.ExportConfig(endpoint=talking_receiver))
     assert result.status == 401 and not result.ok
     assert "upstream says" not in result.answer and "Zm9v" not in result.answer
     assert "not shown: the endpoint is on an internal network" in result.answer
 
 
 def test_the_operators_endpoint_shows_its_answer_short_and_scrubbed(talking_receiver):
-    result = pipeline.send_test_span(export_config.ExportConfig(endpoint=talking_receiver,
+    result = probe.send_test_span(export_config.ExportConfig(endpoint=talking_receiver,
                                                                 guarded=False))
     assert result.answer.startswith("401 Unauthorized: upstream says: AccountKey=[REDACTED]")
     assert "Zm9v" not in result.answer and "sk-proj" not in result.answer

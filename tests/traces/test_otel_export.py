@@ -29,7 +29,7 @@ from tests.otel.scenario import (
     run_approved_turn,
 )
 from traces.export import config as export_config
-from traces.export import pipeline
+from traces.export import pipeline, probe
 from traces.export.ids import format_traceparent, span_id_for
 from traces.export.spans import ns
 from traces.models import Step, Trace, TraceExporter
@@ -294,7 +294,7 @@ def test_a_teams_endpoint_goes_through_the_outbound_policy(
     assert turn_run(trace.pk) == "completed"
     pipeline.PIPELINE.flush(5.0)
     assert receiver.requests == 0  # loopback is refused before connecting
-    result = pipeline.send_test_span(export_config.config_for(trace.team_id))
+    result = probe.send_test_span(export_config.config_for(trace.team_id))
     assert not result.ok and "loopback" in result.answer
 
 

@@ -13,18 +13,15 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
-
-from django.utils import timezone
 
 from agentsite.models import Team
 
 from ..models import ModelPrice, Step, StepPayload, Trace
 from ..record.request_history import full_requests
 from .cache import CACHE_MIN_TOKENS, CacheExplanation, explain, lost_tokens, lost_usd
-from .selectors import CostFilters, Resolved
+from .selectors import CostFilters, Resolved, traces_started_in
 
 LOSS_SAMPLE = 2_000  # turns
 FINISHED_OK = Step.Status.OK
@@ -127,17 +124,7 @@ def cache_losses(*, team: Team, filters: CostFilters, resolved: Resolved,
     sample too)."""
     if resolved.impossible:
         return CacheLosses()
-    zone = timezone.get_current_timezone()
-    start = timezone.make_aware(datetime.combine(filters.date_from, time.min), zone)
-    end = timezone.make_aware(datetime.combine(filters.date_to + timedelta(days=1), time.min), zone)
-    traces = Trace.objects.filter(team=team, created_at__gte=start, created_at__lt=end)
-    if resolved.agent_id is not None:
-        traces = traces.filter(agent_id=resolved.agent_id)
-    if resolved.user_id is not None:
-        traces = traces.filter(user_id=resolved.user_id)
-    if resolved.api_key_id is not None:
-        traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
-                  else traces.filter(api_key__isnull=True))
+    traces = traces_started_in(Trace.objects.filter(team=team), filters=filters, resolved=resolved)
     # The latest turns first, on the (team, -created_at) index; their steps by (trace, seq).
     traces = traces.order_by("-created_at", "-id")
     turns = {pk: (conversation_id, agent_id or 0) for pk, conversation_id, agent_id in

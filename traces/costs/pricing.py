@@ -1,4 +1,4 @@
-"""Which price a model request is charged at, and the services that keep the price table.
+"""Which price a model request is charged at.
 
 The rule (never a fuzzy or sibling match: a model without a price is *unpriced*, never priced
 like its neighbour):
@@ -25,25 +25,23 @@ like its neighbour):
 ``PriceTable`` holds the rows of the global table and of some teams, in memory, so a turn
 prices every request without a query. ``price_table_for`` keeps a team's table per process and
 reads it again only when the rows (or the team's providers) changed: one small query checks.
+The rows are added, imported and exported by ``price_services``.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 from agents.runtime.pricing import COST_QUANTUM, Price, Usage, cost_breakdown
 from agentsite.models import Team
@@ -52,7 +50,6 @@ from ..models import ModelPrice
 
 MatchKind = ModelPrice.Match
 DEMO_KIND = "demo"
-EXPORT_FORMAT = "agentsite.prices/1"
 VERSION_SUFFIX = re.compile(r"(?:-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{3,4}|-latest|:latest|@[\w.\-]+)")
 _LEVEL = {MatchKind.EXACT: 0, MatchKind.ALIAS: 1, MatchKind.PREFIX: 2}
 
@@ -327,6 +324,29 @@ def price_stamp(team_id: int | None, *, with_providers: bool = False) -> tuple[A
         return tuple(cursor.fetchone())
 
 
+# -- one model request ------------------------------------------------------------------------------
+def step_price(*, provider_kind: str, model: str, team_id: int | None = None,
+               at: datetime | None = None, table: PriceTable | None = None) -> tuple[Price | None, str]:
+    """The price of one model request and where it comes from (for people: "price table:
+    gpt-4o (global v1, exact match)"), or (None, "") when the model has no price. Every cost
+    figure is priced by the rule above; without ``table`` the team's table is loaded (one
+    query)."""
+    table = table if table is not None else price_table_for(team_id)
+    match = table.match(provider_kind=provider_kind, model=model, team_id=team_id, at=at)
+    if match is None:
+        return None, ""
+    return match.price, match.describe()
+
+
+def step_cost(*, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
+              at: datetime | None = None, table: PriceTable | None = None) -> tuple[Decimal, bool]:
+    """The cost of one model request and whether it is unpriced (no price: 0, never a
+    neighbour's price)."""
+    table = table if table is not None else price_table_for(team_id)
+    priced = table.cost(provider_kind=provider_kind, model=model, usage=usage, team_id=team_id, at=at)
+    return priced.cost, priced.unpriced
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLimits:
     """What a model can hold, and the row that says so."""
@@ -360,164 +380,3 @@ def cost_units(amount: Decimal | None) -> int:
 
 def units_usd(units: int | None) -> Decimal:
     return (Decimal(units or 0) * COST_QUANTUM).quantize(COST_QUANTUM)
-
-
-# -- services: revise, import, export ----------------------------------------------------------------
-def _next_version(*, team_id: int | None, provider_kind: str, model: str) -> int:
-    current = (ModelPrice.objects.filter(team_id=team_id, provider_kind=provider_kind, model=model)
-               .aggregate(v=Max("version"))["v"])
-    return (current or 0) + 1
-
-
-def price_create(*, values: Mapping[str, Any], team_id: int | None, actor: Any = None) -> ModelPrice:
-    """A new price row (the next version of its model in its scope)."""
-    row = ModelPrice(team_id=team_id, **values)
-    row.model = row.model.strip()
-    row.version = _next_version(team_id=team_id, provider_kind=row.provider_kind, model=row.model)
-    if actor is not None and getattr(actor, "is_authenticated", False):
-        row.created_by = actor
-    if row.effective_from is None:
-        row.effective_from = timezone.now()
-    row.full_clean(exclude=["created_by"])
-    row.save()
-    return row
-
-
-def price_export(*, rows: Iterable[ModelPrice]) -> dict[str, Any]:
-    """Rows as the JSON document ``price_import`` reads back."""
-    def num(value: Decimal | None) -> str | None:
-        return None if value is None else format(value.normalize(), "f")
-
-    return {
-        "format": EXPORT_FORMAT,
-        "exported_at": timezone.now().isoformat(),
-        "prices": [{
-            "scope": "global" if r.team_id is None else "team",
-            "provider_kind": r.provider_kind, "vendor": r.vendor, "model": r.model,
-            "aliases": list(r.aliases or []), "prefix": r.prefix,
-            "input": num(r.input_per_mtok), "output": num(r.output_per_mtok),
-            "cache_write": num(r.cache_write_per_mtok), "cache_read": num(r.cache_read_per_mtok),
-            "effective_from": r.effective_from.isoformat(), "version": r.version,
-            "label": r.label, "source_url": r.source_url, "source_note": r.source_note,
-        } for r in rows],
-    }
-
-
-@dataclass
-class ImportReport:
-    created: list[ModelPrice] = field(default_factory=list)
-    unchanged: int = 0
-    skipped_global: int = 0
-
-    def summary(self) -> str:
-        parts = [f"{len(self.created)} price row{'s' if len(self.created) != 1 else ''} added"]
-        if self.unchanged:
-            parts.append(f"{self.unchanged} already present")
-        if self.skipped_global:
-            parts.append(f"{self.skipped_global} global row{'s' if self.skipped_global != 1 else ''} "
-                         "skipped (only site admins change the global table)")
-        return ", ".join(parts) + "."
-
-
-def _decimal(item: Mapping[str, Any], name: str, *, required: bool) -> Decimal | None:
-    value = item.get(name)
-    if value is None or value == "":
-        if required:
-            raise ValueError(f"“{name}” is required")
-        return None
-    try:
-        number = Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        raise ValueError(f"“{name}” must be a number of dollars per million tokens") from None
-    if not number.is_finite() or number < 0:
-        raise ValueError(f"“{name}” must be a number of dollars per million tokens")
-    return number
-
-
-def _moment(value: Any) -> datetime:
-    text = str(value or "").strip()
-    moment = parse_datetime(text) if text else None
-    if moment is None and text:
-        day = parse_date(text)
-        if day is not None:
-            moment = datetime(day.year, day.month, day.day)
-    if moment is None:
-        raise ValueError("“effective_from” must be a date or a date and time")
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment, timezone.get_current_timezone())
-    return moment
-
-
-def _import_values(item: Any) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise ValueError("each price must be an object")
-    model = str(item.get("model") or "").strip()
-    if not model:
-        raise ValueError("“model” is required")
-    aliases = item.get("aliases") or []
-    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-        raise ValueError("“aliases” must be a list of names")
-    return {
-        "provider_kind": str(item.get("provider_kind") or "").strip()[:16],
-        "vendor": str(item.get("vendor") or "").strip()[:32],
-        "model": model[:200], "aliases": [a.strip() for a in aliases if a.strip()],
-        "prefix": bool(item.get("prefix")),
-        "input_per_mtok": _decimal(item, "input", required=True),
-        "output_per_mtok": _decimal(item, "output", required=True),
-        "cache_write_per_mtok": _decimal(item, "cache_write", required=False),
-        "cache_read_per_mtok": _decimal(item, "cache_read", required=False),
-        "effective_from": _moment(item.get("effective_from")),
-        "label": str(item.get("label") or "")[:100],
-        "source_url": str(item.get("source_url") or "")[:200],
-        "source_note": str(item.get("source_note") or "")[:200],
-    }
-
-
-def _same_row(team_id: int | None, values: Mapping[str, Any]) -> bool:
-    rows = ModelPrice.objects.filter(team_id=team_id, provider_kind=values["provider_kind"],
-                                     model=values["model"], effective_from=values["effective_from"])
-    keys = ("vendor", "aliases", "prefix", "input_per_mtok", "output_per_mtok",
-            "cache_write_per_mtok", "cache_read_per_mtok")
-    return any(all(getattr(r, k) == values[k] for k in keys) for r in rows)
-
-
-def price_import(*, data: Any, team_id: int | None, allow_global: bool, actor: Any = None) -> ImportReport:
-    """Add the prices of an export document (or a bare list of them) as new rows: a team's own
-    rows with ``team_id``, and the rows marked global only when ``allow_global``. A row that is
-    already present (same scope, model, date and rates) is not added again; nothing is written
-    when any row is invalid (``ValidationError`` lists them)."""
-    if isinstance(data, (str, bytes)):
-        try:
-            data = json.loads(data)
-        except ValueError as exc:
-            raise ValidationError(f"The file is not JSON: {exc}") from exc
-    items = data.get("prices") if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        raise ValidationError("Expected a JSON list of prices, or an export with a “prices” list.")
-    parsed: list[tuple[int | None, dict[str, Any]]] = []
-    errors = []
-    report = ImportReport()
-    for index, item in enumerate(items, start=1):
-        try:
-            values = _import_values(item)
-        except ValueError as exc:
-            errors.append(f"Price {index}: {exc}.")
-            continue
-        is_global = isinstance(item, dict) and item.get("scope") == "global"
-        if is_global and not allow_global:
-            report.skipped_global += 1
-            continue
-        target = None if is_global or team_id is None else team_id
-        if target is None and not allow_global:
-            errors.append(f"Price {index}: choose a team to import into.")
-            continue
-        parsed.append((target, values))
-    if errors:
-        raise ValidationError(errors)
-    with transaction.atomic():
-        for target, values in parsed:
-            if _same_row(target, values):
-                report.unchanged += 1
-                continue
-            report.created.append(price_create(values=values, team_id=target, actor=actor))
-    return report

@@ -15,7 +15,7 @@ them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -31,20 +31,16 @@ from ..models import ConversationCostRollup, CostRollup, Step, Trace
 from .pricing import cost_units
 
 FINISHED = ("ok", "error")
-AMOUNT_FIELDS = ("calls", "unpriced_calls", "estimated_calls", "cost_units", *TOKEN_FIELDS)
 
 
-@dataclass(frozen=True)
-class Share:
-    """One finished model request's part of the ledger."""
+@dataclass(frozen=True, kw_only=True)
+class LedgerAmounts:
+    """What model requests used and cost, as both roll-up tables keep it (the columns of
+    ``CostAmounts``; ``cost_units`` in 1e-10 USD)."""
 
-    day: date
-    provider: str
-    model: str
-    calls: int = 1
+    calls: int = 0
     unpriced_calls: int = 0
     estimated_calls: int = 0
-    prefix_calls: int = 0
     cost_units: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -52,12 +48,28 @@ class Share:
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
 
+
+AMOUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LedgerAmounts))
+# What a step's share moves: the ledger's amounts, and the trace's count of prefix-priced calls.
+SHARE_FIELDS = (*AMOUNT_FIELDS, "prefix_calls")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Share(LedgerAmounts):
+    """One finished model request's part of the ledger."""
+
+    day: date
+    provider: str
+    model: str
+    calls: int = 1
+    prefix_calls: int = 0
+
     @property
     def key(self) -> tuple[date, str, str]:
         return (self.day, self.provider, self.model)
 
     def amounts(self, sign: int = 1) -> dict[str, int]:
-        return {name: sign * getattr(self, name) for name in (*AMOUNT_FIELDS, "prefix_calls")}
+        return {name: sign * getattr(self, name) for name in SHARE_FIELDS}
 
 
 def step_share(step: Step) -> Share | None:
@@ -78,7 +90,7 @@ def differences(before: Share | None, after: Share | None) -> dict[tuple[date, s
     for share, sign in ((before, -1), (after, 1)):
         if share is None:
             continue
-        bucket = moves.setdefault(share.key, dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0))
+        bucket = moves.setdefault(share.key, dict.fromkeys(SHARE_FIELDS, 0))
         for name, value in share.amounts(sign).items():
             bucket[name] += value
     return {key: amounts for key, amounts in moves.items() if any(amounts.values())}
@@ -159,7 +171,7 @@ def moves_apply(*, trace_id: int, attempt: int | None, moves: dict[tuple[date, s
 
 
 def _summed(moves: dict[tuple[date, str, str], dict[str, int]]) -> dict[str, int]:
-    total = dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0)
+    total = dict.fromkeys(SHARE_FIELDS, 0)
     for amounts in moves.values():
         for name, value in amounts.items():
             total[name] += value
@@ -189,7 +201,7 @@ def moves_of(changes: list[tuple[Share | None, Share | None]]) -> dict[tuple[dat
     total: dict[tuple[date, str, str], dict[str, int]] = {}
     for before, after in changes:
         for key, amounts in differences(before, after).items():
-            bucket = total.setdefault(key, dict.fromkeys((*AMOUNT_FIELDS, "prefix_calls"), 0))
+            bucket = total.setdefault(key, dict.fromkeys(SHARE_FIELDS, 0))
             for name, value in amounts.items():
                 bucket[name] += value
     return {k: v for k, v in total.items() if any(v.values())}

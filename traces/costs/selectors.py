@@ -28,7 +28,7 @@ from agentsite.models import ApiKey, Membership, Team
 from ..models import ConversationCostRollup, CostRollup, Trace
 from ..record.selectors import date_param, traces_visible
 from .pricing import units_usd
-from .rollups import AMOUNT_FIELDS
+from .rollups import AMOUNT_FIELDS, LedgerAmounts
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 366
@@ -169,19 +169,9 @@ def _sums() -> dict[str, Sum]:
     return {name: Sum(name) for name in AMOUNT_FIELDS}
 
 
-@dataclass
-class Amounts:
+@dataclass(frozen=True, kw_only=True)
+class Amounts(LedgerAmounts):
     """Summed roll-up amounts with what the page shows of them."""
-
-    calls: int = 0
-    unpriced_calls: int = 0
-    estimated_calls: int = 0
-    cost_units: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    reasoning_tokens: int = 0
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> Amounts:
@@ -308,25 +298,34 @@ def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: st
     return series
 
 
+def traces_started_in(traces: QuerySet[Trace], *, filters: CostFilters,
+                      resolved: Resolved) -> QuerySet[Trace]:
+    """Of ``traces``, those started in the filters' range with their agent, person and API key
+    (0: the browser). The model is the caller's to filter: the trace's, or its requests'."""
+    zone = timezone.get_current_timezone()
+    start = timezone.make_aware(datetime.combine(filters.date_from, time.min), zone)
+    end = timezone.make_aware(datetime.combine(filters.date_to + timedelta(days=1), time.min), zone)
+    traces = traces.filter(created_at__gte=start, created_at__lt=end)
+    if resolved.agent_id is not None:
+        traces = traces.filter(agent_id=resolved.agent_id)
+    if resolved.user_id is not None:
+        traces = traces.filter(user_id=resolved.user_id)
+    if resolved.api_key_id is not None:
+        traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
+                  else traces.filter(api_key__isnull=True))
+    return traces
+
+
 def top_traces(*, membership: Membership, filters: CostFilters, resolved: Resolved,
                limit: int = TOP_TRACES) -> list[Trace]:
     """The most expensive traces started in the range that ``membership`` may see (the
     ``trace_team_cost`` index)."""
     if resolved.impossible:
         return []
-    zone = timezone.get_current_timezone()
-    start = timezone.make_aware(datetime.combine(filters.date_from, time.min), zone)
-    end = timezone.make_aware(datetime.combine(filters.date_to + timedelta(days=1), time.min), zone)
-    traces = traces_visible(membership).filter(created_at__gte=start, created_at__lt=end, cost_usd__gt=0)
-    if resolved.agent_id is not None:
-        traces = traces.filter(agent_id=resolved.agent_id)
-    if resolved.user_id is not None:
-        traces = traces.filter(user_id=resolved.user_id)
+    traces = traces_started_in(traces_visible(membership), filters=filters,
+                               resolved=resolved).filter(cost_usd__gt=0)
     if filters.model:
         traces = traces.filter(model=filters.model)
-    if resolved.api_key_id is not None:
-        traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
-                  else traces.filter(api_key__isnull=True))
     return list(traces.select_related("agent", "user", "user_message")
                 .only("uuid", "created_at", "cost_usd", "model", "status", "unpriced_calls",
                       "prefix_priced_calls", "estimated_calls", "input_tokens", "output_tokens", "cache_write_tokens",

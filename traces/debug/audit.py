@@ -47,7 +47,7 @@ SYNTHETIC_OUTPUTS = {
 CUT_ERRORS = ("cancelled", "interrupted")
 CUT_PREFIXES = ("Interrupted:", "Cut off:")
 # The reason an approval step records when the turn stopped while it waited
-# (``traces.record.recorder.APPROVAL_ERRORS``).
+# (``traces.record.step_values.APPROVAL_ERRORS``).
 APPROVAL_WITHDRAWN_REASON = "cancelled"
 # The streamed text shown in the panel (the step has all of it).
 TEXT_PREVIEW_CHARS = 600

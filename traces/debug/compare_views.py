@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -19,13 +21,52 @@ from agentsite.templatetags.agentsite import duration, usd
 
 from ..models import Trace
 from ..record import selectors
-from .compare import Comparison, Fold, TotalRow, fold
+from .compare import Comparison, Pair, TotalRow
 from .compare_selectors import folded_pairs, fork_start, trace_comparison
 
 # Lines of the aligned table rendered at once (a longer table ends in a line that loads more).
 MAX_ROWS = 1_500
 UUID_IN_TEXT = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
 RANGE = re.compile(r"^(\d{1,7})-(\d{1,7})$")
+
+
+@dataclass(slots=True)
+class Fold:
+    """A run of equal pairs shown as one line (positions ``start``..``end``, inclusive)."""
+
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start + 1
+
+
+def fold(pairs: Sequence[Pair], *, context: int = 3) -> list[Pair | Fold]:
+    """The pairs with long runs of equal ones folded, keeping ``context`` pairs next to each
+    difference."""
+    out: list[Pair | Fold] = []
+    run: list[Pair] = []
+
+    def flush(at_end: bool) -> None:
+        head = context if out else 0
+        tail = 0 if at_end else context
+        if len(run) > head + tail + 1:
+            out.extend(run[:head])
+            out.append(Fold(run[head].position, run[len(run) - tail - 1].position))
+            out.extend(run[len(run) - tail:] if tail else [])
+        else:
+            out.extend(run)
+        run.clear()
+
+    for pair in pairs:
+        if pair.state in ("same", "matched"):
+            run.append(pair)
+            continue
+        flush(at_end=False)
+        out.append(pair)
+    flush(at_end=True)
+    return out
 
 
 def trace_uuid_in(text: str) -> uuid.UUID | None:

@@ -23,7 +23,7 @@ from agentsite.outbound import base_url_problem
 
 from ..models import TraceExporter
 from . import config as export_config
-from . import pipeline
+from . import pipeline, probe
 
 HEADERS_HELP = ("One header per line, as “Name: value”: Langfuse takes “Authorization: Basic …” "
                 "(base64 of public-key:secret-key), Honeycomb “x-honeycomb-team: …”. Values are "
@@ -120,7 +120,7 @@ class TraceExporterAdmin(AuditedAdmin, TeamScopedAdmin):
                 headers_encrypted=exporter.headers_encrypted, content=exporter.content,
                 max_field_chars=exporter.max_field_chars, service_name=exporter.service_name,
                 updated_at=exporter.updated_at))
-        result = pipeline.send_test_span(config, team_uuid=exporter.team.uuid.hex)
+        result = probe.send_test_span(config, team_uuid=exporter.team.uuid.hex)
         where = config.endpoint
         if result.ok:
             self.message_user(request, f"Test span sent to {where}: the receiver answered "

@@ -18,7 +18,6 @@ answers, arguments, results) follows the exporter's ``content.Policy``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -140,11 +139,12 @@ def _provider_table(team_id: int) -> PriceTable:
     return price_table_for(team_id, with_providers=True)
 
 
-def _end(step: Step) -> datetime:
+def step_end(step: Step) -> datetime:
     return step.started_at + timedelta(milliseconds=step.duration_ms or 0)
 
 
-def _key(step: Step) -> str:
+def step_key(step: Step) -> str:
+    """The recorder's key of a step (its span's id is made from it)."""
     return str((step.meta or {}).get("key") or f"step:{step.seq}")
 
 
@@ -223,16 +223,16 @@ def step_spans(turn: Turn, step: Step, *, payloads: dict[str, Any], retries: Ite
     if step.kind == Kind.APPROVAL:
         return [_approval_span(turn, step)]
     if step.kind == Kind.COMPACTION:
-        return [turn.span("compact_history", key=_key(step), kind=SpanKind.INTERNAL,
-                          start=step.started_at, end=_end(step), attributes={
+        return [turn.span("compact_history", key=step_key(step), kind=SpanKind.INTERNAL,
+                          start=step.started_at, end=step_end(step), attributes={
                               "agentsite.step.seq": step.seq, "agentsite.iteration": step.iteration,
                               "agentsite.compaction.reason": (step.meta or {}).get("reason"),
                               "agentsite.compaction.removed_messages":
                                   (step.meta or {}).get("removed_message_count")})]
     if step.kind == Kind.HOOK:
         meta = step.meta or {}
-        return [turn.span(f"hook {step.name}", key=_key(step), kind=SpanKind.INTERNAL,
-                          start=step.started_at, end=_end(step),
+        return [turn.span(f"hook {step.name}", key=step_key(step), kind=SpanKind.INTERNAL,
+                          start=step.started_at, end=step_end(step),
                           error=_content_error(turn, step.error, "The hook refused."), attributes={
                               "agentsite.step.seq": step.seq, "agentsite.hook.name": step.name,
                               "agentsite.hook.event": meta.get("event"),
@@ -260,20 +260,10 @@ def _retry_attributes(step: Step) -> dict[str, Any]:
     })
 
 
-def retry_request_seq(step: Step) -> int | None:
-    """The model request a retry or restart step belongs to (from its recorder key)."""
-    meta = step.meta or {}
-    if meta.get("restarted_step"):
-        return int(meta["restarted_step"])
-    kind, _, rest = _key(step).partition(":")
-    number = rest.split(":", 1)[0]
-    return int(number) if kind == "retry" and number.isdigit() and int(number) else None
-
-
 def _retry_span(turn: Turn, step: Step, request_key: str | None) -> ReadableSpan:
     parent = turn.context(span_id_for(turn.trace.uuid, request_key)) if request_key else None
-    return turn.span(f"retry {step.provider}".strip(), key=_key(step), kind=SpanKind.INTERNAL,
-                     start=step.started_at, end=_end(step), attributes=_retry_attributes(step),
+    return turn.span(f"retry {step.provider}".strip(), key=step_key(step), kind=SpanKind.INTERNAL,
+                     start=step.started_at, end=step_end(step), attributes=_retry_attributes(step),
                      error=step.error, parent=parent)
 
 
@@ -330,8 +320,8 @@ def _chat_span(turn: Turn, step: Step, payloads: dict[str, Any], retries: Iterab
             attributes["gen_ai.output.messages"] = policy.json(
                 [gen.output_message(response["message"], finish)])
     events = [Event("agentsite.retry", _retry_attributes(r), ns(r.started_at)) for r in retries]
-    return turn.span(f"chat {attributes['gen_ai.request.model']}", key=_key(step),
-                     kind=SpanKind.CLIENT, start=step.started_at, end=_end(step),
+    return turn.span(f"chat {attributes['gen_ai.request.model']}", key=step_key(step),
+                     kind=SpanKind.CLIENT, start=step.started_at, end=step_end(step),
                      attributes=attributes, events=events, error=step.error)
 
 
@@ -374,8 +364,8 @@ def _tool_span(turn: Turn, step: Step, payloads: dict[str, Any]) -> ReadableSpan
             attributes["gen_ai.tool.call.arguments"] = policy.json(payloads[StepPayload.Kind.ARGUMENTS])
         if StepPayload.Kind.OUTPUT in payloads:
             attributes["gen_ai.tool.call.result"] = policy.text(payloads[StepPayload.Kind.OUTPUT])
-    return turn.span(f"execute_tool {step.name}", key=_key(step), kind=SpanKind.INTERNAL,
-                     start=step.started_at, end=_end(step), attributes=attributes,
+    return turn.span(f"execute_tool {step.name}", key=step_key(step), kind=SpanKind.INTERNAL,
+                     start=step.started_at, end=step_end(step), attributes=attributes,
                      error=_content_error(turn, step.error, "The tool call failed."))
 
 
@@ -390,20 +380,11 @@ def _content_error(turn: Turn, error: str, plain: str) -> str:
 def _approval_span(turn: Turn, step: Step) -> ReadableSpan:
     meta = step.meta or {}
     decision = "approved" if step.success else str(meta.get("reason") or "denied")
-    return turn.span(f"await_approval {step.name}", key=_key(step), kind=SpanKind.INTERNAL,
-                     start=step.started_at, end=_end(step), error="" if step.success else step.error,
+    return turn.span(f"await_approval {step.name}", key=step_key(step), kind=SpanKind.INTERNAL,
+                     start=step.started_at, end=step_end(step), error="" if step.success else step.error,
                      attributes={"gen_ai.tool.name": step.name, "gen_ai.tool.call.id": step.call_id,
                                  "agentsite.step.seq": step.seq, "agentsite.iteration": step.iteration,
                                  "agentsite.approval.decision": decision[:200],
                                  "agentsite.approval.decided_by": meta.get("decided_by"),
                                  "agentsite.approval.timeout_s": meta.get("timeout_s"),
                                  "error.type": None if step.success else "approval_denied"})
-
-
-def payload_value(row: StepPayload) -> Any:
-    if row.content_type == "application/json":
-        try:
-            return json.loads(row.content)
-        except ValueError:
-            return row.content
-    return row.content

@@ -17,7 +17,8 @@ from agentsite.redirects import redirect_back
 
 from ..export.records import trace_export_chunks
 from ..models import Feedback, Step, StepPayload, Trace
-from ..record import live, selectors, services
+from ..record import live, selectors
+from ..record.feedback import feedback_set
 from ..record.presentation import (
     TREE_MAX_STEPS,
     decorate_states,
@@ -101,8 +102,8 @@ def trace_feedback(request: HttpRequest, trace_uuid) -> HttpResponse:
     trace = _trace(request, trace_uuid)
     error = ""
     try:
-        services.feedback_set(trace=trace, membership=request.membership,
-                              rating=request.POST.get("rating", ""), comment=request.POST.get("comment", ""))
+        feedback_set(trace=trace, membership=request.membership,
+                     rating=request.POST.get("rating", ""), comment=request.POST.get("comment", ""))
     except ValidationError as exc:
         error = " ".join(exc.messages)
     if request.htmx:

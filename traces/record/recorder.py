@@ -7,20 +7,16 @@ layer. Steps are addressed by a *key* derived from the event (``llm:<iteration>:
 ``meta``: the same event written again — twice by one recorder, or by a second run of the same
 turn — lands on the same row, and an unchanged row is not written or announced again.
 
-Text deltas are never persisted. They are coalesced into frames of about 50 ms (the first one
-goes out at once) and announced with the current ``event_seq``.
+What each event writes on its step is ``step_values``; the text a model request streams, sent
+live in frames and saved now and then, is ``streaming``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -46,112 +42,27 @@ from agents.runtime.events import (
     TrajectoryStateRecorded,
     TurnError,
 )
-from agents.runtime.pricing import Price, Usage
+from agents.runtime.pricing import Usage
 from agents.runtime.providers.base import Outcome, outcome_of
 from agents.runtime.providers.registry import PROVIDER_CLASSES
-from agents.runtime.scrub import scrub_secrets
 
 from ..costs.pricing import PriceTable, StepCost, price_table_for
 from ..models import Step, Trace
 from . import live, services
+from . import step_values as values_of
+from .step_values import payload_json
+from .streaming import StreamedText
 
 logger = logging.getLogger(__name__)
 
 DbCall = Callable[..., Awaitable[Any]]
-# About 50 ms; a little over, so that a turn streams at most 20 frames a second even counting
-# the first frame (sent at once) and the last (sent when the model request ends).
-DELTA_FRAME_S = 0.055
-# A streaming answer's text so far is saved this often (and when it ends unfinished), so a
-# request cut off by a worker that died keeps what it had streamed.
-PARTIAL_SAVE_S = 2.0
-# The first save comes sooner: a page opened (or reloaded) early in an answer finds its start.
-PARTIAL_FIRST_SAVE_S = 0.5
-# Payloads above this many characters are stored as a JSON note with their beginning.
-PAYLOAD_MAX_CHARS = 2_000_000
-JSON = "application/json"
-TEXT = "text/plain"
-APPROVAL_ERRORS = {
-    "denied": "Denied by user.",
-    "timeout": "Nobody decided in time, so the call was denied.",
-    "cancelled": "The turn was stopped while this call waited for approval.",
-}
-Kind, StepStatus = Step.Kind, Step.Status
-
-
-def _approval_error(reason: str) -> str:
-    """What the approval step says when the call may not run: a person's decline reads as their
-    decision ("Declined by a team admin."), not as a failure."""
-    if reason.lower().startswith("declined by "):
-        return reason[:1].upper() + reason[1:] + "."
-    return APPROVAL_ERRORS.get(reason, reason)
-
-
-def step_price(*, provider_kind: str, model: str, team_id: int | None = None,
-               at: datetime | None = None, table: PriceTable | None = None) -> tuple[Price | None, str]:
-    """The price of one model request and where it comes from (for people: "price table:
-    gpt-4o (global v1, exact match)"), or (None, "") when the model has no price. Every cost
-    figure is priced here (``traces.costs.pricing`` has the matching rule); without ``table`` the
-    team's table is loaded (one query)."""
-    table = table if table is not None else price_table_for(team_id)
-    match = table.match(provider_kind=provider_kind, model=model, team_id=team_id, at=at)
-    if match is None:
-        return None, ""
-    return match.price, match.describe()
-
-
-def step_cost(*, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
-              at: datetime | None = None, table: PriceTable | None = None) -> tuple[Decimal, bool]:
-    """The cost of one model request and whether it is unpriced (no price: 0, never a
-    neighbour's price)."""
-    priced = step_cost_detail(provider_kind=provider_kind, model=model, usage=usage,
-                              team_id=team_id, at=at, table=table)
-    return priced.cost, priced.unpriced
-
-
-def step_cost_detail(*, provider_kind: str, model: str, usage: Usage, team_id: int | None = None,
-                     at: datetime | None = None, table: PriceTable | None = None) -> StepCost:
-    table = table if table is not None else price_table_for(team_id)
-    return table.cost(provider_kind=provider_kind, model=model, usage=usage, team_id=team_id, at=at)
+StepStatus = Step.Status
 
 
 def price_fields(priced: StepCost) -> dict[str, Any]:
     """The step columns and meta that record a cost and the price behind it."""
     return {"cost_usd": priced.cost, "price_id": priced.price_id, "price_match": priced.match_kind,
             "meta": {"unpriced": priced.unpriced}}
-
-
-def payload_json(data: Any) -> tuple[str, str]:
-    """``data`` as scrubbed JSON for a ``StepPayload``."""
-    text = scrub_secrets(json.dumps(data, ensure_ascii=False, default=str))
-    if len(text) > PAYLOAD_MAX_CHARS:
-        text = json.dumps({"truncated": True, "chars": len(text), "head": text[:PAYLOAD_MAX_CHARS]},
-                          ensure_ascii=False)
-    return text, JSON
-
-
-def payload_text(text: str) -> tuple[str, str]:
-    text = scrub_secrets(text or "")
-    if len(text) > PAYLOAD_MAX_CHARS:
-        text = text[:PAYLOAD_MAX_CHARS] + f"\n… ({len(text) - PAYLOAD_MAX_CHARS} more characters)"
-    return text, TEXT
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), 3)
-
-
-class _Deltas:
-    def __init__(self) -> None:
-        self.step: int | None = None
-        self.index = 0
-        # characters of the step's text sent before the buffered parts: a frame says where its
-        # text starts, so a page that loaded part of it (after a reload) joins without a gap
-        self.chars = 0
-        self.parts: list[str] = []
-        self.last_sent = -math.inf
-        self.timer: asyncio.TimerHandle | None = None
-        self.lock = asyncio.Lock()
-        self.pending: set[asyncio.Task[None]] = set()
 
 
 class TraceRecorder:
@@ -193,15 +104,13 @@ class TraceRecorder:
         self.llm_last: dict[int, int] = {}      # iteration -> seq of its latest model request
         self.tool_last: dict[tuple[int, str], int] = {}  # (iteration, tool) -> latest call's seq
         self.restarts: dict[int, int] = {}      # model request's seq -> restarts of its answer
-        self.partial: dict[int, list[str]] = {}  # streaming request's seq -> its text so far
-        self.partial_saved: dict[int, float] = {}  # seq -> when its text was last saved
-        self.partial_started: dict[int, float] = {}  # seq -> when its first text came
         # Prices of the trace's team (and its providers' kinds by name), loaded when the first
         # request finishes, so the others are priced without a query.
         self.prices: PriceTable | None = None
         # The provider answering the running request: a failover moves it to a fallback.
         self.answering = ""
-        self.deltas = _Deltas()
+        self.streamed = StreamedText(trace_id=trace.pk, db=db, send=self.announce_delta,
+                                     lost=lambda: self.lost)
         self.handlers: dict[type[Event], Callable[[Any], Awaitable[None]]] = {
             LlmRequestStarted: self._llm_started,
             LlmRequestFinished: self._llm_finished,
@@ -338,18 +247,9 @@ class TraceRecorder:
             self.llm_count[iteration] = self.llm_count.get(iteration, 0) + 1
         key = f"llm:{iteration}:{self.llm_count.get(iteration, 1)}"
         self.answering = event.provider
-        seq = await self._write(key, {
-            "kind": Kind.LLM_REQUEST, "name": event.model[:200], "iteration": iteration,
-            "status": StepStatus.RUNNING, "success": None, "provider": event.provider[:100],
-            "model": event.model[:200],
-            "meta": {"tools_available": list(event.tools_available),
-                     "messages_count": event.messages_count,
-                     "estimated_input_tokens": event.estimated_input_tokens,
-                     **({"cache_min_tokens": event.cache_min_tokens}
-                        if event.cache_min_tokens is not None else {})},
-        }, {"request": payload_json(event.request)})
+        seq = await self._write(key, *values_of.llm_started(event))
         self.llm_open[iteration] = self.llm_last[iteration] = seq
-        self.partial[seq] = []
+        self.streamed.open(seq)
 
     async def _llm_finished(self, event: LlmRequestFinished) -> None:
         await self.flush()
@@ -357,37 +257,20 @@ class TraceRecorder:
         count = self.llm_count.setdefault(iteration, 1)
         open_seq = self.llm_open.pop(iteration, None)
         if open_seq is not None:
-            await self._partial_done(open_seq, keep=not event.success)
-        usage = event.usage
+            await self.streamed.done(open_seq, keep=not event.success)
         provider = self.answering or event.provider
         if self.prices is None:  # read once per turn, when its first request is priced
             self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
-        priced = self._price(provider=provider, model=event.model, usage=usage)
-        recorded = price_fields(priced)
-        meta: dict[str, Any] = {
-            "first_token_ms": _ms(event.first_token_ms),
-            "first_chunk_ms": _ms(event.first_chunk_ms),
-            "stop_reason": event.stop_reason,
-            "tool_calls": [str(c.get("name", "")) for c in event.tool_calls],
-            **recorded.pop("meta"),
-        }
-        if event.usage_estimated:
-            meta["usage_estimated"] = True
+        priced = self._price(provider=provider, model=event.model, usage=event.usage)
+        outcome = None
         if event.success:
-            # How the answer ended (complete, tool_use, length, refusal, filtered): a cut-off or
-            # refused answer must not read as a whole one, here or in the chat.
-            self.last_outcome = outcome_of(event.stop_reason)
-            meta["outcome"] = str(self.last_outcome)
-        updates: dict[str, Any] = {
-            "kind": Kind.LLM_REQUEST, "iteration": iteration, "model": event.model[:200],
-            "provider": provider[:100],
-            "status": StepStatus.OK if event.success else StepStatus.ERROR,
-            "success": event.success, "duration_ms": _ms(event.latency_ms),
-            "error": scrub_secrets(event.error or ""), "meta": meta, **recorded,
-            **usage.to_dict(),
-        }
-        payloads = {"response": payload_json(event.response)} if event.response else None
-        self.llm_last[iteration] = await self._write(f"llm:{iteration}:{count}", updates, payloads)
+            # How the answer ended: a cut-off or refused answer must not read as a whole one,
+            # here or in the chat.
+            outcome = self.last_outcome = outcome_of(event.stop_reason)
+        self.llm_last[iteration] = await self._write(
+            f"llm:{iteration}:{count}",
+            *values_of.llm_finished(event, provider=provider, price=price_fields(priced),
+                                    outcome=outcome))
 
     async def _message_appended(self, event: MessageAppended) -> None:
         """The answer as it went into the history, on its model request's step: what the turn
@@ -402,48 +285,6 @@ class TraceRecorder:
                           step_id=self.step_ids.get(seq))
         except Exception:  # noqa: BLE001 - a resumed turn then asks the model again
             logger.warning("could not keep the answer of step %s", seq, exc_info=True)
-
-    # -- what a request has streamed so far ---------------------------------------------------------
-    async def _partial_add(self, seq: int, text: str) -> None:
-        parts = self.partial.get(seq)
-        if parts is None:
-            return
-        parts.append(text)
-        now = time.monotonic()
-        first = self.partial_started.setdefault(seq, now)
-        last = self.partial_saved.get(seq)
-        due = (now - first >= PARTIAL_FIRST_SAVE_S) if last is None else (now - last >= PARTIAL_SAVE_S)
-        if due:
-            self.partial_saved[seq] = now
-            await self._partial_save(seq)
-
-    async def _partial_save(self, seq: int, *, detached: bool = False) -> None:
-        if self.lost and not detached:
-            return
-        text, _ = payload_text("".join(self.partial.get(seq) or []))
-        try:
-            await self.db(services.step_partial_save, trace_id=self.trace.pk, seq=seq, text=text)
-        except Exception:  # noqa: BLE001 - a lost partial costs an estimate, never the turn
-            logger.warning("could not save the streamed text of step %s", seq, exc_info=True)
-
-    async def _partial_done(self, seq: int, *, keep: bool) -> None:
-        """The request ended: its answer (or error) is recorded, so the saved text goes, unless
-        the request failed after streaming some (then it is kept with the step)."""
-        parts = self.partial.pop(seq, None)
-        self.partial_started.pop(seq, None)
-        saved = self.partial_saved.pop(seq, None) is not None
-        if keep and parts:
-            self.partial[seq] = parts
-            await self._partial_save(seq)
-            self.partial.pop(seq, None)
-        elif saved and not self.lost:
-            await self.db(services.step_partial_save, trace_id=self.trace.pk, seq=seq, text="")
-
-    async def save_partials(self) -> None:
-        """Save the text of every request still streaming, after ``detach``: the runner hands
-        the turn back, and the next attempt records what these requests had streamed."""
-        for seq in list(self.partial):
-            await self._partial_save(seq, detached=True)
 
     def _price(self, *, provider: str, model: str, usage: Usage) -> StepCost:
         """Price a finished request with the team's table, at this moment's prices. The
@@ -464,94 +305,77 @@ class TraceRecorder:
         await self._write(key, {"meta": {"parse_issue": event.issue,
                                          "parse_excerpt": event.excerpt}})
 
+    async def _retry(self, event: Retry) -> None:
+        if event.failover and event.next_provider:
+            self.answering = event.next_provider
+        request = max(self.llm_last.values(), default=0)
+        await self._write(f"retry:{request}:{event.provider}:{event.model}:{event.attempt}",
+                          *values_of.retry(event, iteration=max(self.llm_count, default=0)))
+
+    async def _restarted(self, event: LlmStreamRestarted) -> None:
+        """A streamed answer broke off and starts over: a retry step holding what had been
+        streamed, announced so that live views drop that text (``restarted_step``)."""
+        await self.flush()  # the void text's frames go out before the step that voids them
+        seq = self.llm_open.get(event.iteration) or self.llm_last.get(event.iteration, 0)
+        self.streamed.restart(seq)
+        count = self.restarts[seq] = self.restarts.get(seq, 0) + 1
+        if event.next_provider:
+            self.answering = event.next_provider
+        await self._write(f"restart:{seq}:{count}", *values_of.restarted(event, restarted_step=seq))
+
+    async def _text_delta(self, event: TextDelta) -> None:
+        seq = self.llm_open.get(event.iteration)
+        if seq is None or not event.text:
+            return
+        await self.streamed.add(seq, event.text)
+
+    async def flush(self) -> None:
+        """Send the text deltas not sent yet (before the step they belong to is finished)."""
+        await self.streamed.flush()
+
+    async def save_partials(self) -> None:
+        """Save the text of every request still streaming, after ``detach``: the runner hands
+        the turn back, and the next attempt records what these requests had streamed."""
+        await self.streamed.save_all()
+
     # -- tools and approvals ----------------------------------------------------------------------
     async def _tool_started(self, event: ToolStarted) -> None:
-        seq = await self._write(f"tool:{event.iteration}:{event.call_id}", {
-            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
-            "status": StepStatus.RUNNING, "success": None, "call_id": event.call_id[:200],
-        }, {"arguments": payload_json(event.arguments)})
+        seq = await self._write(f"tool:{event.iteration}:{event.call_id}",
+                                *values_of.tool_started(event))
         self.tool_last[(event.iteration, event.name)] = seq
 
     async def _tool_finished(self, event: ToolFinished) -> None:
         key = f"tool:{event.iteration}:{event.call_id}"
-        fresh = key not in self.keys
-        payloads = {"output": payload_text(event.output)}
-        if fresh:
-            payloads["arguments"] = payload_json(event.arguments)
-        meta: dict[str, Any] = {"output_preview": scrub_secrets(event.output_preview),
-                                "output_chars": len(event.output), **event.meta}
-        if key in self.allowed:
-            meta["permission"] = self.allowed.pop(key)
-        # The call's duration leaves out the wait for approval (its own step); the timeline
-        # draws the call from when it ran.
         approval = self.keys.get(f"approval:{event.iteration}:{event.call_id}")
-        waited = self.values.get(approval, {}).get("duration_ms") if approval else None
-        if waited:
-            meta["approval_wait_ms"] = waited
-        seq = await self._write(key, {
-            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
-            "call_id": event.call_id[:200],
-            "status": StepStatus.OK if event.success else StepStatus.ERROR,
-            "success": event.success, "duration_ms": _ms(event.duration_ms),
-            "error": scrub_secrets(event.error or ""),
-            "meta": meta,
-        }, payloads)
+        seq = await self._write(key, *values_of.tool_finished(
+            event, with_arguments=key not in self.keys, permission=self.allowed.pop(key, None),
+            approval_wait_ms=self.values.get(approval, {}).get("duration_ms") if approval else None))
         self.tool_last[(event.iteration, event.name)] = seq
 
     async def _approval_requested(self, event: ApprovalRequested) -> None:
-        await self._write(f"approval:{event.iteration}:{event.call_id}", {
-            "kind": Kind.APPROVAL, "name": event.name, "iteration": event.iteration,
-            "status": StepStatus.WAITING, "success": None, "call_id": event.call_id[:200],
-            "meta": {"timeout_s": event.timeout_s},
-        }, {"arguments": payload_json(event.arguments)})
+        await self._write(f"approval:{event.iteration}:{event.call_id}",
+                          *values_of.approval_requested(event))
 
     async def _approval_decided(self, event: ApprovalDecided) -> None:
-        meta: dict[str, Any] = {"reason": event.reason}
-        decided_by = self.decided_by(event.call_id)
-        if decided_by:
-            meta["decided_by"] = decided_by
-        await self._write(f"approval:{event.iteration}:{event.call_id}", {
-            "kind": Kind.APPROVAL, "name": event.name, "iteration": event.iteration,
-            "call_id": event.call_id[:200],
-            "status": StepStatus.OK if event.approved else StepStatus.ERROR,
-            "success": event.approved, "duration_ms": _ms(event.waited_ms),
-            "error": "" if event.approved else _approval_error(event.reason),
-            "meta": meta,
-        })
+        await self._write(f"approval:{event.iteration}:{event.call_id}", *values_of.approval_decided(
+            event, decided_by=self.decided_by(event.call_id)))
 
     async def _policy_decided(self, event: ToolPolicyDecided) -> None:
-        """The permission outcome of a call (Claw Code's), on the call's own step. An allowed
-        call's goes with its result (one write less per call); a call that asks or is denied
-        shows why at once."""
-        policy = {"policy": event.policy, "outcome": event.outcome, "source": event.source}
-        if event.reason:
-            policy["reason"] = scrub_secrets(event.reason)[:1000]
+        """The permission outcome of a call, on the call's own step. An allowed call's goes
+        with its result (one write less per call); a call that asks or is denied shows why at
+        once."""
         key = f"tool:{event.iteration}:{event.call_id}"
         if event.outcome == "allow" and key in self.keys:
-            self.allowed[key] = policy
+            self.allowed[key] = values_of.tool_permission(event)
             return
-        await self._write(key, {
-            "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
-            "call_id": event.call_id[:200], "meta": {"permission": policy}})
+        await self._write(key, *values_of.tool_permission_decided(event))
 
     async def _hook_ran(self, event: HookRan) -> None:
-        """A hook's run is a step of its own: which hook, on what, its decision and what it said."""
+        """A hook's run is a step of its own (each run of the same hook on the same thing too)."""
         base = f"hook:{event.iteration}:{event.call_id or event.event}:{event.event}"
         number = self.hook_count.get(base, 0) + 1
         self.hook_count[base] = number
-        ok = event.decision in ("allow", "warn", "rewrite")
-        messages = [scrub_secrets(m)[:2000] for m in event.messages[:10]]
-        meta: dict[str, Any] = {"event": event.event, "hook_kind": event.hook_kind,
-                                "decision": event.decision, "tool": event.tool[:200]}
-        if event.detail:
-            meta["detail"] = event.detail[:200]
-        await self._write(f"{base}:{number}", {
-            "kind": Kind.HOOK, "name": event.hook[:200], "iteration": event.iteration,
-            "status": StepStatus.OK if ok else StepStatus.ERROR, "success": ok,
-            "call_id": event.call_id[:200], "duration_ms": _ms(event.duration_ms),
-            "error": "" if ok else "\n".join(messages)[:2000],
-            "meta": meta,
-        }, {"output": payload_json({"decision": event.decision, "messages": messages})})
+        await self._write(f"{base}:{number}", *values_of.hook_ran(event))
 
     async def _loop_detected(self, event: LoopDetected) -> None:
         # Noted on the tool call it concerns; a "break" also ends the turn, which the runtime
@@ -583,49 +407,8 @@ class TraceRecorder:
 
     async def _compacted(self, event: Compacted) -> None:
         requests = sum(self.llm_count.values())
-        await self._write(f"compaction:{requests}:{event.reason}", {
-            "kind": Kind.COMPACTION, "name": event.reason, "status": StepStatus.OK,
-            "success": True, "iteration": max(self.llm_count, default=0),
-            "meta": {"reason": event.reason,
-                     "removed_message_count": event.removed_message_count},
-        }, {"output": payload_text(event.summary)} if event.summary else None)
-
-    async def _retry(self, event: Retry) -> None:
-        if event.failover and event.next_provider:
-            self.answering = event.next_provider
-        request = max(self.llm_last.values(), default=0)
-        await self._write(f"retry:{request}:{event.provider}:{event.model}:{event.attempt}", {
-            "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
-            "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
-            "model": event.model[:200], "error": scrub_secrets(event.error),
-            "iteration": max(self.llm_count, default=0),
-            "meta": {"attempt": event.attempt, "backoff_ms": event.backoff_ms,
-                     "failover": event.failover, "next_provider": event.next_provider,
-                     "next_model": event.next_model, **({"skipped": True} if event.skipped else {})},
-        })
-
-    async def _restarted(self, event: LlmStreamRestarted) -> None:
-        """A streamed answer broke off and starts over: a retry step holding what had been
-        streamed, announced so that live views drop that text (``restarted_step``)."""
-        await self.flush()  # the void text's frames go out before the step that voids them
-        seq = self.llm_open.get(event.iteration) or self.llm_last.get(event.iteration, 0)
-        if seq in self.partial:
-            self.partial[seq] = []
-        if self.deltas.step == seq:
-            self.deltas.chars = 0  # the new text starts over at offset 0
-        count = self.restarts[seq] = self.restarts.get(seq, 0) + 1
-        if event.next_provider:
-            self.answering = event.next_provider
-        await self._write(f"restart:{seq}:{count}", {
-            "kind": Kind.RETRY, "name": f"{event.provider} · {event.model}"[:200],
-            "status": StepStatus.ERROR, "success": False, "provider": event.provider[:100],
-            "model": event.model[:200], "error": scrub_secrets(event.reason),
-            "iteration": event.iteration,
-            "meta": {"restart": True, "restarted_step": seq, "failover": (
-                         (event.next_provider, event.next_model) != (event.provider, event.model)),
-                     "next_provider": event.next_provider, "next_model": event.next_model,
-                     "partial_chars": len(event.partial_text)},
-        }, {"output": payload_text(event.partial_text)})
+        await self._write(f"compaction:{requests}:{event.reason}",
+                          *values_of.compacted(event, iteration=max(self.llm_count, default=0)))
 
     async def _final_answer(self, event: FinalAnswer) -> None:
         self.final_text = event.text
@@ -633,73 +416,19 @@ class TraceRecorder:
     async def _turn_error(self, event: TurnError) -> None:
         await self.flush()
         name = "timed_out" if self.stop_cause == "time_limit" else event.error_kind
-        await self._write(f"error:{event.error_kind}", {
-            "kind": Kind.ERROR, "name": name[:200], "iteration": event.iteration,
-            "status": StepStatus.ERROR, "success": False,
-            "error": scrub_secrets(event.message), "meta": {"error_kind": event.error_kind},
-        }, {"output": payload_text(event.details)} if event.details else None)
+        await self._write(f"error:{event.error_kind}", *values_of.turn_error(event, name=name))
 
     async def record_resume(self, *, worker: str, iteration: int, paused_s: float | None,
                             meta: dict[str, Any], name: str = "") -> None:
         """The step that says this attempt continues the turn from its record, where, and
         after how long a pause (``name``: another title, such as a fork's)."""
         after = f" after {paused_s:.1f} s" if paused_s is not None else ""
-        await self._write(f"resume:{self.attempt}", {
-            "kind": Kind.RESUME, "name": (name or f"resumed on {worker}{after}")[:200],
-            "iteration": iteration, "status": StepStatus.OK, "success": True,
-            "meta": meta,
-        })
+        await self._write(f"resume:{self.attempt}", *values_of.resumed(
+            name=name or f"resumed on {worker}{after}", iteration=iteration, meta=meta))
 
     async def record_error(self, *, message: str, error_kind: str) -> None:
         """An error step for a failure outside the loop (setup, an internal error)."""
         await self._turn_error(TurnError(message=message, error_kind=error_kind))
-
-    # -- text deltas --------------------------------------------------------------------------------
-    async def _text_delta(self, event: TextDelta) -> None:
-        seq = self.llm_open.get(event.iteration)
-        if seq is None or not event.text:
-            return
-        deltas = self.deltas
-        if deltas.step != seq:
-            await self.flush()
-            deltas.step, deltas.index, deltas.chars, deltas.last_sent = seq, 0, 0, -math.inf
-        deltas.parts.append(event.text)
-        await self._partial_add(seq, event.text)
-        wait = DELTA_FRAME_S - (time.monotonic() - deltas.last_sent)
-        if wait <= 0:
-            await self._send_frame()
-        elif deltas.timer is None:
-            deltas.timer = asyncio.get_running_loop().call_later(wait, self._frame_due)
-
-    def _frame_due(self) -> None:
-        self.deltas.timer = None
-        task = asyncio.ensure_future(self._send_frame())
-        self.deltas.pending.add(task)
-        task.add_done_callback(self.deltas.pending.discard)
-
-    async def _send_frame(self) -> None:
-        deltas = self.deltas
-        async with deltas.lock:
-            if deltas.timer is not None:
-                deltas.timer.cancel()
-                deltas.timer = None
-            if not deltas.parts or deltas.step is None or self.lost:
-                deltas.parts.clear()
-                return
-            text = "".join(deltas.parts)
-            deltas.parts.clear()
-            index, offset = deltas.index, deltas.chars
-            deltas.index += 1
-            deltas.chars += len(text)
-            deltas.last_sent = time.monotonic()
-            step = deltas.step
-        await self.announce_delta(step=step, index=index, text=text, offset=offset)
-
-    async def flush(self) -> None:
-        """Send what the delta buffer holds (before the step it belongs to is finished)."""
-        await self._send_frame()
-        if self.deltas.pending:
-            await asyncio.gather(*list(self.deltas.pending), return_exceptions=True)
 
     # -- the end ------------------------------------------------------------------------------------
     async def announce(self, prepare: Callable[[Any], live.Announcement], obj: Any) -> None:

@@ -19,17 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
-from agentsite.models import Membership
 
 from ..costs import rollups
 from ..export import pipeline as export_pipeline
-from ..models import Feedback, Step, StepPayload, Trace, TrajectoryState
+from ..models import Step, StepPayload, Trace, TrajectoryState
 from .live import LIVE_RELATED
 
 logger = logging.getLogger(__name__)
@@ -393,28 +391,3 @@ def steps_interrupt(*, trace_id: int) -> list[int]:
         changed.append(step.pk)
         transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, step.seq))
     return changed
-
-
-FEEDBACK_COMMENT_MAX = 2000
-
-
-def feedback_set(*, trace: Trace, membership: Membership, rating: str, comment: str = "") -> Feedback | None:
-    """The person's thumbs up (``"up"``) or down (``"down"``) on an answer, with an optional
-    comment; ``""`` takes it back. The caller has checked they may see the trace; viewers only
-    read, so they do not rate."""
-    if not membership.can_chat:
-        raise PermissionDenied("Your role lets you read answers, not rate them.")
-    comment = (comment or "").strip()
-    if len(comment) > FEEDBACK_COMMENT_MAX:
-        raise ValidationError(f"The comment is {len(comment):,} characters long; the limit is "
-                              f"{FEEDBACK_COMMENT_MAX:,}.")
-    if rating not in ("up", "down", ""):
-        raise ValidationError("Rate an answer up or down.")
-    if not rating:
-        Feedback.objects.filter(trace=trace, user_id=membership.user_id).delete()
-        return None
-    value = Feedback.Rating.UP if rating == "up" else Feedback.Rating.DOWN
-    feedback, _ = Feedback.objects.update_or_create(
-        trace=trace, user_id=membership.user_id,
-        defaults={"team_id": trace.team_id, "rating": value, "comment": comment})
-    return feedback

@@ -293,3 +293,16 @@ def test_the_inspector_links_to_re_pricing_and_shows_price_provenance(priced_age
     step = trace.steps.filter(kind="llm_request").first()
     detail = c.get(reverse("step_detail", args=[trace.uuid, step.seq])).content.decode()
     assert "team price v1 from 2020-01-01" in detail and "input $3" in detail and "output $15" in detail
+
+
+def test_the_ledger_amounts_are_the_roll_up_tables_columns():
+    """``AMOUNT_FIELDS`` (the one list of the ledger's amounts, which the roll-ups write and
+    the costs page and API sum) names the columns of both roll-up tables, tokens included."""
+    from agents.runtime.pricing import TOKEN_FIELDS
+    from traces.costs.rollups import AMOUNT_FIELDS
+    from traces.models import CostAmounts
+
+    assert AMOUNT_FIELDS == tuple(f.name for f in CostAmounts._meta.fields)
+    assert set(TOKEN_FIELDS) < set(AMOUNT_FIELDS)
+    for table in (CostRollup, ConversationCostRollup):
+        assert set(AMOUNT_FIELDS) <= {f.name for f in table._meta.fields}

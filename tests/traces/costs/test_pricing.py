@@ -19,13 +19,8 @@ from agents.runtime.providers.anthropic import AnthropicProvider
 from agents.runtime.providers.base import ChatRequest
 from agents.runtime.providers.openai import OpenAIProvider
 from traces.costs.catalogue import snapshot_read
-from traces.costs.pricing import (
-    PriceTable,
-    is_version_suffix,
-    price_export,
-    price_import,
-    price_table_for,
-)
+from traces.costs.price_services import price_export, price_import
+from traces.costs.pricing import PriceTable, is_version_suffix, price_table_for, step_cost
 from traces.models import ModelPrice
 
 pytestmark = pytest.mark.django_db
@@ -377,3 +372,10 @@ def test_the_price_table_is_two_queries_when_read(django_assert_num_queries, tea
         for _ in range(1000):
             table.match(provider_kind="openai", model="gpt-4o-2024-08-06", team_id=team_a.pk,
                         at=timezone.now() - timedelta(days=1))
+
+
+def test_a_known_model_is_priced_the_demo_model_is_free_and_an_unknown_one_unpriced():
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)
+    assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), False)
+    assert step_cost(provider_kind="demo", model="demo-huge", usage=usage) == (Decimal(0), True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from decimal import Decimal
 
 import pytest
 
@@ -28,7 +27,6 @@ from agents.turns.services import turn_start
 from agents.turns.turn_threads import TurnDb
 from tests.helpers import listen, receive_all
 from tests.members import member_of
-from traces.costs.pricing import step_cost
 from traces.models import Step, StepPayload, Trace, TrajectoryState
 from traces.record.recorder import TraceRecorder
 
@@ -176,13 +174,6 @@ def test_a_detached_recorder_writes_nothing_more_and_reports_no_loss(claimed, tu
     asyncio.run(go())
     assert lost == []
     assert list(Step.objects.filter(trace=claimed).values_list("call_id", "status")) == [("c1", "running")]
-
-
-def test_a_known_model_is_priced_the_demo_model_is_free_and_an_unknown_one_unpriced():
-    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
-    assert step_cost(provider_kind="openai", model="gpt-4o-mini", usage=usage) == (Decimal("0.75"), False)
-    assert step_cost(provider_kind="demo", model="demo", usage=usage) == (Decimal(0), False)
-    assert step_cost(provider_kind="demo", model="demo-huge", usage=usage) == (Decimal(0), True)
 
 
 def test_a_cut_off_stream_is_recorded_with_its_estimated_tokens_and_flagged(claimed, turn_db):

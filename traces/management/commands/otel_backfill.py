@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from agentsite.models import Team
 from traces.export.config import config_for, forget
-from traces.export.pipeline import span_exporter, trace_for_export, turn_spans
+from traces.export.pipeline import span_exporter
+from traces.export.stored import trace_for_export, turn_spans
 from traces.models import Trace
 
 BATCH = 256
