@@ -52,7 +52,7 @@ TEAM_READ = {"anonymous": "login", "charlie": "missing", "vera": "any", "bob": "
 PUBLIC_ROUTES = {"login", "signup", "healthz", "favicon.ico", "invitation_accept", "logout",
                  "admin:login", "admin:logout", "password_reset", "password_reset_done",
                  "password_reset_confirm", "password_reset_complete",
-                 "api:openapi-json", "api:openapi-view"}
+                 "api:openapi-json", "api:openapi-view", "docs", "docs_page"}
 KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
     "conversation_uuid": PRIVATE_OBJECT, "trace_uuid": PRIVATE_OBJECT, "message_uuid": PRIVATE_OBJECT,
     "attachment_uuid": PRIVATE_OBJECT, "key_uuid": PRIVATE_OBJECT,
@@ -63,7 +63,8 @@ KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
 }
 # Keywords that only qualify another object's URL (the step of a trace, the payload kind...).
 QUALIFIERS = {"seq": 1, "kind": "output", "call_id": "call-1", "number": 1, "uidb64": "MQ", "token": None,
-              "content_type_id": None, "app_label": None, "url": None, "rest": "nothing"}
+              "content_type_id": None, "app_label": None, "url": None, "rest": "nothing",
+              "path": "index.html"}
 
 
 def _walk(patterns, prefix="", namespace=""):

@@ -137,13 +137,15 @@ from agents.chat.services import conversation_create
 from agents.config.seed import DEMO_AGENT
 from agents.models import Agent
 from agents.turns.services import turn_start
+from agentsite.models import Membership
 from django.contrib.auth import get_user_model
 agent = Agent.objects.select_related("provider").get(name=DEMO_AGENT)
 agent.provider.options = {"request_latency_s": 7}  # two requests: the calculator, the answer
 agent.provider.save()
 user = get_user_model().objects.get(username="demo")
-conversation = conversation_create(agent=agent, membership=member_of(user, agent.team))
-print(turn_start(conversation=conversation, membership=member_of(user, conversation), text="What is 2 + 3?").pk)
+membership = Membership.objects.select_related("user", "team").get(user=user, team=agent.team)
+conversation = conversation_create(agent=agent, membership=membership)
+print(turn_start(conversation=conversation, membership=membership, text="What is 2 + 3?").pk)
 """
 TRACE_STATE = """
 from traces.models import Trace
