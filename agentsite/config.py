@@ -232,7 +232,7 @@ DECLARATION: list[Setting] = [
     *_group(
         "Outbound requests, hooks and MCP",
         S("OUTBOUND_ALLOWED_NETWORKS", "list", [], "Networks the server may reach although the "
-          "[outbound-network policy](architecture.md#outbound-network-policy) refuses internal "
+          "[outbound-network policy](security.md#outbound-network-policy) refuses internal "
           "addresses, e.g. `127.0.0.1/32,10.0.0.0/8` for an Ollama on this host and an internal API.",
           shown="empty (`manage.py dev`: `127.0.0.0/8,::1/128`)", clean=_networks),
         S("HOOK_COMMANDS", "json", {}, "The commands team admins may pick as hooks, e.g. "
