@@ -1,16 +1,22 @@
 """Every error of the API in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``,
 with the status OpenAI's clients map to their exception classes: 400 (with the field in
 ``param``), 401, 403, 404, 409, 413 (a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), 429 (with
-``Retry-After``), 503. A path of the API that does not exist is a 404 in the same shape."""
+``Retry-After``), 503. A path of the API that does not exist is a 404 in the same shape, and a
+method a path does not take a 405 (with ``Allow``): never an HTML page. No view of the API takes
+a session or a CSRF token: a key is its only credential."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from inspect import iscoroutinefunction
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.db import DatabaseError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -20,7 +26,8 @@ from agentsite.api_keys import ApiKeyRefused
 from agentsite.db import DATABASE_LOST_MESSAGE, connection_lost
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
+         404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+         413: "invalid_request_error",
          429: "rate_limit_error",
          503: "service_unavailable"}
 
@@ -140,7 +147,32 @@ def install_handlers(api: NinjaAPI) -> None:
         return error_response(exc.status_code, str(exc))
 
 
+@csrf_exempt
 def not_found_view(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Any other path under the API's prefixes: a 404 a client can read."""
     return error_response(404, f"There is no API endpoint at {request.path}. The endpoints are "
                                "listed at /api/v1/docs.", code="unknown_endpoint")
+
+
+def _method_error(request: HttpRequest, response: Any) -> Any:
+    if not isinstance(response, HttpResponseNotAllowed):
+        return response
+    allowed = response["Allow"]
+    return error_response(405, f"{request.method} is not allowed on {request.path}; it takes "
+                               f"{allowed}.", code="method_not_allowed", headers={"Allow": allowed})
+
+
+def method_errors_shaped(view: Callable[..., Any]) -> Callable[..., Any]:
+    """``view`` (one of django-ninja's, which answers a method its path does not take with a
+    plain-text 405) answering that 405 in the API's shape, with its ``Allow`` header."""
+    if iscoroutinefunction(view):
+        async def shaped_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return _method_error(request, await view(request, *args, **kwargs))
+
+        shaped: Callable[..., Any] = shaped_async
+    else:
+        def shaped_sync(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return _method_error(request, view(request, *args, **kwargs))
+
+        shaped = shaped_sync
+    return csrf_exempt(functools.wraps(view)(shaped))

@@ -34,8 +34,15 @@ from ninja import Router
 
 from agents.api.auth import scope_check
 from agents.api.errors import TYPES, ApiError, errors
-from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ModelList
-from agents.api.openai_start import Prepared, Started, chat_commit, chat_prepare, turn_stop
+from agents.api.openai_schemas import ChatCompletion, ChatCompletionIn, ModelCard, ModelList
+from agents.api.openai_start import (
+    Prepared,
+    Started,
+    agent_for,
+    chat_commit,
+    chat_prepare,
+    turn_stop,
+)
 from agents.api.turn_stream import (
     TurnTimeout,
     trace_events,
@@ -62,10 +69,22 @@ ERRORS = errors(400, 404, 409, 429, 502, 503, 504)
 def models_list(request: HttpRequest) -> dict[str, Any]:
     caller = scope_check(request, Scope.CHAT)
     agents = Agent.objects.filter(team=caller.team).order_by("name")
-    return {"object": "list", "data": [
-        {"id": a.slug, "created": int(a.created_at.timestamp()), "owned_by": caller.team.name,
-         "name": a.name, "description": a.description, "models": a.model_choices()}
-        for a in agents]}
+    return {"object": "list", "data": [_model_card(a, caller.team.name) for a in agents]}
+
+
+@router.get("/v1/models/{path:model}", response={200: ModelCard, **ERRORS},
+            summary="Read one agent a key may call")
+def models_retrieve(request: HttpRequest, model: str) -> dict[str, Any]:
+    """``model`` as a request names it: an agent's slug, or ``<slug>/<model>`` for one of the
+    models the agent may use (then ``id`` is that name)."""
+    caller = scope_check(request, Scope.CHAT)
+    agent, _override = agent_for(caller.team, model)
+    return {**_model_card(agent, caller.team.name), "id": model.strip() if "/" in model else agent.slug}
+
+
+def _model_card(agent: Agent, owner: str) -> dict[str, Any]:
+    return {"id": agent.slug, "created": int(agent.created_at.timestamp()), "owned_by": owner,
+            "name": agent.name, "description": agent.description, "models": agent.model_choices()}
 
 
 # -- the answer ----------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Started:
     model: str
 
 
-def _agent_for(team: Any, name: str) -> tuple[Agent, str]:
+def agent_for(team: Any, name: str) -> tuple[Agent, str]:
     slug, _, model = (name or "").strip().partition("/")
     found = kept(team.pk, ("agent by slug", slug),
                  lambda: Agent.objects.select_related("provider").filter(team=team, slug=slug).first())
@@ -146,7 +146,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
 
 
 def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
-    agent, override = _agent_for(caller.team, body.model)
+    agent, override = agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
     chat_check(caller.membership)
     bound = request.headers.get(CONVERSATION_HEADER, "").strip()

@@ -5,12 +5,15 @@ browsable at ``/api/v1/docs``."""
 
 from __future__ import annotations
 
-from django.urls import path, re_path
+from django.urls import URLPattern, include, path, re_path
 
-from agents.api.errors import not_found_view
+from agents.api.errors import method_errors_shaped, not_found_view
 from agents.api.site import api
 
+operations, app_name, namespace = api.urls
 urlpatterns = [
-    path("", api.urls),
+    # Each of the API's paths, answering a method it does not take in the API's error shape.
+    path("", include(([URLPattern(p.pattern, method_errors_shaped(p.callback), p.default_args, p.name)
+                       for p in operations], app_name), namespace=namespace)),
     re_path(r"^(?:api/)?v1/(?P<rest>.*)$", not_found_view, name="api_unknown"),
 ]

@@ -112,6 +112,20 @@ def test_models_lists_the_teams_agents_with_their_models(agent, make_agent, alic
                                                                ("support-bot", ["demo", "demo-large"])]
 
 
+def test_models_retrieve_reads_one_agent_and_one_of_its_models(agent, make_agent, alice, team_a, charlie):
+    make_agent(name="Support bot", allowed_models=["demo-large"])
+    client = api(key_for(alice, team_a))
+    card = client.get("/v1/models/support-bot").json()
+    assert (card["id"], card["object"], card["models"]) == ("support-bot", "model", ["demo", "demo-large"])
+    assert client.get("/v1/models/support-bot/demo-large").json()["id"] == "support-bot/demo-large"
+    missing = client.get("/v1/models/nobody")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    assert client.get("/v1/models/support-bot/gpt-9").json()["error"]["code"] == "model_not_allowed"
+    # Another team's agent does not exist for this key.
+    other = api(key_for(charlie, charlie.memberships.get().team)).get("/v1/models/support-bot")
+    assert other.status_code == 404
+
+
 # -- what a request may say ------------------------------------------------------------------------
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),

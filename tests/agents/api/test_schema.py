@@ -95,3 +95,27 @@ def test_an_unknown_api_path_is_a_json_404(client):
     for path in ("/api/v1/nothing-here", "/v1/embeddings"):
         response = client.get(path)
         assert response.status_code == 404 and response.json()["error"]["code"] == "unknown_endpoint"
+
+
+def test_a_post_to_an_unknown_api_path_is_a_json_404_not_a_csrf_page():
+    """What OpenAI's clients send to endpoints agentsite does not have: a POST with a key and
+    no cookie or CSRF token. They must read the answer as a missing endpoint."""
+    strict = Client(enforce_csrf_checks=True, HTTP_AUTHORIZATION="Bearer ask_unknown")
+    for path in ("/v1/responses", "/v1/embeddings", "/v1/completions", "/api/v1/nothing-here"):
+        response = strict.post(path, "{}", content_type="application/json")
+        assert response.status_code == 404, (path, response.content[:200])
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["error"]["code"] == "unknown_endpoint"
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("get", "/v1/chat/completions", {"POST"}),
+    ("delete", "/v1/models", {"GET"}),
+    ("put", "/api/v1/conversations", {"GET", "POST"}),
+])
+def test_a_method_a_path_does_not_take_is_a_json_405_naming_the_ones_it_does(method, path, allowed):
+    response = getattr(Client(enforce_csrf_checks=True), method)(path)
+    assert response.status_code == 405
+    error = response.json()["error"]
+    assert error["code"] == "method_not_allowed" and method.upper() in error["message"]
+    assert {m.strip() for m in response["Allow"].split(",")} == allowed
