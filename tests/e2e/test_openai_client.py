@@ -120,6 +120,16 @@ def test_refusals_are_the_sdks_own_exceptions(stack, ids):
     assert caught.value.body["param"] == "messages"
 
 
+def test_a_model_is_read_by_id_and_a_missing_endpoint_is_the_sdks_not_found(stack, ids):
+    alice = client(stack, ids, "alice-chat")
+    assert alice.models.retrieve("helper").id == "helper"
+    with pytest.raises(openai.NotFoundError, match="no agent of this team"):
+        alice.models.retrieve("rival")
+    # Endpoints agentsite does not have answer in the API's shape, not with a CSRF page.
+    with pytest.raises(openai.NotFoundError, match="no API endpoint at /v1/embeddings"):
+        alice.embeddings.create(model="helper", input="hello")
+
+
 def test_another_teams_key_does_not_see_this_teams_agents(stack, ids):
     rival = client(stack, ids, "charlie-chat")
     assert [m.id for m in rival.models.list()] == ["rival"]
