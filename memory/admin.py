@@ -19,13 +19,14 @@ from agentsite.audit import AuditedAdmin
 from .models import MemoryEntry
 
 Scope = MemoryEntry.Scope
-IDENTITY_FIELDS = ("team", "scope", "agent", "user", "conversation")
+IDENTITY_FIELDS = ("team", "scope", "agent", "user", "end_user", "conversation")
 
 
 class MemoryEntryAdminForm(forms.ModelForm):
     class Meta:
         model = MemoryEntry
-        fields = ["team", "scope", "agent", "user", "conversation", "key", "content", "category"]
+        fields = ["team", "scope", "agent", "user", "end_user", "conversation", "key", "content",
+                  "category"]
 
     def clean_key(self) -> str:
         key = " ".join((self.cleaned_data.get("key") or "").split())
@@ -33,7 +34,8 @@ class MemoryEntryAdminForm(forms.ModelForm):
         if entry.pk is not None and key != entry.key:
             # The owner fields are read-only on this form, so Django skips the unique check.
             same_owner = {"team_id": entry.team_id, "scope": entry.scope, "agent_id": entry.agent_id,
-                          "user_id": entry.user_id, "conversation_id": entry.conversation_id}
+                          "user_id": entry.user_id, "end_user": entry.end_user,
+                          "conversation_id": entry.conversation_id}
             if MemoryEntry.objects.filter(key=key, **same_owner).exclude(pk=entry.pk).exists():
                 raise forms.ValidationError("Another entry of the same owner already has this key.")
         return key
@@ -56,19 +58,21 @@ class MemoryEntryAdminForm(forms.ModelForm):
             self.add_error("user", "User memory is about someone: choose them.")
         if scope == Scope.CONVERSATION and conversation is None:
             self.add_error("conversation", "Conversation memory needs its conversation.")
-        if scope == Scope.AGENT and (user is not None or conversation is not None):
-            self.add_error("scope", "Agent memory is for everyone: leave the user and the "
-                                    "conversation empty, or choose another scope.")
+        if scope == Scope.AGENT and (user is not None or conversation is not None
+                                     or data.get("end_user")):
+            self.add_error("scope", "Agent memory is for everyone: leave the user, the end user "
+                                    "and the conversation empty, or choose another scope.")
         return data
 
 
 @admin.register(MemoryEntry)
 class MemoryEntryAdmin(AuditedAdmin, TeamScopedAdmin):
     form = MemoryEntryAdminForm
-    list_display = ("key", "excerpt", "scope", "agent", "user", "category", "team", "updated_at")
+    list_display = ("key", "excerpt", "scope", "agent", "user", "end_user", "category", "team",
+                    "updated_at")
     list_filter = ("scope", "category")
     list_select_related = ("agent", "user", "team")
-    search_fields = ("key", "content", "agent__name", "user__username")
+    search_fields = ("key", "content", "agent__name", "user__username", "end_user")
     raw_id_fields = ("conversation",)
     date_hierarchy = "updated_at"
     list_per_page = 50

@@ -2,11 +2,13 @@
 
 * ``agent``: what the agent knows for everyone who talks to it (written in the admin);
 * ``user``: what the agent remembers about one user, across their conversations (the memory
-  tools' default, and auto-saved messages);
+  tools' default, and auto-saved messages). A person's API key may speak for end users of its
+  application (``end_user``, the API's ``user``): each end user's memory is their own, and the
+  person's own memory is the entries without one;
 * ``conversation``: notes for one conversation only.
 
 A key is unique within its scope's owner: (agent) for agent memory, (agent, user) for user
-memory, (conversation) for conversation memory; storing under an existing key replaces it.
+memory (and end user), (conversation) for conversation memory; storing under an existing key replaces it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.db import models
 from django.db.models import Q
 
 from agents.models import Agent, Conversation
+from agents.models.conversations import END_USER_MAX_CHARS
 from agentsite.models import Team
 
 
@@ -43,6 +46,9 @@ class MemoryEntry(models.Model):
                                        "(conversation memory).")
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, null=True,
                                      blank=True, related_name="memories")
+    end_user = models.CharField(max_length=END_USER_MAX_CHARS, blank=True, default="",
+                                help_text="The end user of the user's API key it is about; empty: "
+                                          "the user themself.")
     key = models.CharField(max_length=200, help_text="A short name; storing again under the same "
                                                      "key replaces the entry.")
     content = models.TextField()
@@ -60,7 +66,7 @@ class MemoryEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["team", "agent", "key"], condition=Q(scope="agent"),
                                     name="memory_unique_agent_key"),
-            models.UniqueConstraint(fields=["team", "agent", "user", "key"],
+            models.UniqueConstraint(fields=["team", "agent", "user", "end_user", "key"],
                                     condition=Q(scope="user"), name="memory_unique_user_key"),
             models.UniqueConstraint(fields=["team", "conversation", "key"],
                                     condition=Q(scope="conversation"),
@@ -74,7 +80,8 @@ class MemoryEntry(models.Model):
                                         "conversation."),
         ]
         indexes = [
-            models.Index(fields=["team", "agent", "user", "-updated_at"], name="memory_team_agent_user"),
+            models.Index(fields=["team", "agent", "user", "end_user", "-updated_at"],
+                         name="memory_team_agent_end_user"),
             models.Index(fields=["team", "-updated_at"], name="memory_team_recent"),
         ]
 

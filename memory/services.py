@@ -6,6 +6,10 @@ is limited to it, so nothing here can reach another team's, agent's or user's me
 
 What a turn sees (``entries_for``): the agent's own entries (agent scope), what the agent
 remembers about the turn's user (user scope), and the conversation's notes (conversation scope).
+A turn for an end user of the person's API key (``MemoryOwner.end_user``, from the
+conversation) sees and stores that end user's user memory only; a turn without one, the
+person's own (the entries without an end user). One end user never reaches another's memory,
+nor the person's own.
 
 Recall ranks by full-text relevance (``memory/search.py``: FTS5 bm25 on SQLite, ts_rank on
 PostgreSQL) and scores each entry by the share of the query's words it contains, so that
@@ -59,6 +63,8 @@ class MemoryOwner:
     agent_id: int
     user_id: int | None = None
     conversation_id: int | None = None
+    # The end user of the person's API key whose memory is meant; "": the person's own.
+    end_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,7 @@ def entries_for(owner: MemoryOwner, scopes: tuple[str, ...] = ALL_SCOPES) -> Que
     if Scope.AGENT in scopes:
         condition |= Q(scope=Scope.AGENT)
     if Scope.USER in scopes and owner.user_id is not None:
-        condition |= Q(scope=Scope.USER, user_id=owner.user_id)
+        condition |= Q(scope=Scope.USER, user_id=owner.user_id, end_user=owner.end_user)
     if Scope.CONVERSATION in scopes and owner.conversation_id is not None:
         condition |= Q(scope=Scope.CONVERSATION, conversation_id=owner.conversation_id)
     if not condition:
@@ -92,7 +98,7 @@ def _owner_lookup(owner: MemoryOwner, scope: str, key: str) -> dict[str, Any]:
         if owner.user_id is None:
             raise ValidationError("User memory needs a user, and this turn has none.")
         return {"team_id": owner.team_id, "scope": scope, "agent_id": owner.agent_id,
-                "user_id": owner.user_id, "key": key}
+                "user_id": owner.user_id, "end_user": owner.end_user, "key": key}
     if scope == Scope.CONVERSATION:
         if owner.conversation_id is None:
             raise ValidationError("Conversation memory needs a conversation, and there is none "
@@ -125,6 +131,7 @@ def memory_store(*, owner: MemoryOwner, key: str, content: str, scope: str = Sco
                 "agent_id": owner.agent_id}
     if scope == Scope.CONVERSATION:
         defaults["user_id"] = owner.user_id
+        defaults["end_user"] = owner.end_user
     for attempt in (1, 2):
         try:
             with transaction.atomic():

@@ -6,9 +6,13 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 from agents.models.agents import Agent
 from agentsite.models import Team
+
+# The longest end-user id the API accepts (OpenAI's ``user`` is an opaque string).
+END_USER_MAX_CHARS = 256
 
 
 class Conversation(models.Model):
@@ -34,12 +38,22 @@ class Conversation(models.Model):
     api_key = models.ForeignKey("agentsite.ApiKey", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="conversations")
     ephemeral = models.BooleanField(default=False)
+    # The end user of the key's application it is for (the API's ``user`` or its
+    # ``X-Agentsite-End-User`` header): an opaque id of the key's person, who may act for many;
+    # empty for the person's own conversations. Its turns recall that end user's memory only.
+    end_user = models.CharField(max_length=END_USER_MAX_CHARS, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["team", "created_by", "-updated_at"], name="conversation_team_user")]
+        indexes = [
+            models.Index(fields=["team", "created_by", "-updated_at"], name="conversation_team_user"),
+            # An end user's conversations (the API's lists and reads); partial, so the person's
+            # own conversations (most of them) cost it nothing.
+            models.Index(fields=["team", "created_by", "end_user"], condition=~Q(end_user=""),
+                         name="conversation_end_user"),
+        ]
 
     def __str__(self) -> str:
         if self.title:

@@ -35,6 +35,8 @@ class ToolContext:
     agent_id: int | None = None
     user_id: int | None = None
     conversation_id: int | None = None
+    # The end user of the person's API key the turn is for (the conversation's); "": the person.
+    end_user: str = ""
     trace_id: int | None = None
     timezone: str = "UTC"
     # The role in the team of the person whose turn it is ("" when unknown): the tools'

@@ -1,8 +1,9 @@
 """The memory tools: ``memory_store``, ``memory_recall`` and ``memory_forget``.
 
-Each is built for one turn and bound to its ``MemoryOwner`` (team, agent, user, conversation).
-Their arguments say only *what* to store, find or forget, never *whose*: a model cannot reach
-another team's, agent's or user's memory by any argument it passes.
+Each is built for one turn and bound to its ``MemoryOwner`` (team, agent, user, conversation,
+and the end user of an API key the conversation is for). Their arguments say only *what* to
+store, find or forget, never *whose*: a model cannot reach another team's, agent's, user's or
+end user's memory by any argument it passes.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class _MemoryTool(Tool):
         self.context = context
         self.owner = memory.MemoryOwner(team_id=context.team_id, agent_id=context.agent_id,
                                         user_id=context.user_id,
-                                        conversation_id=context.conversation_id)
+                                        conversation_id=context.conversation_id,
+                                        end_user=context.end_user)
 
     async def _db(self, fn: Any, **kwargs: Any) -> Any:
         try:

@@ -86,11 +86,13 @@ def mcp_refresh_for(agent: Agent) -> None:
         team_config_changed(agent.team_id)  # the rest of the turn reads the refreshed tools
 
 
-def turn_tool_context(*, agent: Agent, trace: Trace, db: DbRunner | None) -> ToolContext:
-    """What the turn's tools are bound to: its team, agent, user and conversation."""
+def turn_tool_context(*, agent: Agent, trace: Trace, conversation: Conversation,
+                      db: DbRunner | None) -> ToolContext:
+    """What the turn's tools are bound to: its team, agent, user, conversation and end user."""
     return ToolContext(
         team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
-        conversation_id=trace.conversation_id, trace_id=trace.pk, timezone=settings.TIME_ZONE,
+        conversation_id=trace.conversation_id, end_user=conversation.end_user, trace_id=trace.pk,
+        timezone=settings.TIME_ZONE,
         memory_recall_limit=agent.memory_recall_limit,
         memory_min_relevance=agent.memory_min_relevance, db=db or run_sync,
         role=turn_role(team_id=agent.team_id, user_id=trace.user_id))
@@ -103,12 +105,13 @@ def turn_role(*, team_id: int, user_id: int | None) -> str:
     return role or Membership.Role.VIEWER
 
 
-def turn_memory(*, agent: Agent, trace: Trace, message: Message) -> str:
+def turn_memory(*, agent: Agent, trace: Trace, conversation: Conversation, message: Message) -> str:
     """Memory at the turn's start: the recalled ``[Memory context]`` block for the message (the
-    agent's, the user's and the conversation's entries), after which the message is auto-saved
-    when the agent does that (``memory.services.memory_turn_start``)."""
+    agent's, the user's — or the conversation's end user's — and the conversation's entries),
+    after which the message is auto-saved when the agent does that
+    (``memory.services.memory_turn_start``)."""
     owner = MemoryOwner(team_id=agent.team_id, agent_id=agent.pk, user_id=trace.user_id,
-                        conversation_id=trace.conversation_id)
+                        conversation_id=trace.conversation_id, end_user=conversation.end_user)
     return memory_turn_start(
         owner=owner, text=message.text, recall_limit=agent.memory_recall_limit,
         min_relevance=agent.memory_min_relevance, auto_save=agent.memory_auto_save,
@@ -293,7 +296,8 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
     mcp_refresh_for(agent)
     fork = fork_spec(trace)
     version_tools = fork.get("tools") if fork is not None else None
-    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(agent=agent, trace=trace, db=db),
+    tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(
+        agent=agent, trace=trace, conversation=conversation, db=db),
                                          names=version_tools if isinstance(version_tools, list) else None)
     routing = {**choice.routing, "fallbacks": fallbacks}
     hooks = None
@@ -321,7 +325,8 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
                          model_settings=choice.provider.settings_for(choice.model),
                          streaming=provider.capabilities_for(choice.model).streaming,
                          provider_kind=choice.provider.kind)
-    config.memory_context = turn_memory(agent=agent, trace=trace, message=message)
+    config.memory_context = turn_memory(agent=agent, trace=trace, conversation=conversation,
+                                        message=message)
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     if sampled is None:
         sampled = export_on(trace.team_id)

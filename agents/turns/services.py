@@ -47,10 +47,11 @@ TRACESTATE_MAX_CHARS = 512
 
 def conversation_create(*, membership: Membership, agent: Agent, title: str = "",
                         api_key: ApiKey | None = None, ephemeral: bool = False,
-                        conversation_uuid: uuid.UUID | None = None) -> Conversation:
+                        conversation_uuid: uuid.UUID | None = None, end_user: str = "") -> Conversation:
     """A new conversation of ``membership``'s person with one of its team's agents (a member,
     not a viewer). ``api_key``: started through the API with that key; ``ephemeral``: a
-    stateless API request's record, left out of the chat's lists."""
+    stateless API request's record, left out of the chat's lists; ``end_user``: for that end
+    user of the key's application (already checked by the API), whose memory its turns use."""
     chat_check(membership)
     if agent.team_id != membership.team_id:
         raise PermissionDenied("That agent belongs to another team.")
@@ -58,7 +59,7 @@ def conversation_create(*, membership: Membership, agent: Agent, title: str = ""
     return Conversation.objects.create(team_id=membership.team_id, agent=agent,
                                        created_by_id=membership.user_id, api_key=api_key,
                                        ephemeral=ephemeral, title=(title or "").strip()[:200],
-                                       **fields)
+                                       end_user=end_user, **fields)
 
 
 def message_text_clean(text: str, *, images: int = 0) -> str:
