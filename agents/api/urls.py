@@ -10,10 +10,11 @@ from django.urls import URLPattern, include, path, re_path
 from agents.api.errors import method_errors_shaped, not_found_view
 from agents.api.site import api
 
-operations, app_name, namespace = api.urls
+# (Not ``app_name``: a URLconf module's ``app_name`` names the module's own include.)
+_operations, _api_app, _api_namespace = api.urls
 urlpatterns = [
     # Each of the API's paths, answering a method it does not take in the API's error shape.
     path("", include(([URLPattern(p.pattern, method_errors_shaped(p.callback), p.default_args, p.name)
-                       for p in operations], app_name), namespace=namespace)),
+                       for p in _operations], _api_app), namespace=_api_namespace)),
     re_path(r"^(?:api/)?v1/(?P<rest>.*)$", not_found_view, name="api_unknown"),
 ]
