@@ -17,6 +17,7 @@ from django.http import HttpRequest
 
 from agents.access import chat_check, conversation_act_check, conversation_get_or_404
 from agents.api.auth import scope_check
+from agents.api.end_users import end_user_clean, end_user_conversations
 from agents.api.errors import ApiError
 from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn
 from agents.api.trace_context import request_trace_context
@@ -56,6 +57,8 @@ class Prepared:
     model: str
     # The caller's W3C trace context (``traceparent``, ``tracestate``), when valid.
     trace_context: dict[str, str] = field(default_factory=dict)
+    # The end user of the key's application it is for (``user``; ``agents.api.end_users``).
+    end_user: str = ""
 
 
 @dataclass
@@ -149,10 +152,13 @@ def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Pr
     agent, override = agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
     chat_check(caller.membership)
+    end_user = end_user_clean(body.user, param="user")
     bound = request.headers.get(CONVERSATION_HEADER, "").strip()
     conversation = None
-    if bound:
-        conversation = conversation_get_or_404(caller.membership, uuid=bound)
+    if bound:  # with ``user``, only that end user's conversation (any other is a 404)
+        conversation = conversation_get_or_404(
+            caller.membership, end_user_conversations(Conversation.objects.all(), caller, end_user),
+            uuid=bound)
         if conversation.agent_id != agent.pk:
             raise ApiError(400, f"This conversation is with another agent; send model "
                                 f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
@@ -172,7 +178,8 @@ def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Pr
                             request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
     return Prepared(caller, agent, override, history, last, conversation,
                     conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
-                    quota_keys, body.model, trace_context=request_trace_context(request))
+                    quota_keys, body.model, trace_context=request_trace_context(request),
+                    end_user=end_user)
 
 
 def chat_commit(prepared: Prepared) -> Started:
@@ -185,7 +192,7 @@ def chat_commit(prepared: Prepared) -> Started:
             conversation = conversation_create(
                 membership=caller.membership, agent=prepared.agent,
                 title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
-                conversation_uuid=prepared.conversation_uuid)
+                conversation_uuid=prepared.conversation_uuid, end_user=prepared.end_user)
             Message.objects.bulk_create([
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)

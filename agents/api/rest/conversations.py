@@ -6,7 +6,9 @@ admins, and everyone in the team once it is shared; any other is a 404. Sending 
 and the team's admins, never a viewer (403). A message starts a turn like one sent in the chat,
 tied to the key (its rate limits and budgets); ``wait`` holds the answer until the turn ends.
 A W3C ``traceparent`` header (with its ``tracestate``) makes the turn part of the caller's
-trace; an invalid one is ignored (``agents.api.trace_context``)."""
+trace; an invalid one is ignored (``agents.api.trace_context``). An ``X-Agentsite-End-User``
+header names the end user of the key's application a request is for (``agents.api.end_users``):
+a conversation started with it is theirs, and the lists and reads show theirs only."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from agents.access import conversation_act_check, conversation_get_or_404, conversations_visible
 from agents.api.auth import scope_check
+from agents.api.end_users import end_user_conversations, request_end_user
 from agents.api.errors import errors
 from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
@@ -31,7 +34,7 @@ from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
 from agents.turns.services import conversation_create as turn_conversation_create
 from agentsite.api_keys import Caller
 from agentsite.db import db_async
-from agentsite.models import ApiKey, Membership
+from agentsite.models import ApiKey
 from traces.models import Trace
 
 router = Router(tags=["conversations"])
@@ -49,6 +52,8 @@ class ConversationOut(Schema):
     shared: bool
     archived: bool
     ephemeral: bool = Field(description="Made for one stateless request of /v1/chat/completions.")
+    end_user: str | None = Field(description="The end user of the key's application it is for (the "
+                                             "`user` or `X-Agentsite-End-User` it was started with).")
     created_at: datetime
     updated_at: datetime
 
@@ -111,6 +116,7 @@ def conversation_out(conversation: Conversation) -> dict[str, Any]:
         "owner": owner.get_username() if owner else None,
         "model": conversation.model_override or conversation.agent.model, "shared": conversation.shared,
         "archived": conversation.archived, "ephemeral": conversation.ephemeral,
+        "end_user": conversation.end_user or None,
         "created_at": conversation.created_at, "updated_at": conversation.updated_at,
     }
 
@@ -125,27 +131,31 @@ def message_out(message: Message) -> dict[str, Any]:
     }
 
 
-def _conversation(membership: Membership, conversation_id: str) -> Conversation:
-    return conversation_get_or_404(
-        membership, Conversation.objects.select_related("agent", "created_by"),
-        uuid=conversation_id, deleted_at__isnull=True)
+def _conversation(request: HttpRequest, caller: Caller, conversation_id: str) -> Conversation:
+    """One conversation the key's person may see, and the request's end user's when it names one."""
+    rows = end_user_conversations(Conversation.objects.select_related("agent", "created_by"),
+                                  caller, request_end_user(request))
+    return conversation_get_or_404(caller.membership, rows, uuid=conversation_id,
+                                   deleted_at__isnull=True)
 
 
-def conversation_start(*, caller: Caller, agent_id: str, title: str) -> Conversation:
+def conversation_start(*, caller: Caller, agent_id: str, title: str, end_user: str = "") -> Conversation:
     """A conversation of the key's person with one of the team's agents, started through the
-    key (the chat's rule: a team member, not a viewer)."""
+    key (the chat's rule: a team member, not a viewer), for ``end_user`` when one is named."""
     agent = agent_get_or_404(caller.team, agent_id)
     return turn_conversation_create(membership=caller.membership, agent=agent, title=title,
-                                    api_key=caller.key)
+                                    api_key=caller.key, end_user=end_user)
 
 
 @router.get("", response={200: ConversationPage, **errors(400)}, summary="List conversations")
 def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> dict[str, Any]:
     """The conversations the key's person may see (their own, shared ones, and every one of the
-    team for its admins), newest first. Scope `chat`."""
-    scope_check(request, Scope.CHAT)
-    rows = (conversations_visible(request.membership).filter(deleted_at__isnull=True)
-            .select_related("agent", "created_by"))
+    team for its admins), newest first; with `X-Agentsite-End-User`, that end user's only.
+    Scope `chat`."""
+    caller = scope_check(request, Scope.CHAT)
+    rows = end_user_conversations(
+        conversations_visible(caller.membership).filter(deleted_at__isnull=True)
+        .select_related("agent", "created_by"), caller, request_end_user(request))
     if not query.include_ephemeral:
         rows = rows.filter(ephemeral=False)
     page, next_cursor = paginate(rows, query)
@@ -154,17 +164,20 @@ def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> 
 
 @router.post("", response={201: ConversationOut, **errors(400, 404)}, summary="Start a conversation")
 def conversation_create(request: HttpRequest, body: ConversationIn) -> Status:
-    """A new conversation with an agent of the team. Scope `chat`; not for a viewer."""
+    """A new conversation with an agent of the team, for the end user `X-Agentsite-End-User`
+    names (if any). Scope `chat`; not for a viewer."""
     caller = scope_check(request, Scope.CHAT)
-    conversation = conversation_start(caller=caller, agent_id=body.agent, title=body.title)
+    conversation = conversation_start(caller=caller, agent_id=body.agent, title=body.title,
+                                      end_user=request_end_user(request))
     return Status(201, conversation_out(conversation))
 
 
-@router.get("/{conversation_id}", response={200: ConversationOut, **errors(404)}, summary="Read a conversation")
+@router.get("/{conversation_id}", response={200: ConversationOut, **errors(400, 404)},
+            summary="Read a conversation")
 def conversation_detail(request: HttpRequest, conversation_id: str) -> dict[str, Any]:
-    """Scope `chat`."""
-    scope_check(request, Scope.CHAT)
-    return conversation_out(_conversation(request.membership, conversation_id))
+    """Scope `chat`. Another end user's conversation is a 404."""
+    caller = scope_check(request, Scope.CHAT)
+    return conversation_out(_conversation(request, caller, conversation_id))
 
 
 @router.get("/{conversation_id}/messages", response={200: MessagePage, **errors(400, 404)},
@@ -173,8 +186,8 @@ def message_list(request: HttpRequest, conversation_id: str, page: Query[PagePar
     """Every message of the conversation, oldest first, on all its branches (an edited message
     or a regenerated answer is a branch: ``parent_turn`` and ``trace`` say where each one
     belongs). Scope `chat`."""
-    scope_check(request, Scope.CHAT)
-    conversation = _conversation(request.membership, conversation_id)
+    caller = scope_check(request, Scope.CHAT)
+    conversation = _conversation(request, caller, conversation_id)
     rows = (Message.objects.filter(conversation=conversation)
             .select_related("trace", "parent_turn", "author").only(*MESSAGE_COLUMNS))
     found, next_cursor = paginate(rows, page, newest_first=False)
@@ -184,7 +197,7 @@ def message_list(request: HttpRequest, conversation_id: str, page: Query[PagePar
 def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[Trace, bool, float]:
     """Queue the turn; returns its trace, whether it was a resend, and how long to wait for it."""
     caller = scope_check(request, Scope.CHAT)
-    conversation = _conversation(caller.membership, conversation_id)
+    conversation = _conversation(request, caller, conversation_id)
     # Who may send comes before the budgets: a viewer is told so, not that a budget is spent.
     conversation_act_check(caller.membership, conversation, "send messages in it")
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
