@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.members import member_of
-
 from .collect import Event, Sent, collect
 from .model_server import LOOKUP_TOOL, MODEL, FakeModelServer
 from .stack import ChaosStack
@@ -74,6 +72,7 @@ class Options:
 class World:
     team: Any
     user: Any
+    membership: Any  # the owner's, as a request resolves it: what the services act for
     steady: Any
     faulty: Any
 
@@ -114,7 +113,8 @@ def world_seed(model_url: str) -> World:
                       system_prompt="Look the key up, compute, then answer.")
         agent_save(agent=agent, tools=[lookup, calculator], user=user)
         agents.append(agent)
-    return World(team, user, *agents)
+    membership = Membership.objects.select_related("user", "team").get(team=team, user=user)
+    return World(team, user, membership, *agents)
 
 
 class HandBackWatch:
@@ -207,8 +207,8 @@ class ChaosRun:
         token = uuid.uuid4().hex[:16]
         sent = Sent(token, scenario, time.time())
         try:
-            conversation = conversation_create(agent=agent, membership=member_of(self.world.user, self.world.team))
-            turn = turn_send(conversation=conversation, membership=member_of(self.world.user, conversation), client_id=token,
+            conversation = conversation_create(agent=agent, membership=self.world.membership)
+            turn = turn_send(conversation=conversation, membership=self.world.membership, client_id=token,
                              text=f"Look up my key, then compute 17 * 23. [chaos:{token}]")
             sent.trace_id = turn.trace.pk
         except Exception as exc:  # noqa: BLE001 - what the chat would have shown, kept for the report
