@@ -3,8 +3,9 @@ and ``GET /v1/models``, for any OpenAI client pointed at ``<site>/v1`` with a te
 
 ``model`` is an agent's slug (``<slug>/<model>`` picks one of the agent's allowed models). Each
 request is a turn like any other: queued for a worker, traced, priced, held to the budgets and
-rate limits, with the agent's tools run server-side (an "ask" tool waits for a person in the chat
-or inspector, then times out as a denial). The answer is the turn's final answer.
+rate limits, with the agent's tools run server-side (an "ask" tool waits for a person in the chat,
+the inspector or the REST API, then times out as a denial; a stream tells the wait as a chunk with
+an empty delta and an ``agentsite.approval`` field). The answer is the turn's final answer.
 
 Continuity: by default a request is stateless, as with OpenAI: the messages it sends are the
 history (stored as a conversation of its own, left out of the chat's lists, kept for its trace).
@@ -232,14 +233,24 @@ class _Text:
             self.last_step = -1
 
 
+def _approval(request: HttpRequest, payload: dict[str, Any]) -> dict[str, Any]:
+    """A call waiting for approval, as a chunk's ``agentsite`` field: ``{"trace_id",
+    "approval": {"call_id", "tool", "arguments", "waiting_since", "expires_at", "timeout_s",
+    "decide_url"}}`` (``POST`` ``{"approved": …, "reason": …}`` there with the same key)."""
+    approval = {k: v for k, v in payload.items() if k not in ("event", "trace")}
+    path = approval.get("decide_url")
+    approval["decide_url"] = request.build_absolute_uri(path) if path else None
+    return {"trace_id": payload.get("trace"), "approval": approval}
+
+
 async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                   include_usage: bool) -> AsyncIterator[bytes]:
     head = {"id": f"chatcmpl-{prepared.trace_uuid.hex}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": prepared.model, "system_fingerprint": None}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                                          "logprobs": None}]})
+                                          "logprobs": None}], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
     async with trace_listening(prepared.trace_uuid) as listener:
@@ -268,6 +279,9 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                             yield chunk({"content": piece})
                     elif event == "step" and payload.get("restarted_step") is not None:
                         text.restart(int(payload["restarted_step"]))
+                    elif event == "approval":
+                        # An empty delta: a client that does not know the field reads nothing.
+                        yield chunk({}, agentsite=_approval(request, payload))
                     elif event == "end":
                         ended = payload["trace"]
         except TurnTimeout:

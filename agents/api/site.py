@@ -10,6 +10,7 @@ from agents.api.errors import install_handlers
 from agents.api.openai import router as openai_router
 from agents.api.parser import SafeJsonParser
 from agents.api.rest import agents as rest_agents
+from agents.api.rest import approvals as rest_approvals
 from agents.api.rest import conversations as rest_conversations
 from agents.api.rest import costs as rest_costs
 from agents.api.rest import events as rest_events
@@ -46,5 +47,6 @@ api.add_router("api/v1/conversations", rest_conversations.router)
 api.add_router("api/v1/traces", rest_traces.router)
 api.add_router("api/v1/traces", rest_events.router)
 api.add_router("api/v1/traces", rest_fork.router)
+api.add_router("api/v1/traces", rest_approvals.router)
 api.add_router("api/v1/costs", rest_costs.router)
 api.add_router("api/v1/prices", rest_prices.router)

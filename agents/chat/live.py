@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from agents.models import Message
+from agents.turns.tool_cards import tool_card_for_step
 from traces.costs.budgets import banner_lines, budget_states
 from traces.models import Step, Trace
 from traces.record import live
 from traces.record.live import Announcement, Announcements, render
 
 from .selectors import TurnView, turn_view
-from .tool_cards import tool_card_for_step
 
 ENDED = frozenset(s for s in Trace.Status.values if s not in Trace.ACTIVE)
 

@@ -13,13 +13,13 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.access import conversations_visible
-from agents.chat.tool_cards import ToolCard, card_steps, tool_cards
 from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import branch_messages, conversation_active_traces
+from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
 from agents.turns.windows import context_window
 from agentsite.models import Membership, Team
 from traces.models import Feedback, Step, StepPayload, Trace

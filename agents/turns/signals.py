@@ -70,12 +70,15 @@ def cancel_signal_send(*, trace_uuid: Any, reason: str) -> bool:
 
 
 def approval_signal_send(*, trace_uuid: Any, call_id: str, approved: bool, decided_by: str,
-                         role: str = "") -> bool:
+                         role: str = "", reason: str = "") -> bool:
     """Deliver a decision on one tool call that waits for approval. ``role`` says in what capacity
     the person decided ("the conversation's owner", "a team admin"): the model is told that, never
-    their name."""
-    value = json.dumps({"approved": bool(approved), "decided_by": decided_by, "role": role})
-    return _set(approval_key(trace_uuid, call_id), value)
+    their name. ``reason``: the person's words, if any; the model reads them with a denial, and
+    the approval step records them either way."""
+    decision: dict[str, Any] = {"approved": bool(approved), "decided_by": decided_by, "role": role}
+    if reason:
+        decision["reason"] = reason
+    return _set(approval_key(trace_uuid, call_id), json.dumps(decision))
 
 
 def ended_signal_send(*, trace_uuid: Any) -> bool:
@@ -255,6 +258,9 @@ class RedisApprover:
             data = {}
         if data.get("decided_by"):
             self.decided_by[call_id] = str(data["decided_by"])
+        # "declined by a team admin: not on a Friday" (a trailing stop is the recorder's to add)
+        why = str(data.get("reason") or "").strip().rstrip(".")
         if approved:
-            return ApprovalDecision(True, "approved")
-        return ApprovalDecision(False, f"declined by {data.get('role') or 'a person'}")
+            return ApprovalDecision(True, f"approved: {why}" if why else "approved")
+        declined = f"declined by {data.get('role') or 'a person'}"
+        return ApprovalDecision(False, f"{declined}: {why}" if why else declined)

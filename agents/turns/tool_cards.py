@@ -1,5 +1,6 @@
-"""The chat's tool cards: each tool call of a turn, what it was called with, whether it waits
-for a person's approval, how it ended and how long it took."""
+"""Tool cards: each tool call of a turn, what it was called with, whether it waits for a
+person's approval, how it ended and how long it took. The chat shows them; the API lists a
+message's tool calls and a turn's waiting approvals from the same cards."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import OuterRef, Subquery
@@ -33,6 +35,8 @@ class ToolCard:
     name: str
     seq: int
     arguments: str = ""
+    # The arguments as stored (JSON), as far as they were read (``card_steps``).
+    arguments_json: str = ""
     state: str = "running"      # waiting, running, ok, error, denied, timeout, cancelled
     duration_ms: float | None = None
     output: str = ""
@@ -42,6 +46,8 @@ class ToolCard:
     decided_by: str = ""
     deadline_ms: int | None = None
     timeout_s: int | None = None
+    # When the approval was asked for (a call that needs one).
+    waiting_since: datetime | None = None
 
     @property
     def dom_id(self) -> str:
@@ -103,6 +109,7 @@ def tool_cards(steps: Iterable[Step], arguments: dict[int, str], trace_uuids: di
         card = cards[key] = ToolCard(trace_uuids[key[0]], key[1], first.name, first.seq)
         for step in (approval, tool):
             if step is not None and step.pk in arguments:
+                card.arguments_json = arguments[step.pk]
                 card.arguments = _pretty_arguments(arguments[step.pk])
         if tool is not None:
             meta = tool.meta if isinstance(tool.meta, dict) else {}
@@ -122,6 +129,7 @@ def _apply_approval(card: ToolCard, step: Step) -> None:
     meta = step.meta if isinstance(step.meta, dict) else {}
     card.needs_approval = True
     card.timeout_s = int(meta.get("timeout_s") or 0) or None
+    card.waiting_since = step.started_at
     if card.timeout_s and step.started_at:
         card.deadline_ms = int(step.started_at.timestamp() * 1000) + card.timeout_s * 1000
     card.decided_by = str(meta.get("decided_by") or "")
@@ -135,15 +143,25 @@ def _apply_approval(card: ToolCard, step: Step) -> None:
         card.error = step.error or card.error
 
 
-def card_steps(trace_ids: list[int], call_id: str | None = None) -> tuple[list[Step], dict[int, str]]:
+def card_steps(trace_ids: list[int], call_id: str | None = None, *,
+               arguments_chars: int | None = ARGUMENTS_MAX_CHARS + 1
+               ) -> tuple[list[Step], dict[int, str]]:
+    """The tool-call and approval steps of ``trace_ids`` (of one call, ``call_id``), and the
+    start of each one's arguments (``arguments_chars`` characters; None: all of them, 0: none),
+    in one query."""
     rows = Step.objects.filter(trace_id__in=trace_ids,
                                kind__in=[Step.Kind.TOOL_CALL, Step.Kind.APPROVAL])
     if call_id is not None:
         rows = rows.filter(call_id=call_id)
-    # each step with the start of its arguments, in one query
-    head = (StepPayload.objects.filter(step_id=OuterRef("pk"), kind="arguments")
-            .annotate(head=Substr("content", 1, ARGUMENTS_MAX_CHARS + 1)).values("head")[:1])
-    steps = list(rows.only(*STEP_FIELDS).annotate(arguments_head=Subquery(head)))
+    rows = rows.only(*STEP_FIELDS)
+    if arguments_chars == 0:
+        return list(rows), {}
+    payload = StepPayload.objects.filter(step_id=OuterRef("pk"), kind="arguments")
+    if arguments_chars is None:
+        head = payload.values("content")[:1]
+    else:
+        head = payload.annotate(head=Substr("content", 1, arguments_chars)).values("head")[:1]
+    steps = list(rows.annotate(arguments_head=Subquery(head)))
     arguments = {s.pk: s.arguments_head for s in steps if s.arguments_head is not None}
     return steps, arguments
 

@@ -4,7 +4,10 @@ or ``traces:read``).
 Each event is named after its payload: ``delta`` (text the model streamed: ``step``, ``offset``,
 ``text``), ``step`` (a step was recorded or changed: ``step``, ``status``), ``state`` (a
 trajectory state after an iteration) and ``trace`` (the turn's status and running ``totals``),
-the same payloads the inspector receives without their HTML. The stream ends with ``end``,
+the same payloads the inspector receives without their HTML; and ``approval`` for each tool call
+that waits for a person's approval (``call_id``, ``tool``, ``arguments``, ``waiting_since``,
+``expires_at``, ``decide_url``: ``agents.api.rest.approvals``), also when the stream opens on a
+turn that waits already. The stream ends with ``end``,
 carrying the turn's final status, answer, error, usage and cost; or with ``timeout`` when the
 turn outlasts the agent's hard time limit and the wait for a worker. A finished turn answers
 with its ``end`` at once. Comment lines keep a quiet connection open."""
@@ -12,7 +15,7 @@ with its ``end`` at once. Comment lines keep a quiet connection open."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -48,8 +51,10 @@ def end_payload(trace: Trace) -> dict[str, Any]:
             "cost_usd": usd(trace.cost_usd), "duration_ms": trace.duration_ms, "iterations": trace.iterations}
 
 
-async def event_stream(trace: Trace, *, timeout_s: float) -> AsyncIterator[bytes]:
-    """The trace's live payloads as SSE frames, lightened, until its ``end``."""
+async def event_stream(trace: Trace, *, timeout_s: float,
+                       absolute: Callable[[str], str] = str) -> AsyncIterator[bytes]:
+    """The trace's live payloads as SSE frames, lightened, until its ``end``; ``absolute``
+    makes a path a URL (an approval's ``decide_url``)."""
     try:
         async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s))) as stream:
             async for payload in stream:
@@ -58,6 +63,9 @@ async def event_stream(trace: Trace, *, timeout_s: float) -> AsyncIterator[bytes
                 elif payload.get("event") == "end":
                     yield sse("end", end_payload(payload["trace"]))
                     return
+                elif payload.get("event") == "approval":
+                    path = payload.get("decide_url")
+                    yield sse("approval", {**payload, "decide_url": absolute(path) if path else None})
                 else:
                     light = {k: v for k, v in payload.items() if k not in HEAVY}
                     yield sse(str(light.get("event") or "message"), light)
@@ -77,13 +85,15 @@ def _trace(request: HttpRequest, trace_id: str) -> tuple[Trace, float]:
 @router.get("/{trace_id}/events", response={200: None, **errors(404)}, summary="Follow a turn live",
             url_name="rest_trace_events",
             openapi_extra={"responses": {200: {
-                "description": "Server-sent events (`event: delta|step|state|trace`, then `end` or "
-                               "`timeout`; each `data:` is a JSON object).",
+                "description": "Server-sent events (`event: delta|step|state|trace|approval`, then "
+                               "`end` or `timeout`; each `data:` is a JSON object).",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def trace_events_api(request: HttpRequest, trace_id: str) -> HttpResponse:
     """A turn's live events until it ends. Scope `chat` or `traces:read`."""
     trace, timeout_s = await db_async(_trace)(request, trace_id)
-    response = StreamingHttpResponse(event_stream(trace, timeout_s=timeout_s), content_type="text/event-stream")
+    response = StreamingHttpResponse(
+        event_stream(trace, timeout_s=timeout_s, absolute=request.build_absolute_uri),
+        content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

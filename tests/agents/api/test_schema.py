@@ -16,6 +16,9 @@ from tests.agents.api.rest_keys import key_client
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PARAM = re.compile(r"\{(\w+)\}")
+# Operations that answer a documented error for the objects at hand: deciding on a call needs
+# one that waits for approval, and the sample trace has ended (409).
+CONFLICTS = {("post", "/api/v1/traces/{trace_id}/approvals/{call_id}")}
 
 
 def schema() -> dict:
@@ -36,11 +39,12 @@ def test_the_schema_is_valid_openapi():
 def test_every_operation_answers_as_documented(agent, conversation, sample_trace, alice, team_a, turns_run, use_redis):
     client = key_client(alice, team_a)
     values = {"agent_id": agent.slug, "conversation_id": str(conversation.uuid), "trace_id": sample_trace.uuid.hex,
-              "seq": "1"}
+              "seq": "1", "call_id": "call_1"}
     bodies = {
         "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
         "/api/v1/conversations/{conversation_id}/messages": {"text": "What is 2 + 2?"},
         "/v1/chat/completions": {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]},
+        "/api/v1/traces/{trace_id}/approvals/{call_id}": {"approved": True},
         "/api/v1/traces/{trace_id}/fork": {"seq": sample_trace.steps.filter(kind="llm_request")
                                            .order_by("seq").values_list("seq", flat=True).first()},
     }
@@ -61,7 +65,7 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
                 response.json()  # a JSON answer, whatever its schema
 
     assert not problems
-    assert all(status < 300 for *_, status in called), called
+    assert all(status < 300 or (method, path) in CONFLICTS for method, path, status in called), called
     assert len(called) >= 15
 
 

@@ -11,12 +11,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.chat import live, selectors, services, tool_cards
+from agents.chat import live, selectors, services
 from agents.models import Conversation, Message, ProviderModel
 from agents.runtime.commands import HELP_TEXT
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.turns import services as turn_services
+from agents.turns import tool_cards
 from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
 from agents.turns.tasks import turn_run
