@@ -12,6 +12,7 @@ a conversation started with it is theirs, and the lists and reads show theirs on
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from agents.models import Conversation, Message
 from agents.turns.quotas import budgets_admit
 from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
 from agents.turns.services import conversation_create as turn_conversation_create
+from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
 from agentsite.api_keys import Caller
 from agentsite.db import db_async
 from agentsite.models import ApiKey
@@ -39,7 +41,7 @@ from traces.models import Trace
 
 router = Router(tags=["conversations"])
 Scope = ApiKey.Scope
-MESSAGE_COLUMNS = ("id", "uuid", "role", "text", "outcome", "usage", "created_at", "conversation_id",
+MESSAGE_COLUMNS = ("id", "uuid", "role", "text", "blocks", "outcome", "usage", "created_at", "conversation_id",
                    "trace__uuid", "parent_turn__uuid", "author__username")
 
 
@@ -73,10 +75,41 @@ class ConversationQuery(PageParams):
                                                        "/v1/chat/completions requests.")
 
 
+class ToolCallOut(Schema):
+    """A tool call an assistant message made, and how it went (what the chat's tool card shows)."""
+
+    call_id: str = Field(description="The call's id; the tool message answering it names it too.")
+    name: str = Field(description="The tool.")
+    arguments: dict[str, Any] = Field(description="What the model called it with.")
+    status: str = Field(description="ok, error, denied (a person said no), timeout (nobody decided in "
+                                    "time), cancelled (the turn was stopped), waiting (for approval), "
+                                    "running; unknown when its trace is gone.")
+    result: str = Field(description="The start of what the tool returned (the whole of it is in the tool "
+                                    "message's `tool_results`).")
+    result_chars: int = Field(description="How long the whole result is.")
+    error: str
+    duration_ms: float | None
+    needs_approval: bool = Field(description="Its tool's policy asked a person first.")
+    decided_by: str | None = Field(description="Who approved or denied it.")
+
+
+class ToolResultOut(Schema):
+    """A tool's result, as a tool message carries it to the model."""
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+
+
 class MessageOut(Schema):
     id: str
     role: str = Field(description="user, assistant, tool or system.")
-    text: str
+    text: str = Field(description="The visible text (empty for a message that only calls tools, and "
+                                  "for a tool message).")
+    tool_calls: list[ToolCallOut] = Field(description="An assistant message's tool calls, with their "
+                                                      "status and a summary of their results.")
+    tool_results: list[ToolResultOut] = Field(description="A tool message's results.")
     outcome: str = Field(description="Empty for a whole answer; else length, refusal, filtered or interrupted.")
     trace: str | None = Field(description="The turn that stored it (for a user message, the turn answering it).")
     parent_turn: str | None = Field(description="For a user message: the turn it continues (its branch).")
@@ -121,9 +154,48 @@ def conversation_out(conversation: Conversation) -> dict[str, Any]:
     }
 
 
-def message_out(message: Message) -> dict[str, Any]:
+def _blocks(message: Message, kind: str) -> list[dict[str, Any]]:
+    return [b for b in message.blocks or [] if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _tool_call_out(block: dict[str, Any], card: ToolCard | None) -> dict[str, Any]:
+    arguments = block.get("input")
+    return {
+        "call_id": str(block.get("id") or ""), "name": str(block.get("name") or ""),
+        "arguments": arguments if isinstance(arguments, dict) else {},
+        "status": card.state if card else "unknown", "result": card.output if card else "",
+        "result_chars": card.output_chars if card else 0, "error": card.error if card else "",
+        "duration_ms": card.duration_ms if card else None,
+        "needs_approval": card.needs_approval if card else False,
+        "decided_by": (card.decided_by or None) if card else None,
+    }
+
+
+def _tool_result_out(block: dict[str, Any]) -> dict[str, Any]:
+    output = block.get("output")
+    return {"call_id": str(block.get("tool_use_id") or ""), "name": str(block.get("name") or ""),
+            "output": output if isinstance(output, str) else json.dumps(output), "is_error": bool(block.get("is_error"))}
+
+
+def message_cards(messages: list[Message]) -> dict[tuple[int, str], ToolCard]:
+    """The tool cards of the calls ``messages`` made (``agents.turns.tool_cards``, as the chat
+    reads them), by (trace id, call id): one query, however many there are."""
+    traces = {m.trace_id: m.trace.uuid for m in messages
+              if m.trace_id and m.role == Message.Role.ASSISTANT and _blocks(m, "tool_use")}
+    if not traces:
+        return {}
+    steps, _ = card_steps(list(traces), arguments_chars=0)
+    return tool_cards(steps, {}, traces)
+
+
+def message_out(message: Message, cards: dict[tuple[int, str], ToolCard] | None = None) -> dict[str, Any]:
+    """``cards``: the tool cards of its trace (``message_cards``), for its calls' status."""
+    cards = cards or {}
     return {
         "id": str(message.uuid), "role": message.role, "text": message.text, "outcome": message.outcome,
+        "tool_calls": [_tool_call_out(b, cards.get((message.trace_id, str(b.get("id") or ""))))
+                       for b in _blocks(message, "tool_use")],
+        "tool_results": [_tool_result_out(b) for b in _blocks(message, "tool_result")],
         "trace": str(message.trace.uuid) if message.trace else None,
         "parent_turn": str(message.parent_turn.uuid) if message.parent_turn else None,
         "author": message.author.get_username() if message.author else None,
@@ -191,7 +263,8 @@ def message_list(request: HttpRequest, conversation_id: str, page: Query[PagePar
     rows = (Message.objects.filter(conversation=conversation)
             .select_related("trace", "parent_turn", "author").only(*MESSAGE_COLUMNS))
     found, next_cursor = paginate(rows, page, newest_first=False)
-    return {"data": [message_out(m) for m in found], "next_cursor": next_cursor}
+    cards = message_cards(found)
+    return {"data": [message_out(m, cards) for m in found], "next_cursor": next_cursor}
 
 
 def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[Trace, bool, float]:

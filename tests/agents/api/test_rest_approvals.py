@@ -300,12 +300,13 @@ def test_a_turn_waiting_for_approval_is_stopped_through_the_api(careful, alice, 
     assert Step.objects.get(trace=trace, kind="approval").status != "waiting"
 
 
-async def _frames(response, until, timeout=20.0) -> str:
-    """What the streamed response sends until ``until(text so far)`` holds."""
+async def _frames(response, until) -> str:
+    """What the streamed response sends until ``until(text so far)`` holds (20 s at most)."""
     text = ""
     frames = response.streaming_content
-    while not until(text):
-        text += (await asyncio.wait_for(anext(frames), timeout)).decode()
+    async with asyncio.timeout(20):
+        while not until(text):
+            text += (await anext(frames)).decode()
     return text
 
 
@@ -363,3 +364,65 @@ async def test_the_rest_event_stream_tells_a_call_that_waits_already(careful, al
     await sync_to_async(decide)(client, trace, step.call_id, approved=True)
     rest = await _frames(response, lambda text: "event: end" in text)
     assert "event: approval" not in rest and '"status":"completed"' in rest
+
+
+# -- a turn's tool calls, read back ---------------------------------------------------------------
+def messages(client, conversation):
+    response = client.get(f"/api/v1/conversations/{conversation.uuid}/messages")
+    assert response.status_code == 200, response.content
+    return response.json()["data"]
+
+
+def test_messages_carry_their_tool_calls_with_status_and_their_results(careful, alice, team_a, turns_run):
+    client = key_client(alice, team_a, ["chat"])
+    trace = send(client, careful, "What is 6 * 7?")
+    step = waiting_approval(trace)
+    assert decide(client, trace, step.call_id, approved=True).status_code == 200
+    ended(trace)
+
+    user, called, result, answer = messages(client, careful)
+
+    assert (user["role"], user["tool_calls"], user["tool_results"]) == ("user", [], [])
+    assert (called["role"], called["tool_results"]) == ("assistant", [])
+    [call] = called["tool_calls"]
+    assert call == {**call, "call_id": step.call_id, "name": "calculator", "arguments": {"expression": "6*7"},
+                    "status": "ok", "result": "42", "result_chars": 2, "error": "", "needs_approval": True,
+                    "decided_by": "alice"}
+    assert call["duration_ms"] is not None
+    assert (result["role"], result["tool_calls"]) == ("tool", [])
+    assert result["tool_results"] == [{"call_id": step.call_id, "name": "calculator", "output": "42",
+                                       "is_error": False}]
+    assert answer["role"] == "assistant" and "42" in answer["text"] and answer["tool_calls"] == []
+
+
+def test_a_denied_call_reads_as_denied(careful, alice, team_a, turns_run):
+    client = key_client(alice, team_a, ["chat"])
+    trace = send(client, careful, "What is 6 * 7?")
+    step = waiting_approval(trace)
+    decide(client, trace, step.call_id, approved=False, reason="No.")
+    ended(trace)
+
+    _, called, result, _ = messages(client, careful)
+
+    [call] = called["tool_calls"]
+    assert (call["status"], call["error"]) == ("denied", "Declined by the conversation's owner: No.")
+    assert result["tool_results"][0]["output"].startswith("Declined by the conversation's owner: No.")
+
+
+def test_reading_many_turns_tool_calls_takes_a_bounded_number_of_queries(conversation, alice, team_a,
+                                                                         sent_turns, django_assert_max_num_queries):
+    from agents.turns.tasks import turn_run
+
+    for n in range(4):
+        trace = turn_start(conversation=conversation, membership=member_of(alice, conversation),
+                           text=f"What is {n} * 7?")
+        assert turn_run(trace.pk) == "completed"
+    client = key_client(alice, team_a, ["chat"])
+    client.get("/api/v1/agents")  # the key's first use writes its last-used time
+
+    with django_assert_max_num_queries(6):
+        data = messages(client, conversation)
+
+    calls = [c for m in data for c in m["tool_calls"]]
+    assert len(calls) == 4 and {c["status"] for c in calls} == {"ok"}
+    assert [c["result"] for c in calls] == ["0", "7", "14", "21"]
