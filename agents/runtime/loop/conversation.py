@@ -19,7 +19,7 @@ from .. import history as history_ops
 from ..dispatch import ToolDispatcher
 from ..events import Compacted, Observer
 from ..messages import ImageBlock, Message, Role, TextBlock, ToolUseBlock, close_dangling_tool_uses
-from ..providers.base import ChatRequest
+from ..providers.base import REQUEST_PARAMS, ChatRequest
 from .types import INTERRUPTED_OUTPUT, CompactionInfo, CompactionSettings
 
 _CALL_ID = re.compile(r"^call_(\d+)$")
@@ -129,6 +129,8 @@ class Conversation:
             "tools": [s.name for s in request.tools or []],
             "temperature": request.temperature,
             "max_tokens": request.max_tokens,
+            # A caller's other per-request parameters (top_p, stop, seed …), when set.
+            **request.sampling(frozenset(REQUEST_PARAMS) - {"temperature", "max_tokens"}),
             "message_offset": offset,
             "messages": [m.to_dict() for m in request.messages[offset:]],
         }

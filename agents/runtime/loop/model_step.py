@@ -263,6 +263,7 @@ class ModelStep:
             tools=self.specs if sends_specs else None,
             temperature=self.cfg.temperature,
             max_tokens=self.cfg.max_tokens,
+            **self.cfg.request_params,
         )
 
     def vision_checked(self, messages: list[Message]) -> list[Message]:

@@ -54,6 +54,9 @@ class TurnConfig:
     dispatcher: str = "auto"  # "auto" | "native" | "xml"
     temperature: float | None = None
     max_tokens: int | None = None
+    # The request's other parameters a caller set for this turn (``ChatRequest`` fields among
+    # ``providers.base.REQUEST_PARAMS``: top_p, stop, seed, penalties, response_format).
+    request_params: dict[str, Any] = field(default_factory=dict)
     # The model's context window and the part of it kept for the answer: a request estimated
     # over the rest is shortened before it is sent (None: not checked).
     context_window: int | None = None

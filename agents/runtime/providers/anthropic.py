@@ -301,6 +301,8 @@ class AnthropicProvider(HttpProvider):
     kind = "anthropic"
     default_capabilities = Capabilities(native_tool_calling=True, vision=True,
                                         prompt_caching=True, streaming=True)
+    # The Messages API has no seed, penalties or response_format.
+    request_params = frozenset({"max_tokens", "temperature", "top_p", "stop"})
 
     def __init__(
         self,
@@ -350,8 +352,11 @@ class AnthropicProvider(HttpProvider):
             body["system"] = system
         if request.tools:
             body["tools"] = tools_to_anthropic(request.tools)
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
+        params = request.sampling(self.request_params)
+        params.pop("max_tokens", None)
+        if "stop" in params:
+            params["stop_sequences"] = params.pop("stop")
+        body.update(params)  # temperature, top_p, stop_sequences
         if stream:
             body["stream"] = True
         body.update(self.extra_body)

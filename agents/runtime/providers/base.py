@@ -45,6 +45,12 @@ class SystemBlock:
     cacheable: bool = False
 
 
+# The per-request parameters beyond the conversation itself that a caller may set (the
+# OpenAI-compatible API's request fields), as ``ChatRequest`` fields.
+REQUEST_PARAMS = ("max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty",
+                  "frequency_penalty", "response_format")
+
+
 @dataclass(slots=True)
 class ChatRequest:
     model: str
@@ -53,6 +59,20 @@ class ChatRequest:
     tools: list[ToolSpec] | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    # Sampling parameters a caller may set per request (``REQUEST_PARAMS``); None: the
+    # provider's default. A provider sends on those its ``request_params`` names.
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    # OpenAI's ``response_format`` ({"type": "json_object"} or a ``json_schema``), sent natively.
+    response_format: dict[str, Any] | None = None
+
+    def sampling(self, names: frozenset[str]) -> dict[str, Any]:
+        """The request's set parameters among ``names`` (a provider's ``request_params``)."""
+        return {name: getattr(self, name) for name in REQUEST_PARAMS
+                if name in names and getattr(self, name) is not None}
 
     @property
     def system_text(self) -> str:
@@ -224,6 +244,9 @@ class Provider(abc.ABC):
     # The shortest prompt, in tokens, that the provider's prompt cache keeps (Anthropic's and
     # OpenAI's 1,024); the cache explainer counts nothing lost below it.
     cache_min_tokens: int = 1024
+    # The ``REQUEST_PARAMS`` this kind sends on to its model; a caller's request setting
+    # another is refused before the turn starts.
+    request_params: frozenset[str] = frozenset({"max_tokens", "temperature"})
 
     def __init__(self, *, name: str = "", capabilities: dict[str, Any] | None = None) -> None:
         self.name = name or self.kind

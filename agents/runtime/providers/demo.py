@@ -49,6 +49,7 @@ from ..messages import Block, ImageBlock, Message, Role, TextBlock, ToolResultBl
 from ..pricing import Usage
 from ..trajectory import DECLINED_PREFIXES
 from .base import (
+    REQUEST_PARAMS,
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -213,6 +214,10 @@ class DemoProvider(Provider):
     # vision: it accepts images (and says it cannot look at them), so attaching one can be tried
     default_capabilities = Capabilities(native_tool_calling=True, streaming=True, vision=True,
                                         prompt_caching=True)
+    # It honours ``max_tokens`` and ``stop``; being deterministic, it writes the same answer
+    # whatever the temperature, top_p, seed or penalties (as a model at temperature 0 with a
+    # fixed seed would). It writes no JSON on request: ``response_format`` is not among them.
+    request_params = frozenset(REQUEST_PARAMS) - {"response_format"}
 
     def __init__(self, *, token_delay_s: float = 0.0, first_token_latency_s: float = 0.0,
                  request_latency_s: float = 0.0, cache_min_tokens: int = MIN_TOKENS,
@@ -266,6 +271,9 @@ class DemoProvider(Provider):
         text = decision.text
         if decision.calls and not native:
             text = _tool_call_tags(decision.calls)
+        text, cut = _bounded(text, decision.calls if native else [], request)
+        if cut:  # the answer ended before its calls were written
+            decision.calls = []
         if text:
             blocks.append(TextBlock(text))
         if decision.calls and native:
@@ -282,7 +290,7 @@ class DemoProvider(Provider):
         usage = Usage(input_tokens=input_tokens - cached, cache_read_tokens=cached,
                       output_tokens=max(_tokens(_output_chars(message)), 1))
         message.usage = usage
-        stop = "tool_use" if decision.calls and native else "end_turn"
+        stop = cut or ("tool_use" if decision.calls and native else "end_turn")
         response = ChatResponse(message=message, usage=usage, model=request.model or "demo",
                                 provider=self.name, stop_reason=stop,
                                 raw={"id": f"demo-{uuid.uuid4().hex[:24]}"})
@@ -625,6 +633,25 @@ def _tool_call_tags(calls: Sequence[_Call]) -> str:
 
 
 # -- usage --------------------------------------------------------------------------------------
+def _bounded(text: str, calls: list[_Call], request: ChatRequest) -> tuple[str, str | None]:
+    """The answer as a model bound by the request writes it, and why it was cut: before the
+    first of its ``stop`` sequences ("stop_sequence"), else at about ``max_tokens`` tokens of
+    text and calls ("max_tokens"). None: written whole."""
+    found = [at for at in (text.find(s) for s in request.stop or () if s) if at >= 0]
+    if found:
+        return text[:min(found)], "stop_sequence"
+    limit = request.max_tokens
+    calls_chars = sum(len(c.name) + len(str(c.arguments)) for c in calls)
+    if not limit or _tokens(len(text) + calls_chars) <= limit:
+        return text, None
+    kept = ""
+    for piece in _WORD_PIECES.findall(text):
+        if _tokens(len(kept) + len(piece)) > limit:
+            break
+        kept += piece
+    return kept or text[:limit * 4], "max_tokens"
+
+
 def _tokens(chars: int) -> int:
     return math.ceil(chars / 4) if chars > 0 else 0
 

@@ -50,6 +50,7 @@ from ._wire import (
     tool_instructions_text,
 )
 from .base import (
+    REQUEST_PARAMS,
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -346,6 +347,7 @@ class OpenAIProvider(HttpProvider):
 
     kind = "openai"
     default_capabilities = Capabilities(native_tool_calling=True, streaming=True)
+    request_params = frozenset(REQUEST_PARAMS)
 
     def __init__(
         self,
@@ -402,10 +404,11 @@ class OpenAIProvider(HttpProvider):
         }
         if native and request.tools:
             body["tools"] = tools_to_openai_format(request.tools)
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.max_tokens:
-            body[self.max_tokens_param] = request.max_tokens
+        params = request.sampling(self.request_params)
+        max_tokens = params.pop("max_tokens", None)
+        if max_tokens:
+            body[self.max_tokens_param] = max_tokens
+        body.update(params)  # the wire names are the request's: temperature, top_p, stop, seed …
         if stream:
             body["stream"] = True
             if self.stream_usage:
