@@ -33,8 +33,10 @@ class StreamOptions(Schema):
 class ChatCompletionIn(Schema):
     """OpenAI's request. ``model`` is an agent's slug, or ``<slug>/<model>`` for one of the
     models the agent may switch to. The agent's own system prompt, tools and settings apply;
-    sampling fields a client sends (temperature, top_p, …) are accepted and left to the agent's
-    configuration."""
+    the model parameters a request sets (``max_tokens``, ``temperature``, ``top_p``, ``stop``,
+    ``seed``, the penalties, ``response_format``) override the agent's for this turn when its
+    provider takes them, and are refused with a 400 naming them when it does not. Every other
+    field is honoured or refused (``agents.api.openai_params``), never ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -45,6 +47,22 @@ class ChatCompletionIn(Schema):
     tools: list[dict[str, Any]] | None = None
     n: int | None = None
     user: str | None = None
+    max_tokens: int | None = Field(None, ge=1, description="Caps each answer of the model, in tokens.")
+    max_completion_tokens: int | None = Field(None, ge=1, description="The same as max_tokens.")
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    stop: str | list[str] | None = Field(None, description="Up to 4 sequences that end the answer.")
+    seed: int | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    response_format: dict[str, Any] | None = Field(
+        None, description='{"type": "text"}; "json_object" and "json_schema" for agents on an '
+                          "OpenAI-compatible provider, which takes them natively.")
+    logprobs: bool | None = Field(None, description="Refused when true: not returned.")
+    top_logprobs: int | None = Field(None, description="Refused: log probabilities are not returned.")
+    tool_choice: str | dict[str, Any] | None = Field(
+        None, description='"auto" or "none" only: a request has no tools of its own.')
+    parallel_tool_calls: bool | None = Field(None, description="No effect: a request has no tools of its own.")
 
 
 class Usage(Schema):

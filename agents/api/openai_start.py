@@ -19,6 +19,7 @@ from agents.access import chat_check, conversation_act_check, conversation_get_o
 from agents.api.auth import scope_check
 from agents.api.end_users import end_user_clean, end_user_conversations
 from agents.api.errors import ApiError
+from agents.api.openai_params import chat_overrides, fields_sent
 from agents.api.openai_schemas import ChatCompletionIn, ChatMessageIn
 from agents.api.trace_context import request_trace_context
 from agents.models import Agent, Conversation, Message
@@ -59,6 +60,8 @@ class Prepared:
     trace_context: dict[str, str] = field(default_factory=dict)
     # The end user of the key's application it is for (``user``; ``agents.api.end_users``).
     end_user: str = ""
+    # The request's model parameters over the agent's settings (``openai_params``).
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +154,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
 def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
     agent, override = agent_for(caller.team, body.model)
     history, last = _conversation_of(body)
+    overrides = chat_overrides(body, agent, fields_sent(request.body))
     chat_check(caller.membership)
     end_user = end_user_clean(body.user, param="user")
     bound = request.headers.get(CONVERSATION_HEADER, "").strip()
@@ -179,7 +183,8 @@ def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Pr
     return Prepared(caller, agent, override, history, last, conversation,
                     conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
                     quota_keys, body.model, trace_context=request_trace_context(request),
-                    end_user=end_user)
+                    end_user=end_user,
+                    overrides=overrides)
 
 
 def chat_commit(prepared: Prepared) -> Started:
@@ -205,7 +210,7 @@ def chat_commit(prepared: Prepared) -> Started:
             trace = turn_send(conversation=conversation, membership=caller.membership,
                               text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
                               quota_keys=prepared.quota_keys, agent=prepared.agent,
-                              new_conversation=new,
+                              new_conversation=new, overrides=prepared.overrides,
                               **prepared.trace_context).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc

@@ -35,6 +35,7 @@ from agents.runtime.loop import (
 )
 from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.providers.base import REQUEST_PARAMS
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.tools import Tool as RuntimeTool
 from agents.team_config import kept, team_config_changed, team_config_read
@@ -158,6 +159,21 @@ def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | Non
         step_timeout_s=float(agent.step_timeout_s),
         timezone=settings.TIME_ZONE,
     )
+
+
+def turn_overrides_apply(config: TurnConfig, overrides: dict[str, Any] | None) -> None:
+    """The request's own model parameters (``Trace.meta["overrides"]``, checked when the
+    request was admitted) merged over the agent's settings in ``config``: ``max_tokens`` caps
+    the answer below the agent's own longest answer (never above it), ``temperature`` replaces
+    the agent's, and the others (``top_p``, ``stop``, ``seed``, the penalties,
+    ``response_format``) go into every model request of the turn."""
+    params = {k: v for k, v in (overrides or {}).items() if k in REQUEST_PARAMS and v is not None}
+    cap = params.pop("max_tokens", None)
+    if cap:
+        config.max_tokens = min(config.max_tokens, int(cap)) if config.max_tokens else int(cap)
+    if "temperature" in params:
+        config.temperature = float(params.pop("temperature"))
+    config.request_params = {**config.request_params, **params}
 
 
 def turn_traceparent_for(trace: Trace, *, sampled: bool = True) -> Callable[[int, str], str]:
@@ -327,6 +343,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
                          provider_kind=choice.provider.kind)
     config.memory_context = turn_memory(agent=agent, trace=trace, conversation=conversation,
                                         message=message)
+    turn_overrides_apply(config, (trace.meta or {}).get("overrides"))
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     if sampled is None:
         sampled = export_on(trace.team_id)

@@ -145,7 +145,8 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
               attachments: Sequence[str] = (), api_key: ApiKey | None = None,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
               quota_keys: list[str] | None = None, traceparent: str = "", tracestate: str = "",
-              agent: Agent | None = None, new_conversation: bool = False) -> SentTurn:
+              agent: Agent | None = None, new_conversation: bool = False,
+              overrides: dict[str, Any] | None = None) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -169,6 +170,11 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
     ``traceparent`` and ``tracestate``: the W3C trace context of the request that sent the
     message (an API call's headers); kept in the new trace's ``meta`` when valid, so the turn's
     spans join the caller's trace (``trace_context_meta``; an invalid one is ignored).
+
+    ``overrides``: the request's own model parameters for this turn (``max_tokens``,
+    ``temperature``, ``top_p``, ``stop`` …, as ``agents.runtime.providers.base.REQUEST_PARAMS``
+    name them), checked by the caller; kept in the trace's ``meta`` and merged over the agent's
+    settings when the turn is built (``agents.turns.builder.turn_overrides_apply``).
 
     ``membership`` is the sender's, as the request, socket or API key resolved it: who sends,
     in which team, with which role; it is not looked up again. Nor is what else the caller
@@ -215,10 +221,12 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
             parent_turn=parent_turn, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
-        context = trace_context_meta(traceparent, tracestate)
+        meta: dict[str, Any] = trace_context_meta(traceparent, tracestate)
+        if overrides:
+            meta["overrides"] = dict(overrides)
         trace = _turn_create(conversation=conversation, agent=agent, user_id=membership.user_id,
                              message=message, new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
-                             quota_keys=quota_keys, **({"meta": context} if context else {}))
+                             quota_keys=quota_keys, **({"meta": meta} if meta else {}))
         message.trace = trace
         message.save(update_fields=["trace"])
         if not conversation.title:
