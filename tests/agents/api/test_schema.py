@@ -39,7 +39,7 @@ def test_the_schema_is_valid_openapi():
 def test_every_operation_answers_as_documented(agent, conversation, sample_trace, alice, team_a, turns_run, use_redis):
     client = key_client(alice, team_a)
     values = {"agent_id": agent.slug, "conversation_id": str(conversation.uuid), "trace_id": sample_trace.uuid.hex,
-              "seq": "1", "call_id": "call_1"}
+              "seq": "1", "call_id": "call_1", "model": agent.slug}
     bodies = {
         "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
         "/api/v1/conversations/{conversation_id}/messages": {"text": "What is 2 + 2?"},
