@@ -426,3 +426,44 @@ def test_reading_many_turns_tool_calls_takes_a_bounded_number_of_queries(convers
     calls = [c for m in data for c in m["tool_calls"]]
     assert len(calls) == 4 and {c["status"] for c in calls} == {"ok"}
     assert [c["result"] for c in calls] == ["0", "7", "14", "21"]
+
+
+async def test_the_event_stream_tells_a_call_when_its_step_is_announced_and_once(conversation, alice, team_a,
+                                                                                 sent_turns, monkeypatch,
+                                                                                 close_thread_connections):
+    from channels.layers import get_channel_layer
+
+    from tests.agents.api.rest_keys import async_key_client
+    from traces.record import live
+
+    trace = await sync_to_async(turn_start)(conversation=conversation, membership=await sync_to_async(member_of)(
+        alice, conversation), text="What is 2 + 3?")
+    await sync_to_async(trace_claim)(trace_id=trace.pk, worker="w1")
+    client = await sync_to_async(async_key_client)(alice, team_a, ["chat"])
+    monkeypatch.setattr(turn_stream, "KEEPALIVE_S", 0.05)
+    response = await client.get(f"/api/v1/traces/{trace.uuid.hex}/events")
+    frames = response.streaming_content.__aiter__()
+    first = await asyncio.wait_for(anext(frames), 5)  # a comment while nothing happens: it listens
+    group = live.trace_group(trace.uuid)
+    assert first.startswith(b":") and get_channel_layer().groups.get(group)
+
+    step = await Step.objects.acreate(trace=trace, seq=1, kind="approval", status="waiting", name="calculator",
+                                      call_id="call_9", started_at=timezone.now(), meta={"timeout_s": 60})
+    await StepPayload.objects.acreate(step=step, kind="arguments", content='{"expression": "1+1"}')
+    announced = {"event": "step", "trace": trace.uuid.hex, "seq": 3, "step": 1, "status": "waiting",
+                 "kind": "approval"}
+    for _ in range(2):  # a frame delivered twice tells the call once
+        await live.publish([group], announced)
+    await Trace.objects.filter(pk=trace.pk).aupdate(status="cancelled")
+    await live.publish([group], {"event": "trace", "trace": trace.uuid.hex, "seq": 4, "status": "cancelled"})
+    text = ""
+    async with asyncio.timeout(10):
+        async for frame in frames:
+            text += frame.decode()
+
+    names = [b.split("\n", 1)[0].removeprefix("event: ") for b in text.split("\n\n") if b.startswith("event: ")]
+    assert names == ["step", "approval", "step", "trace", "end"]
+    data = json.loads(next(b for b in text.split("\n\n") if b.startswith("event: approval")).split("data: ", 1)[1])
+    assert data == {**data, "call_id": "call_9", "tool": "calculator", "arguments": {"expression": "1+1"},
+                    "timeout_s": 60,
+                    "decide_url": f"http://testserver/api/v1/traces/{trace.uuid.hex}/approvals/call_9"}
