@@ -11,7 +11,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_POST
 
-from agents.turns.services import approval_decide, turn_cancel
+from agents.turns.approvals import approval_decide
+from agents.turns.services import turn_cancel
 from agentsite.access import team_required
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back

@@ -8,7 +8,8 @@ from __future__ import annotations
 from agents.chat.services import conversation_create
 from agents.runtime.providers.base import ProviderError
 from agents.runtime.providers.demo import DemoProvider
-from agents.turns.services import approval_decide, turn_start
+from agents.turns.approvals import approval_decide
+from agents.turns.services import turn_start
 from tests.approvals import waiting_approval
 from tests.members import member_of
 from traces.models import Trace

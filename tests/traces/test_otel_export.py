@@ -15,7 +15,8 @@ import time
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.turns.services import approval_decide, turn_cancel, turn_start
+from agents.turns.approvals import approval_decide
+from agents.turns.services import turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.approvals import waiting_approval
 from tests.helpers import wait_for

@@ -24,7 +24,8 @@ from agents.api.auth import caller_of, scope_check
 from agents.api.errors import ApiError, errors
 from agents.api.rest.traces import trace_for
 from agents.api.turn_stream import approvals_waiting
-from agents.turns.services import APPROVAL_REASON_MAX_CHARS, approval_decide, turn_cancel
+from agents.turns.approvals import APPROVAL_REASON_MAX_CHARS, approval_decide
+from agents.turns.services import turn_cancel
 from agentsite.models import ApiKey
 from traces.models import Trace
 

@@ -147,7 +147,7 @@ def test_a_bad_body_is_a_400_naming_the_field(conversation, alice, team_a, waiti
 
 def test_a_decision_redis_did_not_take_is_a_503_to_retry(conversation, alice, team_a, waiting, monkeypatch):
     trace = waiting(conversation, alice)
-    monkeypatch.setattr("agents.turns.services.approval_signal_send", lambda **kwargs: False)
+    monkeypatch.setattr("agents.turns.approvals.approval_signal_send", lambda **kwargs: False)
 
     response = decide(key_client(alice, team_a, ["chat"]), trace, approved=True)
 

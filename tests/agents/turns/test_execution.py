@@ -15,7 +15,8 @@ from agents.runtime.events import LlmRequestStarted
 from agents.runtime.providers import registry
 from agents.runtime.providers.demo import DemoProvider
 from agents.turns import execution
-from agents.turns.services import approval_decide, turn_cancel, turn_start
+from agents.turns.approvals import approval_decide
+from agents.turns.services import turn_cancel, turn_start
 from agents.turns.tasks import turn_run
 from tests.approvals import waiting_approval
 from tests.helpers import drain, listen, wait_for

@@ -14,9 +14,10 @@ from agents.models import AgentVersion, Message, Provider, Tool
 from agents.runtime.replay import REFUSED_OUTPUT
 from agents.runtime.tools import FunctionTool
 from agents.tools import registry
+from agents.turns.approvals import approval_decide
 from agents.turns.fork import fork_start
 from agents.turns.lifecycle import trace_hand_back
-from agents.turns.services import approval_decide, turn_start
+from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from tests.agents.api.rest_keys import key_client
 from tests.approvals import waiting_approval

@@ -11,9 +11,9 @@ from django.urls import reverse
 
 from agents.chat.services import conversation_create
 from agents.models import Conversation, Message
+from agents.turns.approvals import approval_decide
 from agents.turns.lifecycle import trace_claim
 from agents.turns.services import (
-    approval_decide,
     conversation_stop,
     turn_cancel,
     turn_edit,

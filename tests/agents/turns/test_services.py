@@ -8,7 +8,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from agents.chat.services import conversation_create
 from agents.models import Conversation, Message
-from agents.turns.services import MAX_MESSAGE_CHARS, approval_decide, turn_cancel, turn_start
+from agents.turns.approvals import approval_decide
+from agents.turns.services import MAX_MESSAGE_CHARS, turn_cancel, turn_start
 from agents.turns.signals import cancel_key
 from tests.members import member_of
 from traces.models import Step, Trace
