@@ -106,14 +106,14 @@ def _usage(trace: Trace) -> dict[str, Any]:
             "completion_tokens_details": {"reasoning_tokens": trace.reasoning_tokens}}
 
 
-def _agentsite(request: HttpRequest, trace: Trace) -> dict[str, Any]:
+def trace_ref(request: HttpRequest, trace: Trace) -> dict[str, Any]:
     return {"trace_id": trace.uuid.hex,
             "trace_url": request.build_absolute_uri(reverse("trace_detail", args=[trace.uuid])),
             "conversation_id": trace.conversation.uuid.hex, "status": trace.status,
             "cost_usd": usd(trace.cost_usd), "iterations": trace.iterations}
 
 
-def _turn_error(trace: Trace) -> tuple[int, str, str]:
+def turn_error(trace: Trace) -> tuple[int, str, str]:
     """(status, message, code) for a turn that did not complete."""
     message = trace.error or f"The turn ended {trace.get_status_display().lower()}."
     if trace.status == Trace.Status.TIMED_OUT:
@@ -125,13 +125,13 @@ def _turn_error(trace: Trace) -> tuple[int, str, str]:
     return 502, message, trace.error_kind or "turn_failed"
 
 
-def _headers(response: HttpResponse, prepared: Prepared) -> HttpResponse:
+def turn_headers(response: HttpResponse, prepared: Prepared) -> HttpResponse:
     response["X-Agentsite-Trace-Id"] = prepared.trace_uuid.hex
     response["X-Agentsite-Conversation-Id"] = prepared.conversation_uuid.hex
     return response
 
 
-def _error(status: int, message: str, code: str) -> dict[str, Any]:
+def error_body(status: int, message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": TYPES.get(status, "api_error"), "param": None,
                       "code": code}}
 
@@ -142,7 +142,7 @@ def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dic
             "choices": [{"index": 0, "finish_reason": _finish_reason(trace), "logprobs": None,
                          "message": {"role": "assistant", "content": trace.answer, "refusal": None}}],
             "usage": _usage(trace), "system_fingerprint": None,
-            "agentsite": _agentsite(request, trace)}
+            "agentsite": trace_ref(request, trace)}
 
 
 @router.post("/v1/chat/completions", response={200: ChatCompletion, **ERRORS},
@@ -164,7 +164,7 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
             content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
-        return _headers(response, prepared)
+        return turn_headers(response, prepared)
     started = await db_async(chat_commit)(prepared)
     try:
         trace = await turn_wait(started.trace, timeout_s=timeout, fresh=True)
@@ -175,24 +175,36 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         raise
     if trace is None:
         await db_async(turn_stop)(started.trace, prepared.caller.membership)
-        response = JsonResponse(_error(504, "The turn did not end in time and was stopped.",
+        response = JsonResponse(error_body(504, "The turn did not end in time and was stopped.",
                                        "turn_timed_out"), status=504)
         response["X-Should-Retry"] = "false"
-        return _headers(response, prepared)
+        return turn_headers(response, prepared)
     if trace.status != Trace.Status.COMPLETED:
-        status, message, code = _turn_error(trace)
-        response = JsonResponse(_error(status, message, code), status=status)
+        status, message, code = turn_error(trace)
+        response = JsonResponse(error_body(status, message, code), status=status)
         # The turn ran (its tools may have acted): OpenAI's clients must not send it again.
         response["X-Should-Retry"] = "false"
-        return _headers(response, prepared)
+        return turn_headers(response, prepared)
     # The trace was read with its conversation and its answer's outcome: no query here.
-    return _headers(JsonResponse(completion_body(request, started, trace)), prepared)
+    return turn_headers(JsonResponse(completion_body(request, started, trace)), prepared)
 
 
 # -- streaming -----------------------------------------------------------------------------------
-def _sse(data: dict[str, Any] | str) -> bytes:
+def sse(data: dict[str, Any] | str) -> bytes:
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return f"data: {text}\n\n".encode()
+
+
+def frame_text(sent: dict[int, int], payload: dict[str, Any]) -> tuple[int, str]:
+    """A ``delta`` frame's model step and its text not sent yet, by what ``sent`` (step ->
+    characters sent, which this updates) holds: a frame delivered twice gives nothing new."""
+    step, offset, text = int(payload.get("step") or 0), int(payload.get("offset") or 0), payload.get("text") or ""
+    have = sent.get(step, 0)
+    if offset + len(text) <= have:
+        return step, ""
+    text = text[max(have - offset, 0):]
+    sent[step] = offset + len(text) if offset > have else have + len(text)
+    return step, text
 
 
 class _Text:
@@ -207,12 +219,9 @@ class _Text:
         self.step_text = ""
 
     def take(self, payload: dict[str, Any]) -> str:
-        step, offset, text = int(payload.get("step") or 0), int(payload.get("offset") or 0), payload.get("text") or ""
-        have = self.sent.get(step, 0)
-        if offset + len(text) <= have:
+        step, text = frame_text(self.sent, payload)
+        if not text:
             return ""
-        text = text[max(have - offset, 0):]
-        self.sent[step] = offset + len(text) if offset > have else have + len(text)
         if step != self.last_step:
             self.step_text = ""
             if self.streamed:
@@ -233,7 +242,7 @@ class _Text:
             self.last_step = -1
 
 
-def _approval(request: HttpRequest, payload: dict[str, Any]) -> dict[str, Any]:
+def approval_ref(request: HttpRequest, payload: dict[str, Any]) -> dict[str, Any]:
     """A call waiting for approval, as a chunk's ``agentsite`` field: ``{"trace_id",
     "approval": {"call_id", "tool", "arguments", "waiting_since", "expires_at", "timeout_s",
     "decide_url"}}`` (``POST`` ``{"approved": …, "reason": …}`` there with the same key)."""
@@ -249,7 +258,7 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
             "created": int(time.time()), "model": prepared.model, "system_fingerprint": None}
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+        return sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
                                           "logprobs": None}], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
@@ -257,11 +266,11 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
         try:
             trace = (await db_async(chat_commit)(prepared)).trace
         except ApiError as exc:
-            yield _sse(_error(exc.status, exc.message, exc.code or "invalid_request"))
+            yield sse(error_body(exc.status, exc.message, exc.code or "invalid_request"))
             return
         except DatabaseError:
             logger.exception("a streamed request's turn could not be stored")
-            yield _sse(_error(503, "The turn could not be stored; nothing was started. Try again.",
+            yield sse(error_body(503, "The turn could not be stored; nothing was started. Try again.",
                               "storage_unavailable"))
             return
         text = _Text()
@@ -281,12 +290,12 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                         text.restart(int(payload["restarted_step"]))
                     elif event == "approval":
                         # An empty delta: a client that does not know the field reads nothing.
-                        yield chunk({}, agentsite=_approval(request, payload))
+                        yield chunk({}, agentsite=approval_ref(request, payload))
                     elif event == "end":
                         ended = payload["trace"]
         except TurnTimeout:
             await db_async(turn_stop)(trace, request.membership)
-            yield _sse(_error(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
+            yield sse(error_body(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
             return
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away: the turn stops too, instead of running on unseen.
@@ -294,8 +303,8 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
             raise
     assert ended is not None
     if ended.status != Trace.Status.COMPLETED:
-        status, message, code = _turn_error(ended)
-        yield _sse(_error(status, message, code))
+        status, message, code = turn_error(ended)
+        yield sse(error_body(status, message, code))
         return
     answer = ended.answer or ""
     so_far = text.step_text
@@ -307,7 +316,7 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
     # The trace was read with its conversation and its answer's outcome: no query here.
     yield chunk({}, _finish_reason(ended))
     if include_usage:
-        extra = _agentsite(request, ended)
-        yield _sse({**head, "choices": [], "usage": _usage(ended), "agentsite": extra})
-    yield _sse("[DONE]")
+        extra = trace_ref(request, ended)
+        yield sse({**head, "choices": [], "usage": _usage(ended), "agentsite": extra})
+    yield sse("[DONE]")
 

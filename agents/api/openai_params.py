@@ -77,7 +77,7 @@ def _unsupported(name: str, value: Any) -> str | None:
             "out (docs: “What happens to each request field”).")
 
 
-def _response_format(value: dict[str, Any] | None) -> dict[str, Any] | None:
+def response_format_of(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ``response_format`` to send on to the model: None for text."""
     kind = (value or {}).get("type", "text")
     if kind == "text":
@@ -140,8 +140,15 @@ def chat_overrides(body: ChatCompletionIn, agent: Agent, sent: dict[str, Any]) -
         "seed": ("seed", body.seed),
         "presence_penalty": ("presence_penalty", body.presence_penalty),
         "frequency_penalty": ("frequency_penalty", body.frequency_penalty),
-        "response_format": ("response_format", _response_format(body.response_format)),
+        "response_format": ("response_format", response_format_of(body.response_format)),
     }
+    return overrides_for(agent, sent)
+
+
+def overrides_for(agent: Agent, sent: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """The turn's overrides from ``sent`` (request field -> (``ChatRequest`` field, value; None
+    for not sent)), or an ``ApiError`` (400) naming the first field ``agent``'s provider does not
+    take."""
     taken = _params_of(agent)
     overrides: dict[str, Any] = {}
     for field, (param, value) in sent.items():
@@ -168,9 +175,9 @@ def _params_of(agent: Agent) -> frozenset[str] | None:
 
 def _not_taken(agent: Agent, field: str) -> str:
     kind = agent.provider.get_kind_display()
-    if field == "response_format":
+    if field in ("response_format", "text.format"):
         return (f"response_format json_object and json_schema are not supported yet for the "
                 f"agent {agent.slug!r}, whose model's provider is {kind}: only OpenAI-compatible "
-                "providers take them. Leave response_format out (or send type \"text\").")
+                f"providers take them. Leave {field} out (or send type \"text\").")
     return (f"The agent {agent.slug!r} answers with a model of the provider kind {kind}, which "
             f"does not take {field}; leave it out.")

@@ -62,6 +62,9 @@ class Prepared:
     end_user: str = ""
     # The request's model parameters over the agent's settings (``openai_params``).
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The turn of ``conversation`` it continues (None: the newest), and what its trace keeps.
+    parent: Trace | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,9 +129,17 @@ def _conversation_of(body: ChatCompletionIn) -> tuple[list[tuple[str, str]], str
             instructions.append(text)
         else:
             turns.append((message.role, text))
+    return history_and_last(instructions, turns, param="messages")
+
+
+def history_and_last(instructions: list[str], turns: list[tuple[str, str]], *,
+                     param: str) -> tuple[list[tuple[str, str]], str]:
+    """``turns`` (role, text) as a history and the last message, which must be the person's;
+    the caller's ``instructions`` go at the head of the first user message (the agent's own
+    system prompt stays the system prompt)."""
     if not turns or turns[-1][0] != "user":
         raise ApiError(400, "The last message must be the person's (role 'user').",
-                       param="messages", code="last_message_not_user")
+                       param=param, code="last_message_not_user")
     if instructions:
         head = "Instructions from the caller:\n" + "\n\n".join(instructions)
         first = next(i for i, (role, _) in enumerate(turns) if role == "user")
@@ -148,26 +159,41 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
     budgets, and the rate limits (whose places this takes, under the turn's id to be)."""
     caller = scope_check(request, Scope.CHAT)
     with team_config_read(caller.team.pk):  # the agent and budgets as this process has them
-        return _prepare(request, body, caller)
+        agent, override = agent_for(caller.team, body.model)
+        history, last = _conversation_of(body)
+        overrides = chat_overrides(body, agent, fields_sent(request.body))
+        chat_check(caller.membership)
+        end_user = end_user_clean(body.user, param="user")
+        bound = request.headers.get(CONVERSATION_HEADER, "").strip()
+        conversation = None
+        if bound:  # with ``user``, only that end user's conversation (any other is a 404)
+            conversation = conversation_for(caller, agent, end_user, uuid=bound)
+            history = []
+        return turn_prepare(request, caller, agent=agent, override=override, model=body.model,
+                            history=history, last=last, conversation=conversation,
+                            end_user=end_user, overrides=overrides)
 
 
-def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Prepared:
-    agent, override = agent_for(caller.team, body.model)
-    history, last = _conversation_of(body)
-    overrides = chat_overrides(body, agent, fields_sent(request.body))
-    chat_check(caller.membership)
-    end_user = end_user_clean(body.user, param="user")
-    bound = request.headers.get(CONVERSATION_HEADER, "").strip()
-    conversation = None
-    if bound:  # with ``user``, only that end user's conversation (any other is a 404)
-        conversation = conversation_get_or_404(
-            caller.membership, end_user_conversations(Conversation.objects.all(), caller, end_user),
-            uuid=bound)
-        if conversation.agent_id != agent.pk:
-            raise ApiError(400, f"This conversation is with another agent; send model "
-                                f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
-        conversation_act_check(caller.membership, conversation, "send messages in it")
-        history = []
+def conversation_for(caller: Caller, agent: Agent, end_user: str, **lookup: Any) -> Conversation:
+    """The stored conversation a request continues (``lookup``: its ``uuid``, or ``pk``): one
+    the key's person may see and send in, the request's end user's when it names one (any other
+    is a 404), with ``agent``."""
+    conversation = conversation_get_or_404(
+        caller.membership, end_user_conversations(Conversation.objects.all(), caller, end_user),
+        **lookup)
+    if conversation.agent_id != agent.pk:
+        raise ApiError(400, f"This conversation is with another agent; send model "
+                            f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
+    conversation_act_check(caller.membership, conversation, "send messages in it")
+    return conversation
+
+
+def turn_prepare(request: HttpRequest, caller: Caller, *, agent: Agent, override: str, model: str,
+                 history: list[tuple[str, str]], last: str, conversation: Conversation | None,
+                 end_user: str, overrides: dict[str, Any], parent: Trace | None = None,
+                 meta: dict[str, Any] | None = None) -> Prepared:
+    """A turn's request, read from either protocol, checked and admitted: the message's text,
+    the conversation it continues (open), the budgets and the rate limits."""
     try:
         last = message_text_clean(last)
         if conversation is not None:
@@ -182,9 +208,8 @@ def _prepare(request: HttpRequest, body: ChatCompletionIn, caller: Caller) -> Pr
                             request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
     return Prepared(caller, agent, override, history, last, conversation,
                     conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
-                    quota_keys, body.model, trace_context=request_trace_context(request),
-                    end_user=end_user,
-                    overrides=overrides)
+                    quota_keys, model, trace_context=request_trace_context(request),
+                    end_user=end_user, overrides=overrides, parent=parent, meta=meta or {})
 
 
 def chat_commit(prepared: Prepared) -> Started:
@@ -211,6 +236,8 @@ def chat_commit(prepared: Prepared) -> Started:
                               text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
                               quota_keys=prepared.quota_keys, agent=prepared.agent,
                               new_conversation=new, overrides=prepared.overrides,
+                              meta=prepared.meta,
+                              **({"parent": prepared.parent} if prepared.parent else {}),
                               **prepared.trace_context).trace
         except ValidationError as exc:
             raise ApiError(400, " ".join(exc.messages), param="messages") from exc

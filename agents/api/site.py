@@ -9,6 +9,7 @@ from agents.api.auth import KeyAuth
 from agents.api.errors import install_handlers
 from agents.api.openai import router as openai_router
 from agents.api.parser import SafeJsonParser
+from agents.api.responses import router as responses_router
 from agents.api.rest import agents as rest_agents
 from agents.api.rest import approvals as rest_approvals
 from agents.api.rest import conversations as rest_conversations
@@ -31,8 +32,8 @@ api = AgentsiteApi(
     title="agentsite API",
     version="1",
     description=("Call a team's agents and read its traces and costs with a team API key "
-                 "(`Authorization: Bearer ask_…`). `/v1/chat/completions` and `/v1/models` speak "
-                 "OpenAI's protocol; everything else is under `/api/v1/`. Errors always have "
+                 "(`Authorization: Bearer ask_…`). `/v1/chat/completions`, `/v1/responses` and `/v1/models` "
+                 "speak OpenAI's protocols; everything else is under `/api/v1/`. Errors always have "
                  "OpenAI's shape: `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`."),
     auth=KeyAuth(),
     urls_namespace="api",
@@ -42,6 +43,7 @@ api = AgentsiteApi(
 )
 install_handlers(api)
 api.add_router("", openai_router)
+api.add_router("", responses_router)
 api.add_router("api/v1/agents", rest_agents.router)
 api.add_router("api/v1/conversations", rest_conversations.router)
 api.add_router("api/v1/traces", rest_traces.router)

@@ -145,7 +145,8 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
               quota_keys: list[str] | None = None, traceparent: str = "", tracestate: str = "",
               agent: Agent | None = None, new_conversation: bool = False,
-              overrides: dict[str, Any] | None = None) -> SentTurn:
+              overrides: dict[str, Any] | None = None,
+              meta: dict[str, Any] | None = None) -> SentTurn:
     """Store the user's message and a queued trace for it, in one transaction; the turn task is
     sent once it commits.
 
@@ -174,6 +175,7 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
     ``temperature``, ``top_p``, ``stop`` …, as ``agents.runtime.providers.base.REQUEST_PARAMS``
     name them), checked by the caller; kept in the trace's ``meta`` and merged over the agent's
     settings when the turn is built (``agents.turns.builder.turn_overrides_apply``).
+    ``meta``: more that the new trace keeps in its ``meta`` (the Responses API's own fields).
 
     ``membership`` is the sender's, as the request, socket or API key resolved it: who sends,
     in which team, with which role; it is not looked up again. Nor is what else the caller
@@ -220,12 +222,12 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
             parent_turn=parent_turn, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
-        meta: dict[str, Any] = trace_context_meta(traceparent, tracestate)
+        trace_meta: dict[str, Any] = {**trace_context_meta(traceparent, tracestate), **(meta or {})}
         if overrides:
-            meta["overrides"] = dict(overrides)
+            trace_meta["overrides"] = dict(overrides)
         trace = _turn_create(conversation=conversation, agent=agent, user_id=membership.user_id,
                              message=message, new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
-                             quota_keys=quota_keys, **({"meta": meta} if meta else {}))
+                             quota_keys=quota_keys, **({"meta": trace_meta} if trace_meta else {}))
         message.trace = trace
         message.save(update_fields=["trace"])
         if not conversation.title:

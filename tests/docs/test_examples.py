@@ -7,7 +7,8 @@ name (``demo-assistant``), with the server and key in ``AGENTSITE_URL`` and
 The Python examples run on this virtualenv (``openai``, ``langchain-openai`` and ``httpx`` are in
 the dev extra), except LiteLLM's: the project's virtualenv never gets LiteLLM, so it runs on the
 benchmarks' LiteLLM virtualenv in the machine's cache (``bench/_litellm.py``; installed on first
-use, about a minute). Where that cannot be installed, or ``curl`` is missing, the test skips
+use, about a minute), and openai-agents', whose package shares this project's app's name
+(``tests/e2e/clients/openai_agents.py``). Where that cannot be installed, or ``curl`` is missing, the test skips
 saying why."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from agentsite.stack import Stack
+from tests.e2e.clients import openai_agents
 
 pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
 
@@ -91,6 +93,23 @@ def test_the_litellm_example(stack):
     assert_answered_then_streamed(lines)
 
 
+def test_the_openai_responses_example(stack):
+    lines = run(stack, python("openai_responses.py"))
+
+    assert ANSWER in lines[0], lines
+    assert lines[1].startswith("the agent called calculator -> 42"), lines
+    assert "demo model" in lines[2], lines
+    assert re.fullmatch(r"\d+ tokens", lines[-1]), lines
+
+
+def test_the_openai_agents_example(stack):
+    # openai-agents' package is named ``agents``, as this project's app is: its own virtualenv.
+    lines = run(stack, [str(openai_agents.prepare()), str(EXAMPLES / "openai_agents_client.py")])
+
+    assert ANSWER in lines[0], lines
+    assert "demo model" in lines[1], lines
+
+
 def test_the_httpx_rest_example(stack):
     lines = run(stack, python("rest_client.py"))
 
@@ -130,6 +149,8 @@ EXAMPLE_TESTS: dict[str, Callable] = {
     "openai_client.py": test_the_openai_client_example,
     "langchain_client.py": test_the_langchain_example,
     "litellm_client.py": test_the_litellm_example,
+    "openai_responses.py": test_the_openai_responses_example,
+    "openai_agents_client.py": test_the_openai_agents_example,
     "rest_client.py": test_the_httpx_rest_example,
     "curl_chat.sh": test_the_curl_chat_example_answers_then_streams,
     "curl_rest.sh": test_the_curl_rest_example_lists_the_agents,

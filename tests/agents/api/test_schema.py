@@ -39,11 +39,15 @@ def test_the_schema_is_valid_openapi():
 def test_every_operation_answers_as_documented(agent, conversation, sample_trace, alice, team_a, turns_run, use_redis):
     client = key_client(alice, team_a)
     values = {"agent_id": agent.slug, "conversation_id": str(conversation.uuid), "trace_id": sample_trace.uuid.hex,
-              "seq": "1", "call_id": "call_1", "model": agent.slug}
+              "seq": "1", "call_id": "call_1", "model": agent.slug,
+              "response_id": f"resp_{sample_trace.uuid.hex}"}
+    # A path's own values: the response cancelled is the one created (the other is deleted).
+    path_values: dict[str, dict[str, str]] = {}
     bodies = {
         "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
         "/api/v1/conversations/{conversation_id}/messages": {"text": "What is 2 + 2?"},
         "/v1/chat/completions": {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/responses": {"model": agent.slug, "input": "hi"},
         "/api/v1/traces/{trace_id}/approvals/{call_id}": {"approved": True},
         "/api/v1/traces/{trace_id}/fork": {"seq": sample_trace.steps.filter(kind="llm_request")
                                            .order_by("seq").values_list("seq", flat=True).first()},
@@ -51,10 +55,13 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
     queries = {"/api/v1/traces/compare": {"a": sample_trace.uuid.hex, "b": sample_trace.uuid.hex}}
     called, problems = [], []
     for path, operations in schema()["paths"].items():
-        url = PARAM.sub(lambda m: values[m.group(1)], path)
+        these = {**values, **path_values.get(path, {})}
+        url = PARAM.sub(lambda m, these=these: these[m.group(1)], path)
         for method, operation in operations.items():
             if method == "post":
                 response = client.post(url, bodies.get(path, {}), content_type="application/json")
+                if path == "/v1/responses" and response.status_code == 200:
+                    path_values["/v1/responses/{response_id}/cancel"] = {"response_id": response.json()["id"]}
             else:
                 response = getattr(client, method)(url, queries.get(path))
             documented = {int(code) for code in operation["responses"]}
@@ -105,11 +112,14 @@ def test_a_post_to_an_unknown_api_path_is_a_json_404_not_a_csrf_page():
     """What OpenAI's clients send to endpoints agentsite does not have: a POST with a key and
     no cookie or CSRF token. They must read the answer as a missing endpoint."""
     strict = Client(enforce_csrf_checks=True, HTTP_AUTHORIZATION="Bearer ask_unknown")
-    for path in ("/v1/responses", "/v1/embeddings", "/v1/completions", "/api/v1/nothing-here"):
+    for path in ("/v1/embeddings", "/v1/completions", "/api/v1/nothing-here"):
         response = strict.post(path, "{}", content_type="application/json")
         assert response.status_code == 404, (path, response.content[:200])
         assert response["Content-Type"] == "application/json"
         assert response.json()["error"]["code"] == "unknown_endpoint"
+    # One that exists answers as the API, never with the CSRF page: here, the key is unknown.
+    response = strict.post("/v1/responses", "{}", content_type="application/json")
+    assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
 
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [
