@@ -61,7 +61,7 @@ test-llm: $(VENV)/.installed-dev
 test-llm-suites:
 	@status=0; \
 	$(PY) -m pytest tests/llm -p no:cacheprovider $(PYTEST_ARGS) || status=1; \
-	$(PY) -m pytest tests/e2e/test_llm_chat.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
+	$(PY) -m pytest tests/e2e/test_llm_chat.py tests/e2e/test_llm_api.py --confcutdir=tests/e2e -p no:cacheprovider $(E2E_ARGS) || status=1; \
 	exit $$status
 
 # The OpenTelemetry export tests (tests/otel), against a real Arize Phoenix: tests/otel/phoenix.py

@@ -2,8 +2,9 @@
 turn's overrides of the agent's settings (``agents.turns.builder.turn_overrides_apply``), or
 refused with a 400 naming it — never silently ignored.
 
-A parameter the agent's provider cannot send on (Anthropic has no ``seed``; the offline demo
-model writes no JSON on request) is refused as well, naming it. Fields of OpenAI's protocol that
+A parameter the agent's provider cannot send on (Anthropic has no ``seed``) is refused as well,
+naming it; ``response_format`` is the exception: a provider that does not take it is asked for
+it in the prompt, and the answer is checked either way (``agents.turns.answer_format``). Fields of OpenAI's protocol that
 ask for something agentsite does not do (``logprobs``, ``logit_bias``, audio …) are refused when
 they ask for it, accepted when they hold their default (``logprobs: false``); a field OpenAI's
 protocol does not have is refused.
@@ -18,6 +19,7 @@ from agents.api.errors import ApiError
 from agents.api.openai_schemas import ChatCompletionIn
 from agents.models import Agent
 from agents.runtime.providers import get_provider_class
+from agents.turns.answer_format import format_problem
 
 MAX_STOP_SEQUENCES = 4
 
@@ -90,9 +92,18 @@ def response_format_of(value: dict[str, Any] | None) -> dict[str, Any] | None:
                 spec.get("schema", {}), dict):
             raise ApiError(400, "response_format json_schema needs a json_schema object with a "
                                 "name and a schema.", param="response_format.json_schema")
-        return {"type": "json_schema", "json_schema": spec}
+        return format_checked({"type": "json_schema", "json_schema": spec},
+                              param="response_format.json_schema.schema")
     raise ApiError(400, f"response_format type {kind!r} is not one of text, json_object, "
                         "json_schema.", param="response_format.type")
+
+
+def format_checked(response_format: dict[str, Any], *, param: str) -> dict[str, Any]:
+    """``response_format`` when its schema can be checked, else a 400 on ``param``."""
+    problem = format_problem(response_format)
+    if problem is not None:
+        raise ApiError(400, problem, param=param, code="invalid_schema")
+    return response_format
 
 
 def _stop(value: str | list[str] | None) -> list[str] | None:
@@ -154,7 +165,9 @@ def overrides_for(agent: Agent, sent: dict[str, tuple[str, Any]]) -> dict[str, A
     for field, (param, value) in sent.items():
         if value is None:
             continue
-        if taken is not None and param not in taken:
+        # A format the provider does not take is asked for in the prompt; the answer is
+        # checked either way (``agents.turns.answer_format``).
+        if taken is not None and param not in taken and param != "response_format":
             raise ApiError(400, _not_taken(agent, field), param=field,
                            code="unsupported_parameter")
         overrides[param] = value
@@ -175,9 +188,5 @@ def _params_of(agent: Agent) -> frozenset[str] | None:
 
 def _not_taken(agent: Agent, field: str) -> str:
     kind = agent.provider.get_kind_display()
-    if field in ("response_format", "text.format"):
-        return (f"response_format json_object and json_schema are not supported yet for the "
-                f"agent {agent.slug!r}, whose model's provider is {kind}: only OpenAI-compatible "
-                f"providers take them. Leave {field} out (or send type \"text\").")
     return (f"The agent {agent.slug!r} answers with a model of the provider kind {kind}, which "
             f"does not take {field}; leave it out.")

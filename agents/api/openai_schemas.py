@@ -34,8 +34,9 @@ class ChatCompletionIn(Schema):
     """OpenAI's request. ``model`` is an agent's slug, or ``<slug>/<model>`` for one of the
     models the agent may switch to. The agent's own system prompt, tools and settings apply;
     the model parameters a request sets (``max_tokens``, ``temperature``, ``top_p``, ``stop``,
-    ``seed``, the penalties, ``response_format``) override the agent's for this turn when its
-    provider takes them, and are refused with a 400 naming them when it does not. Every other
+    ``seed``, the penalties) override the agent's for this turn when its provider takes them,
+    and are refused with a 400 naming them when it does not; ``response_format`` is enforced
+    for every provider (``agents.turns.answer_format``). Every other
     field is honoured or refused (``agents.api.openai_params``), never ignored."""
 
     model_config = ConfigDict(extra="allow")
@@ -56,8 +57,9 @@ class ChatCompletionIn(Schema):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     response_format: dict[str, Any] | None = Field(
-        None, description='{"type": "text"}; "json_object" and "json_schema" for agents on an '
-                          "OpenAI-compatible provider, which takes them natively.")
+        None, description='{"type": "text"}, "json_object" or "json_schema": sent to the model when '
+                          "its provider takes it, else asked for in the prompt; the answer is "
+                          "checked, asked for once more if it fails, then an invalid_output error.")
     logprobs: bool | None = Field(None, description="Refused when true: not returned.")
     top_logprobs: int | None = Field(None, description="Refused: log probabilities are not returned.")
     tool_choice: str | dict[str, Any] | None = Field(

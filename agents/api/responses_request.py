@@ -20,7 +20,7 @@ from agents.access import chat_check, conversation_get_or_404
 from agents.api.auth import scope_check
 from agents.api.end_users import end_user_clean
 from agents.api.errors import ApiError
-from agents.api.openai_params import fields_sent, overrides_for
+from agents.api.openai_params import fields_sent, format_checked, overrides_for
 from agents.api.openai_start import (
     Prepared,
     agent_for,
@@ -181,7 +181,8 @@ def text_format_of(text: dict[str, Any] | None) -> dict[str, Any] | None:
             raise ApiError(400, "text.format json_schema needs a name and a schema object.",
                            param="text.format")
         schema = {k: spec[k] for k in ("name", "schema", "strict", "description") if k in spec}
-        return {"type": "json_schema", "json_schema": schema}
+        return format_checked({"type": "json_schema", "json_schema": schema},
+                              param="text.format.schema")
     raise ApiError(400, f"text.format type {kind!r} is not one of text, json_object, json_schema.",
                    param="text.format.type")
 

@@ -82,20 +82,30 @@ def _patterns_in(schema: Any) -> list[str]:
     return found
 
 
-def schema_problem(schema: Any) -> str | None:
-    """Why ``schema`` cannot describe a tool's arguments, in a sentence; None when it can."""
-    if not isinstance(schema, dict):
-        return "The parameters must be a JSON object (a JSON schema), for example {\"type\": \"object\", \"properties\": {}}."
+def json_schema_problem(schema: dict[str, Any], *, what: str = "The JSON schema") -> str | None:
+    """Why ``schema`` is not a JSON schema this validator can run (invalid, or a pattern RE2
+    refuses), in a sentence; None when it is."""
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = _path(exc.path) or _path(exc.schema_path)
         at = f" (at {where})" if where else ""
-        return f"The parameters are not a valid JSON schema{at}: {exc.message}."
+        verb = "are" if what == "The parameters" else "is"
+        return f"{what} {verb} not a valid JSON schema{at}: {exc.message}."
     for pattern in _patterns_in(schema):
         problem = pattern_problem(pattern)
         if problem is not None:
-            return f"The parameters schema has a pattern that cannot be used. {problem}"
+            return f"{what} has a pattern that cannot be used. {problem}"
+    return None
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` cannot describe a tool's arguments, in a sentence; None when it can."""
+    if not isinstance(schema, dict):
+        return "The parameters must be a JSON object (a JSON schema), for example {\"type\": \"object\", \"properties\": {}}."
+    problem = json_schema_problem(schema, what="The parameters")
+    if problem is not None:
+        return problem.replace("The parameters has a pattern", "The parameters schema has a pattern")
     if schema.get("type") != "object":
         return 'The parameters schema must describe an object: set "type": "object" at the top.'
     properties = schema.get("properties", {})

@@ -35,6 +35,7 @@ from agents.runtime.loop import (
 )
 from agents.runtime.messages import ImageBlock
 from agents.runtime.messages import Message as RuntimeMessage
+from agents.runtime.providers import get_provider_class
 from agents.runtime.providers.base import REQUEST_PARAMS
 from agents.runtime.providers.base import Provider as RuntimeProvider
 from agents.runtime.tools import Tool as RuntimeTool
@@ -44,6 +45,7 @@ from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
 from agents.tools.hooks import turn_message_hooks, turn_tool_hooks
 from agents.tools.mcp.services import mcp_refresh_if_stale
+from agents.turns.answer_format import answer_check, answer_instructions
 from agents.turns.attachments import with_image_data
 from agents.turns.budgets import BudgetHooks, budget_routes
 from agents.turns.providers import (
@@ -161,19 +163,38 @@ def turn_config(agent: Agent, model: str, *, model_settings: ModelSettings | Non
     )
 
 
-def turn_overrides_apply(config: TurnConfig, overrides: dict[str, Any] | None) -> None:
+def turn_overrides_apply(config: TurnConfig, overrides: dict[str, Any] | None, *,
+                         native: frozenset[str] | None = None) -> None:
     """The request's own model parameters (``Trace.meta["overrides"]``, checked when the
     request was admitted) merged over the agent's settings in ``config``: ``max_tokens`` caps
     the answer below the agent's own longest answer (never above it), ``temperature`` replaces
-    the agent's, and the others (``top_p``, ``stop``, ``seed``, the penalties,
-    ``response_format``) go into every model request of the turn."""
+    the agent's, and the others (``top_p``, ``stop``, ``seed``, the penalties) go into every
+    model request of the turn. ``response_format`` is checked on the answer
+    (``agents.turns.answer_format``), and sent to the model when its provider takes it
+    (``native``: the provider's request parameters; None, all of them), else asked for in the
+    system prompt."""
     params = {k: v for k, v in (overrides or {}).items() if k in REQUEST_PARAMS and v is not None}
+    response_format = params.pop("response_format", None)
+    if response_format:
+        config.answer_check = answer_check(response_format)
+        if native is None or "response_format" in native:
+            params["response_format"] = response_format
+        else:
+            config.answer_instructions = answer_instructions(response_format)
     cap = params.pop("max_tokens", None)
     if cap:
         config.max_tokens = min(config.max_tokens, int(cap)) if config.max_tokens else int(cap)
     if "temperature" in params:
         config.temperature = float(params.pop("temperature"))
     config.request_params = {**config.request_params, **params}
+
+
+def _native_params(kind: str) -> frozenset[str] | None:
+    """The request parameters a provider kind sends on to its model (None: unknown)."""
+    try:
+        return get_provider_class(kind).request_params
+    except ValueError:
+        return None
 
 
 def turn_traceparent_for(trace: Trace, *, sampled: bool = True) -> Callable[[int, str], str]:
@@ -343,7 +364,8 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
                          provider_kind=choice.provider.kind)
     config.memory_context = turn_memory(agent=agent, trace=trace, conversation=conversation,
                                         message=message)
-    turn_overrides_apply(config, (trace.meta or {}).get("overrides"))
+    turn_overrides_apply(config, (trace.meta or {}).get("overrides"),
+                         native=_native_params(choice.provider.kind))
     config.tool_timeout_s = loop_tool_timeout(tools, config.tool_timeout_s)
     if sampled is None:
         sampled = export_on(trace.team_id)

@@ -1,6 +1,7 @@
 """The system prompt of each request, in blocks ordered so providers can cache a prefix.
 
-First what stays the same for many turns (the agent's prompt, the tool section), then the
+First what stays the same for many turns (the agent's prompt, the answer's format a request
+asked for, the tool section), then the
 history's own system messages, then what changes: the date and time, memory, the previous
 turn's trajectory state, this turn's latest state when injected, and loop-detection notices.
 """
@@ -30,6 +31,8 @@ class SystemPrompt:
         blocks: list[SystemBlock] = []
         if self.cfg.system_prompt:
             blocks.append(SystemBlock(self.cfg.system_prompt, cacheable=True))
+        if self.cfg.answer_instructions:
+            blocks.append(SystemBlock(self.cfg.answer_instructions, cacheable=True))
         if with_tools and self.tool_section:
             blocks.append(SystemBlock(self.tool_section, cacheable=True))
         blocks.extend(SystemBlock(text) for text in system_messages)

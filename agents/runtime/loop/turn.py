@@ -1,6 +1,7 @@
 """The turn: iterations of a model request and the tools it asks for, and how a turn ends.
 
-A turn ends with a final answer, on cancellation, on a failure (``EndTurn`` from a step, or
+A turn ends with a final answer (asked once more when it lacks the format the request asked
+for), on cancellation, on a failure (``EndTurn`` from a step, or
 anything unexpected), or after ``max_tool_iterations`` with one last request, without tools,
 for a summary. Whatever way it ends, open tool calls get a result and the ``TurnResult`` holds
 the messages to store and the history for the next turn.
@@ -30,7 +31,7 @@ from ..messages import (
     close_dangling_tool_uses,
 )
 from ..parsing import parse_tool_calls, strip_think_tags
-from ..providers.base import Provider, SystemBlock
+from ..providers.base import ChatResponse, Provider, SystemBlock
 from ..sanitize import sanitize_response
 from ..scrub import scrub_secrets
 from ..tools import Tool
@@ -64,6 +65,11 @@ EXHAUSTION_PROMPT = (
     "done."
 )
 EXHAUSTED_ERROR = "Agent exceeded maximum tool iterations ({max})"
+FORMAT_REPAIR = ("Your answer was:\n\n{answer}\n\nIt does not have the format this request asked "
+                 "for: {problem}. Answer again with only that, and nothing else.")
+REPAIR_QUOTE_CHARS = 4_000
+FORMAT_ERROR = ("The model's answer does not have the format the request asked for, even after "
+                "being asked once more: {problem}")
 EMPTY_SUMMARY = "asked to answer without tools, the model sent an empty answer"
 LOOP_ABORT_ERROR = "Agent loop aborted by loop detector: {message}"
 # The name the loop logged under before it became a package; log filters know it.
@@ -127,6 +133,8 @@ class Turn:
                 for iteration in range(first, self.max_iterations + 1):
                     self.iteration = iteration
                     response, parsed = await self.model_step.request(iteration, with_tools=True)
+                    if not parsed.calls and self.cfg.answer_check is not None:
+                        return await self.checked_answer(response, parsed)
                     await self.append_answer(iteration, assistant_message(response, parsed))
                     if not parsed.calls:
                         return await self.complete(response.text, TurnStatus.COMPLETED)
@@ -242,6 +250,29 @@ class Turn:
         await self.observer.emit(FinalAnswer(text=text, iterations=self.iteration,
                                              usage=self.model_step.usage))
         return self.result(status, text=text, raw=raw)
+
+    async def checked_answer(self, response: ChatResponse, parsed: ParsedResponse) -> TurnResult:
+        """The final answer under the request's format check (``answer_check``): one it refuses
+        is not kept; the model gets one more request, without tools, quoting it and saying
+        what is wrong, and the turn fails when that answer is refused too."""
+        check = self.cfg.answer_check
+        assert check is not None
+        problem = check(response.text)
+        if problem is None:
+            await self.append_answer(self.iteration, assistant_message(response, parsed))
+            return await self.complete(response.text, TurnStatus.COMPLETED)
+        self.iteration += 1
+        quoted = response.text if len(response.text) <= REPAIR_QUOTE_CHARS else (
+            response.text[:REPAIR_QUOTE_CHARS] + " …")
+        response, _ = await self.model_step.request(
+            self.iteration, with_tools=False,
+            extra=Message.user(FORMAT_REPAIR.format(answer=quoted, problem=problem)))
+        blocks = [b for b in response.message.blocks if not isinstance(b, ToolUseBlock)]
+        await self.append_answer(self.iteration, Message(Role.ASSISTANT, blocks, response.usage))
+        again = check(response.text)
+        if again is not None:
+            raise EndTurn(TurnStatus.FAILED, FORMAT_ERROR.format(problem=again), "invalid_output")
+        return await self.complete(response.text, TurnStatus.COMPLETED)
 
     async def exhausted(self) -> TurnResult:
         limit = self.max_iterations

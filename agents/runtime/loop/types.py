@@ -73,6 +73,11 @@ class TurnConfig:
     timezone: str = "UTC"
     loop_detection: bool = True
     dedup_exempt_tools: frozenset[str] = frozenset()
+    # The format the request asked the answer to have (a JSON object, a JSON schema): a check
+    # of the final answer, its problem as a sentence or None, and, for a provider that is not
+    # sent the format natively, the instructions that ask for it (a system block).
+    answer_check: Callable[[str], str | None] | None = None
+    answer_instructions: str = ""
     # (iteration, call id) -> the W3C ``traceparent`` a tool call carries to the services it
     # calls (``agents.runtime.tracecontext``); None, or a None answer: no trace context.
     traceparent_for: Callable[[int, str], str | None] | None = None

@@ -20,7 +20,9 @@ It reads the conversation and decides like a small tool-using model would:
   and error carry the corpus too (for the browser tests of the chat's sanitising);
 * "tell me a story" or "write something long" gets ``LONG_ANSWER``: a few hundred words of
   markdown (a heading, a list, a code block), long enough to watch stream and to stop;
-* otherwise it answers conversationally and says that it is the offline demo model.
+* otherwise it answers conversationally and says that it is the offline demo model;
+* asked for a ``response_format``, its answer is JSON: ``{"answer": …}``, or an instance of the
+  schema with the answer's text in its strings.
 
 Usage is estimated as ceil(characters / 4) of the input and of the output. Like a provider with
 prompt caching, it reports the part of the input that repeats the start of a request it answered
@@ -214,10 +216,10 @@ class DemoProvider(Provider):
     # vision: it accepts images (and says it cannot look at them), so attaching one can be tried
     default_capabilities = Capabilities(native_tool_calling=True, streaming=True, vision=True,
                                         prompt_caching=True)
-    # It honours ``max_tokens`` and ``stop``; being deterministic, it writes the same answer
-    # whatever the temperature, top_p, seed or penalties (as a model at temperature 0 with a
-    # fixed seed would). It writes no JSON on request: ``response_format`` is not among them.
-    request_params = frozenset(REQUEST_PARAMS) - {"response_format"}
+    # It honours ``max_tokens``, ``stop`` and ``response_format`` (``_json_answer``); being
+    # deterministic, it writes the same answer whatever the temperature, top_p, seed or
+    # penalties (as a model at temperature 0 with a fixed seed would).
+    request_params = frozenset(REQUEST_PARAMS)
 
     def __init__(self, *, token_delay_s: float = 0.0, first_token_latency_s: float = 0.0,
                  request_latency_s: float = 0.0, cache_min_tokens: int = MIN_TOKENS,
@@ -269,6 +271,8 @@ class DemoProvider(Provider):
             turn, decision = _Turn("", [], {}, prior_calls), _Decision(FALLBACK_ANSWER)
         blocks: list[Block] = []
         text = decision.text
+        if request.response_format and not decision.calls:
+            text = _json_answer(text, request.response_format)
         if decision.calls and not native:
             text = _tool_call_tags(decision.calls)
         text, cut = _bounded(text, decision.calls if native else [], request)
@@ -630,6 +634,54 @@ def _tool_call_tags(calls: Sequence[_Call]) -> str:
         "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments},
                                      ensure_ascii=False) + "\n</tool_call>"
         for c in calls)
+
+
+def _json_answer(text: str, response_format: dict[str, Any]) -> str:
+    """The answer as JSON, as a model asked for a format writes it: ``{"answer": text}`` for a
+    JSON object; for a schema, an instance of it whose strings hold the answer's text."""
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    value = _instance(schema, text, 0, schema) if isinstance(schema, dict) else {"answer": text}
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _instance(schema: dict[str, Any], text: str, depth: int, root: dict[str, Any]) -> Any:
+    """A value valid under the simple schemas a structured-output request sends (objects with
+    properties, arrays, enums, the scalar types, ``anyOf``, ``$ref`` to ``$defs``), ``text``
+    for its strings."""
+    if depth > 8:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return _instance(target if isinstance(target, dict) else {}, text, depth + 1, root)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return _instance(schema[key][0], text, depth + 1, root)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: _instance(sub if isinstance(sub, dict) else {}, text, depth + 1, root)
+                for name, sub in properties.items()}
+    if kind == "array":
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return [_instance(items, text, depth + 1, root) for _ in range(max(int(schema.get("minItems") or 1), 1))]
+    if kind == "integer":
+        return int(schema.get("minimum") or 0)
+    if kind == "number":
+        return float(schema.get("minimum") or 0)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return text
 
 
 # -- usage --------------------------------------------------------------------------------------

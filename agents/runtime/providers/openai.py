@@ -339,6 +339,16 @@ class _StreamState:
 
 
 # -- the provider -----------------------------------------------------------------------------
+
+# The servers (by URL) that refused ``response_format`` ``json_schema`` and take the older
+# ``{"type": "json_object", "schema": …}`` instead, as this process found out.
+_SCHEMA_AS_JSON_OBJECT: set[str] = set()
+
+
+def _json_object_with_schema(response_format: dict[str, Any]) -> dict[str, Any]:
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    return {"type": "json_object", **({"schema": schema} if isinstance(schema, dict) else {})}
+
 class OpenAIProvider(HttpProvider):
     """Chat Completions at ``{base_url}/chat/completions``. ``api_key`` may be empty for local
     servers. ``max_tokens_param`` defaults to ``max_completion_tokens`` on api.openai.com
@@ -408,6 +418,8 @@ class OpenAIProvider(HttpProvider):
         max_tokens = params.pop("max_tokens", None)
         if max_tokens:
             body[self.max_tokens_param] = max_tokens
+        if self.url in _SCHEMA_AS_JSON_OBJECT and (params.get("response_format") or {}).get("type") == "json_schema":
+            params["response_format"] = _json_object_with_schema(params["response_format"])
         body.update(params)  # the wire names are the request's: temperature, top_p, stop, seed …
         if stream:
             body["stream"] = True
@@ -416,7 +428,27 @@ class OpenAIProvider(HttpProvider):
         body.update(self.extra_body)
         return body
 
+    def _schema_refused(self, request: ChatRequest, exc: ProviderError) -> bool:
+        """Whether the server refused the ``json_schema`` form of ``response_format`` (servers
+        such as llama-cpp-python's take only ``{"type": "json_object", "schema": …}``): from
+        then on this server is sent that form."""
+        asked = (request.response_format or {}).get("type") == "json_schema"
+        text = f"{exc.message} {exc.detail or ''}".lower()
+        if (asked and self.url not in _SCHEMA_AS_JSON_OBJECT and exc.status in (400, 422, 500)
+                and "json_schema" in text and "response_format" in text):
+            _SCHEMA_AS_JSON_OBJECT.add(self.url)
+            return True
+        return False
+
     async def chat(self, request: ChatRequest) -> ChatResponse:
+        try:
+            return await self._chat(request)
+        except ProviderError as exc:
+            if not self._schema_refused(request, exc):
+                raise
+        return await self._chat(request)
+
+    async def _chat(self, request: ChatRequest) -> ChatResponse:
         data = await self.post_json(self.url, self.payload(request, stream=False), request.model)
         if data.get("error") and not data.get("choices"):
             raise self._embedded_error(data["error"], request.model)
@@ -435,6 +467,19 @@ class OpenAIProvider(HttpProvider):
                             raw=data)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        started = False
+        try:
+            async for event in self._stream(request):
+                started = True
+                yield event
+            return
+        except ProviderError as exc:
+            if started or not self._schema_refused(request, exc):
+                raise
+        async for event in self._stream(request):
+            yield event
+
+    async def _stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         state = _StreamState()
         finished = False
         events = 0

@@ -114,10 +114,11 @@ def test_default_values_of_fields_agentsite_does_not_use_are_accepted(agent, ali
     ({"reasoning_effort": "high"}, "reasoning_effort"),
     ({"metadata": {"a": "b"}}, "metadata"),
     ({"frobnicate": 1}, "frobnicate"),
-    # The demo model writes no JSON on request: not yet supported for its agents.
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+     "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}}}},
+     "response_format.json_schema.schema"),
     ({"response_format": {"type": "yaml"}}, "response_format.type"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"temperature": 3}, "temperature"),
@@ -132,20 +133,27 @@ def test_a_field_that_cannot_be_honoured_is_a_400_naming_it(agent, alice, team_a
     assert not Trace.objects.exists()
 
 
-def test_json_response_formats_say_they_are_not_supported_yet_for_the_agent(agent, alice, team_a):
-    error = refusal(post(key_for(alice, team_a), {"model": agent.slug, "messages": STORY,
-                                                  "response_format": {"type": "json_object"}}))
-    assert "not supported yet" in error["message"] and agent.slug in error["message"]
+def test_the_demo_model_answers_in_the_json_asked_for(agent, alice, team_a, turns_run):
+    schema = {"name": "reply", "strict": True, "schema": {
+        "type": "object", "required": ["text", "sure"], "additionalProperties": False,
+        "properties": {"text": {"type": "string"}, "sure": {"type": "boolean"}}}}
+    secret = key_for(alice, team_a)
+    body = post(secret, {"model": agent.slug, "messages": STORY,
+                         "response_format": {"type": "json_schema", "json_schema": schema}}).json()
+    assert "choices" in body, body
+    value = json.loads(body["choices"][0]["message"]["content"])
+    assert set(value) == {"text", "sure"} and value["sure"] is True
+    loose = post(secret, {"model": agent.slug, "messages": STORY,
+                          "response_format": {"type": "json_object"}}).json()
+    assert "answer" in json.loads(loose["choices"][0]["message"]["content"])
 
 
-@pytest.mark.parametrize("field", ["seed", "presence_penalty", "frequency_penalty",
-                                   "response_format"])
+@pytest.mark.parametrize("field", ["seed", "presence_penalty", "frequency_penalty"])
 def test_an_anthropic_agent_refuses_what_the_messages_api_cannot_take(make_agent, alice, team_a,
                                                                       field):
     agent = make_agent(name="Claude")
     Provider.objects.filter(pk=agent.provider_id).update(kind="anthropic")
-    value = {"type": "json_object"} if field == "response_format" else 1
-    response = post(key_for(alice, team_a), {"model": agent.slug, "messages": STORY, field: value})
+    response = post(key_for(alice, team_a), {"model": agent.slug, "messages": STORY, field: 1})
     error = refusal(response)
     assert error["param"] == field and error["code"] == "unsupported_parameter"
 
@@ -168,6 +176,8 @@ class RecordingModelServer(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), RecordingHandler)
+        # As llama-cpp-python's server: a json_schema response_format is a 500.
+        self.refuse_json_schema = False
         self.bodies: list[dict] = []
 
     @property
@@ -185,17 +195,28 @@ class RecordingHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         self.server.bodies.append(body)
+        if self.server.refuse_json_schema and (body.get("response_format") or {}).get("type") == "json_schema":
+            payload = json.dumps({"error": {"message": "1 validation error: ('body', 'response_format', "
+                                                       "'type') Input should be 'text' or 'json_object', "
+                                                       "input: 'json_schema'", "type": "internal_server_error"}}).encode()
+            self.send_response(500)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         finish = "length" if body.get("max_tokens") == 1 else "stop"
+        text = '{"a": "Hi."}' if body.get("response_format") else "Hi."
         usage = {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22}
         if body.get("stream"):
-            chunks = [{"choices": [{"index": 0, "delta": {"content": "Hi."}, "finish_reason": None}]},
+            chunks = [{"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]},
                       {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
                       {"choices": [], "usage": usage}]
             data = "".join(f"data: {json.dumps({'id': 'c', 'model': 'm', **c})}\n\n" for c in chunks)
             payload, kind = (data + "data: [DONE]\n\n").encode(), "text/event-stream"
         else:
             payload = json.dumps({"id": "c", "model": "m", "usage": usage, "choices": [{
-                "index": 0, "message": {"role": "assistant", "content": "Hi."},
+                "index": 0, "message": {"role": "assistant", "content": text},
                 "finish_reason": finish}]}).encode()
             kind = "application/json"
         self.send_response(200)
@@ -229,7 +250,7 @@ def test_sampling_parameters_and_json_formats_reach_an_openai_compatible_model(
         "response_format": {"type": "json_schema", "json_schema": schema}})
 
     assert response.status_code == 200, response.content
-    assert response.json()["choices"][0]["message"]["content"] == "Hi."
+    assert response.json()["choices"][0]["message"]["content"] == '{"a": "Hi."}'
     [sent] = model_server.bodies
     assert {k: sent.get(k) for k in ("max_tokens", "temperature", "top_p", "stop", "seed",
                                      "presence_penalty", "frequency_penalty")} == {
@@ -260,3 +281,22 @@ def test_a_length_answer_from_the_model_is_finish_reason_length(make_agent, alic
     body = post(key_for(alice, team_a), {"model": agent.slug, "max_tokens": 1,
                                          "messages": [{"role": "user", "content": "hi"}]}).json()
     assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_server_that_takes_only_the_older_json_form_is_sent_it(make_agent, alice, team_a, turns_run,
+                                                                  model_server):
+    model_server.refuse_json_schema = True
+    agent = make_agent(name="Llama", tools=())
+    Provider.objects.filter(pk=agent.provider_id).update(kind="openai", base_url=model_server.url)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    for _ in range(2):
+        response = post(key_for(alice, team_a), {
+            "model": agent.slug, "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        assert response.status_code == 200, response.content
+        assert json.loads(response.json()["choices"][0]["message"]["content"]) == {"a": "Hi."}
+
+    # Refused once, then that server is sent {"type": "json_object", "schema": ...}, also later.
+    formats = [b["response_format"] for b in model_server.bodies]
+    assert formats == [{"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                       {"type": "json_object", "schema": schema}, {"type": "json_object", "schema": schema}]

@@ -155,6 +155,15 @@ def test_max_output_tokens_makes_an_incomplete_response(agent, alice, team_a, tu
     assert Trace.objects.get().output_tokens <= 5
 
 
+def test_text_format_json_schema_gives_json_that_matches_it(agent, alice, team_a, turns_run):
+    schema = {"type": "object", "required": ["answer"], "additionalProperties": False,
+              "properties": {"answer": {"type": "string"}}}
+    body = create(key_for(alice, team_a), {"model": agent.slug, "input": "hi", "text": {
+        "format": {"type": "json_schema", "name": "reply", "schema": schema, "strict": True}}})
+    assert body["status"] == "completed" and body["text"]["format"]["name"] == "reply"
+    assert set(json.loads(texts(body)[-1])) == {"answer"}
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
     ({"reasoning": {"effort": "high"}}, "reasoning"),
@@ -162,7 +171,9 @@ def test_max_output_tokens_makes_an_incomplete_response(agent, alice, team_a, tu
     ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"frobnicate": 1}, "frobnicate"),
-    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}, "text.format"),
+    ({"text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "text.format"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}}}}}, "text.format.schema"),
     ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content"),
