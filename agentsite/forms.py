@@ -70,7 +70,12 @@ class ApiKeyForm(LimitsForm):
                                  widget=forms.DateInput(attrs={"type": "date"}),
                                  help_text="Optional: the key stops working at the end of this day.")
 
-    field_order = ["name", "kind", "scopes", "expires_on", "rpm_limit", "tpm_limit"]
+    require_end_user = forms.BooleanField(
+        label="Require an end user", required=False,
+        help_text="Every call must name the end user of your application it is for (user, or the "
+                  "X-Agentsite-End-User header): their memory and conversations are kept apart.")
+
+    field_order = ["name", "kind", "scopes", "expires_on", "rpm_limit", "tpm_limit", "require_end_user"]
 
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or ApiKey.Kind.PERSONAL

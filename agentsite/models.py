@@ -277,6 +277,9 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     rpm_limit = models.PositiveIntegerField("requests per minute", null=True, blank=True)
     tpm_limit = models.PositiveIntegerField("tokens per minute", null=True, blank=True)
+    # Every call through the key must name the end user of its application it is for
+    # (``user`` / ``X-Agentsite-End-User``), so that none shares another's memory by omission.
+    require_end_user = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ApiKeyQuerySet.as_manager()

@@ -2,7 +2,8 @@
 
 ``/v1/chat/completions`` takes OpenAI's ``user``; the REST API's conversation and message
 endpoints take the ``X-Agentsite-End-User`` header. Either is an opaque id of the caller's
-choosing (trimmed; at most ``END_USER_MAX_CHARS`` characters, else a 400 naming the field).
+choosing (trimmed; at most ``END_USER_MAX_CHARS`` characters, else a 400 naming the field). A
+key made to require one refuses a call without it (400 ``end_user_required``).
 
 An end user belongs to the key's person: every key of that person names the same end users (a
 replaced key keeps its end users' memory), keys of other people never do. A conversation made
@@ -24,9 +25,13 @@ from agentsite.api_keys import Caller
 END_USER_HEADER = "X-Agentsite-End-User"
 
 
-def end_user_clean(value: str | None, *, param: str) -> str:
-    """The end user as stored: trimmed, "" when none was given; too long is a 400 on ``param``."""
+def end_user_clean(value: str | None, *, param: str, caller: Caller | None = None) -> str:
+    """The end user as stored: trimmed, "" when none was given; too long is a 400 on ``param``,
+    and so is none for a key that requires one (``ApiKey.require_end_user``)."""
     value = (value or "").strip()
+    if not value and caller is not None and caller.key.require_end_user:
+        raise ApiError(400, f"This key requires the end user each call is for: send {param}.",
+                       param=param, code="end_user_required")
     if len(value) > END_USER_MAX_CHARS:
         raise ApiError(400, f"The end user id is {len(value):,} characters long; the limit is "
                             f"{END_USER_MAX_CHARS}. Send a shorter id (a hash of yours, for example).",
@@ -34,9 +39,10 @@ def end_user_clean(value: str | None, *, param: str) -> str:
     return value
 
 
-def request_end_user(request: HttpRequest) -> str:
-    """The end user named by the request's ``X-Agentsite-End-User`` header ("" for none)."""
-    return end_user_clean(request.headers.get(END_USER_HEADER), param=END_USER_HEADER)
+def request_end_user(request: HttpRequest, caller: Caller | None = None) -> str:
+    """The end user named by the request's ``X-Agentsite-End-User`` header ("" for none;
+    required by ``caller``'s key when it says so)."""
+    return end_user_clean(request.headers.get(END_USER_HEADER), param=END_USER_HEADER, caller=caller)
 
 
 def end_user_conversations(queryset: QuerySet[Conversation], caller: Caller,

@@ -165,6 +165,10 @@ def overrides_for(agent: Agent, sent: dict[str, tuple[str, Any]]) -> dict[str, A
     for field, (param, value) in sent.items():
         if value is None:
             continue
+        if not agent.allow_request_params and param != "response_format":
+            raise ApiError(400, f"The agent {agent.slug!r} does not let callers set {field}: its "
+                                "own settings apply. Leave it out.", param=field,
+                           code="parameter_not_allowed")
         # A format the provider does not take is asked for in the prompt; the answer is
         # checked either way (``agents.turns.answer_format``).
         if taken is not None and param not in taken and param != "response_format":

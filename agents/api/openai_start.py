@@ -163,7 +163,7 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
         history, last = _conversation_of(body)
         overrides = chat_overrides(body, agent, fields_sent(request.body))
         chat_check(caller.membership)
-        end_user = end_user_clean(body.user, param="user")
+        end_user = end_user_clean(body.user, param="user", caller=caller)
         bound = request.headers.get(CONVERSATION_HEADER, "").strip()
         conversation = None
         if bound:  # with ``user``, only that end user's conversation (any other is a 404)

@@ -197,13 +197,13 @@ def _metadata(value: dict[str, str] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _end_user(body: ResponseIn) -> str:
+def _end_user(body: ResponseIn, caller: Caller) -> str:
     user = end_user_clean(body.user, param="user")
     safety = end_user_clean(body.safety_identifier, param="safety_identifier")
     if user and safety and user != safety:
         raise ApiError(400, "user and safety_identifier name different end users; send one.",
                        param="safety_identifier")
-    return user or safety
+    return end_user_clean(user or safety, param="user", caller=caller)
 
 
 def stored_response(caller: Caller, value: str, *, param: str | None = None) -> Trace:
@@ -234,7 +234,7 @@ def response_prepare(request: HttpRequest, body: ResponseIn) -> Prepared:
         })
         metadata = _metadata(body.metadata)
         chat_check(caller.membership)
-        end_user = _end_user(body)
+        end_user = _end_user(body, caller)
         instructions, turns = input_turns(body)
         conversation = parent = None
         if body.previous_response_id:

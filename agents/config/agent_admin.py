@@ -29,7 +29,7 @@ from agentsite.models import Team
 AGENT_FIELDSETS: list[tuple[str | None, dict[str, Any]]] = [
     (None, {"fields": ["team", "name", "slug", "description", "suggested_prompts"]}),
     ("Model", {"fields": ["provider", "model", "fallbacks", "temperature", "max_output_tokens",
-                          "allowed_models"]}),
+                          "allowed_models", "allow_request_params"]}),
     ("Instructions", {"fields": ["system_prompt"]}),
     ("Tools", {"fields": ["tools", "tool_dispatcher", "parallel_tools", "max_tool_iterations",
                           "approval_timeout_s"]}),

@@ -179,7 +179,7 @@ class AgentAdminForm(forms.ModelForm):
         model = Agent
         fields = [
             "team", "name", "slug", "description", "suggested_prompts", "provider", "model", "fallbacks", "temperature",
-            "max_output_tokens", "allowed_models", "system_prompt", "tools", "tool_dispatcher",
+            "max_output_tokens", "allowed_models", "allow_request_params", "system_prompt", "tools", "tool_dispatcher",
             "parallel_tools", "max_tool_iterations", "approval_timeout_s", "history_max_messages",
             "compaction_enabled", "compaction_threshold_tokens", "compaction_preserve_recent",
             "trajectory_states", "inject_trajectory_state", "memory_auto_save",

@@ -40,6 +40,11 @@ class Agent(Stamped):
     )
     temperature = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(2)])
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    allow_request_params = models.BooleanField(
+        default=True, verbose_name="Callers may set model parameters",
+        help_text="Let an API request set max_tokens, temperature, top_p, stop, seed and the penalties "
+                  "for its turn (a response format is always allowed). Off: such a request is refused "
+                  "with a 400 naming the field.")
     system_prompt = models.TextField(blank=True)
     tools = models.ManyToManyField(Tool, blank=True, related_name="agents")
     # Per-tool policies of this agent over the team's ({tool name: "allow" | "ask" | "deny"}).

@@ -79,8 +79,10 @@ def test_the_name_and_every_other_value_are_escaped(client_for, alice):
 
 def test_expiry_and_limits_are_kept(client_for, bob, team_a, settings):
     day = timezone.localdate() + timedelta(days=30)
-    assert create(client_for(bob), expires_on=day.isoformat(), rpm_limit="30", tpm_limit="9000").status_code == 200
+    assert create(client_for(bob), expires_on=day.isoformat(), rpm_limit="30", tpm_limit="9000",
+                  require_end_user="on").status_code == 200
     key = ApiKey.objects.get(user=bob)
+    assert key.require_end_user
     expires = timezone.localtime(key.expires_at)
     assert expires.date() == day and (expires + timedelta(microseconds=1)).date() == day + timedelta(days=1)
     assert (key.rpm_limit, key.tpm_limit, key.state) == (30, 9000, "active")

@@ -206,7 +206,7 @@ def message_out(message: Message, cards: dict[tuple[int, str], ToolCard] | None 
 def _conversation(request: HttpRequest, caller: Caller, conversation_id: str) -> Conversation:
     """One conversation the key's person may see, and the request's end user's when it names one."""
     rows = end_user_conversations(Conversation.objects.select_related("agent", "created_by"),
-                                  caller, request_end_user(request))
+                                  caller, request_end_user(request, caller))
     return conversation_get_or_404(caller.membership, rows, uuid=conversation_id,
                                    deleted_at__isnull=True)
 
@@ -227,7 +227,7 @@ def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> 
     caller = scope_check(request, Scope.CHAT)
     rows = end_user_conversations(
         conversations_visible(caller.membership).filter(deleted_at__isnull=True)
-        .select_related("agent", "created_by"), caller, request_end_user(request))
+        .select_related("agent", "created_by"), caller, request_end_user(request, caller))
     if not query.include_ephemeral:
         rows = rows.filter(ephemeral=False)
     page, next_cursor = paginate(rows, query)
@@ -240,7 +240,7 @@ def conversation_create(request: HttpRequest, body: ConversationIn) -> Status:
     names (if any). Scope `chat`; not for a viewer."""
     caller = scope_check(request, Scope.CHAT)
     conversation = conversation_start(caller=caller, agent_id=body.agent, title=body.title,
-                                      end_user=request_end_user(request))
+                                      end_user=request_end_user(request, caller))
     return Status(201, conversation_out(conversation))
 
 

@@ -141,3 +141,27 @@ def test_alice_stores_bob_cannot_recall_it_alice_can(make_agent, alice, team_a, 
     assert "sunflower" in ask("alice", "What is my bank PIN hint?")
     # Each request's conversation is its end user's.
     assert sorted(Conversation.objects.values_list("end_user", flat=True)) == ["alice", "alice", "bob"]
+
+
+# -- keys that require an end user -------------------------------------------------------------------
+@pytest.mark.django_db
+def test_a_key_that_requires_an_end_user_refuses_a_call_without_one(conversations, agent, alice, team_a):
+    from agentsite.api_keys import api_key_create
+
+    _, secret = api_key_create(membership=member_of(alice, team_a), name="app", scopes=["chat"],
+                               require_end_user=True)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    refusals = [
+        (chat(client, {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]}), "user"),
+        (client.post("/v1/responses", json.dumps({"model": agent.slug, "input": "hi"}),
+                     content_type="application/json"), "user"),
+        (client.get("/api/v1/conversations"), HEADER),
+        (client.get(f"/api/v1/conversations/{conversations['alice'].uuid}/messages"), HEADER),
+    ]
+    for response, param in refusals:
+        assert response.status_code == 400, response.content
+        error = error_of(response)
+        assert (error["param"], error["code"]) == (param, "end_user_required")
+    assert ids(client.get("/api/v1/conversations", headers={HEADER: "alice"})) == [
+        str(conversations["alice"].uuid)]
+    assert not Conversation.objects.filter(ephemeral=True).exists()

@@ -300,3 +300,18 @@ def test_a_server_that_takes_only_the_older_json_form_is_sent_it(make_agent, ali
     formats = [b["response_format"] for b in model_server.bodies]
     assert formats == [{"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
                        {"type": "json_object", "schema": schema}, {"type": "json_object", "schema": schema}]
+
+
+def test_an_agent_can_forbid_callers_model_parameters_but_not_a_format(make_agent, alice, team_a, turns_run):
+    agent = make_agent(name="Strict", allow_request_params=False)
+    secret = key_for(alice, team_a)
+    for field, value in (("temperature", 0.1), ("max_tokens", 5), ("seed", 1)):
+        error = refusal(post(secret, {"model": agent.slug, "messages": STORY, field: value}))
+        assert (error["param"], error["code"]) == (field, "parameter_not_allowed")
+    error = refusal(Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(
+        "/v1/responses", json.dumps({"model": agent.slug, "input": "hi", "max_output_tokens": 5}),
+        content_type="application/json"))
+    assert error["param"] == "max_output_tokens"
+    assert not Trace.objects.exists()
+    answer = post(secret, {"model": agent.slug, "messages": STORY, "response_format": {"type": "json_object"}})
+    assert answer.status_code == 200, answer.content

@@ -28,7 +28,7 @@ def agent_data(agent: Agent | None = None, **changes) -> dict:
             "compaction_threshold_tokens": "10000", "compaction_preserve_recent": "4",
             "trajectory_states": "on", "memory_recall_limit": "5", "memory_min_relevance": "0.4",
             "step_timeout_s": "120", "turn_time_limit_s": "600", "max_tokens_per_turn": "",
-            "max_cost_per_turn": "",
+            "max_cost_per_turn": "", "allow_request_params": "on",
         }
     else:
         data = {
@@ -51,7 +51,7 @@ def agent_data(agent: Agent | None = None, **changes) -> dict:
             "max_cost_per_turn": "" if agent.max_cost_per_turn is None else agent.max_cost_per_turn,
         }
         for flag in ("parallel_tools", "compaction_enabled", "trajectory_states", "inject_trajectory_state",
-                     "memory_auto_save", "interrupt_on_new_message"):
+                     "memory_auto_save", "interrupt_on_new_message", "allow_request_params"):
             if getattr(agent, flag):
                 data[flag] = "on"
     for key, value in changes.items():
