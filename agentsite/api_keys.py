@@ -83,7 +83,8 @@ def _clean_scopes(scopes: Iterable[str], membership: Membership) -> list[str]:
 def api_key_create(*, membership: Membership | None, name: str, scopes: Iterable[str],
                    kind: str = ApiKey.Kind.PERSONAL, expires_at: datetime | None = None,
                    rpm_limit: int | None = None, tpm_limit: int | None = None,
-                   require_end_user: bool = False) -> tuple[ApiKey, str]:
+                   require_end_user: bool = False, end_user_rpm_limit: int | None = None,
+                   end_user_tpm_limit: int | None = None) -> tuple[ApiKey, str]:
     """A new key of ``membership``'s team and its secret (to show once; only its hash is
     kept). A personal key acts as ``membership``'s person; a team key (admins only) acts as the
     admin who made it. Audited."""
@@ -104,7 +105,8 @@ def api_key_create(*, membership: Membership | None, name: str, scopes: Iterable
         key = ApiKey.objects.create(
             team_id=membership.team_id, user=actor, created_by=actor, name=name, kind=kind, prefix=prefix,
             key_hash=digest, scopes=chosen, expires_at=expires_at, rpm_limit=rpm_limit or None,
-            tpm_limit=tpm_limit or None, require_end_user=require_end_user)
+            tpm_limit=tpm_limit or None, require_end_user=require_end_user,
+            end_user_rpm_limit=end_user_rpm_limit or None, end_user_tpm_limit=end_user_tpm_limit or None)
         audit_record(actor=actor, action=AuditEvent.Action.CREATE, instance=key, after=snapshot(key))
     return key, secret
 

@@ -75,7 +75,11 @@ class ApiKeyForm(LimitsForm):
         help_text="Every call must name the end user of your application it is for (user, or the "
                   "X-Agentsite-End-User header): their memory and conversations are kept apart.")
 
-    field_order = ["name", "kind", "scopes", "expires_on", "rpm_limit", "tpm_limit", "require_end_user"]
+    end_user_rpm_limit = limit_field("Requests per minute per end user")
+    end_user_tpm_limit = limit_field("Tokens per minute per end user")
+
+    field_order = ["name", "kind", "scopes", "expires_on", "rpm_limit", "tpm_limit", "require_end_user",
+                   "end_user_rpm_limit", "end_user_tpm_limit"]
 
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or ApiKey.Kind.PERSONAL

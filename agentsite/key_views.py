@@ -83,7 +83,8 @@ def key_create(request: HttpRequest) -> HttpResponse:
             key, secret = api_key_create(
                 membership=request.membership, name=data["name"], scopes=data["scopes"],
                 kind=data["kind"], expires_at=form.expires_at, rpm_limit=data["rpm_limit"],
-                tpm_limit=data["tpm_limit"], require_end_user=data["require_end_user"])
+                tpm_limit=data["tpm_limit"], require_end_user=data["require_end_user"],
+                end_user_rpm_limit=data["end_user_rpm_limit"], end_user_tpm_limit=data["end_user_tpm_limit"])
         except ValidationError as exc:
             form.add_error(None, exc)
         else:

@@ -280,6 +280,10 @@ class ApiKey(models.Model):
     # Every call through the key must name the end user of its application it is for
     # (``user`` / ``X-Agentsite-End-User``), so that none shares another's memory by omission.
     require_end_user = models.BooleanField(default=False)
+    # Each end user's own window within the key (``user`` / ``X-Agentsite-End-User``): one
+    # end user of the application cannot use up the key's whole limit.
+    end_user_rpm_limit = models.PositiveIntegerField("requests per minute per end user", null=True, blank=True)
+    end_user_tpm_limit = models.PositiveIntegerField("tokens per minute per end user", null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ApiKeyQuerySet.as_manager()

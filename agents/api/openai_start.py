@@ -205,7 +205,8 @@ def turn_prepare(request: HttpRequest, caller: Caller, *, agent: Agent, override
              *({"role": r, "content": t} for r, t in history), {"role": "user", "content": last}]
     trace_uuid = uuid.uuid4()
     quota_keys = turn_admit(membership=caller.membership, api_key=caller.key,
-                            request_id=trace_uuid.hex, tokens=estimate_tokens(sizes))
+                            request_id=trace_uuid.hex, tokens=estimate_tokens(sizes),
+                            end_user=end_user)
     return Prepared(caller, agent, override, history, last, conversation,
                     conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
                     quota_keys, model, trace_context=request_trace_context(request),

@@ -7,6 +7,7 @@ model request.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -36,9 +37,16 @@ class QuotaExceeded(ValidationError):
         self.code = code
 
 
-def quota_windows(*, membership: Membership | None, api_key: ApiKey | None) -> list[Window]:
-    """The windows a turn falls under: its key's, then its person's."""
+def quota_windows(*, membership: Membership | None, api_key: ApiKey | None,
+                  end_user: str = "") -> list[Window]:
+    """The windows a turn falls under: its end user's within the key (when the key sets one),
+    its key's, then its person's."""
     windows = []
+    if api_key is not None and end_user and (api_key.end_user_rpm_limit or api_key.end_user_tpm_limit):
+        # The end user's id is the caller's; its hash keeps it out of Redis's key names.
+        digest = hashlib.sha256(end_user.encode()).hexdigest()[:24]
+        windows.append(Window(f"key:{api_key.uuid.hex}:end-user:{digest}", "This end user's",
+                              api_key.end_user_rpm_limit, api_key.end_user_tpm_limit))
     if api_key is not None:
         # Public ids, not row ids: a row id can come back (a restored database, a test's
         # rolled-back rows) while Redis still holds the old window.
@@ -51,10 +59,10 @@ def quota_windows(*, membership: Membership | None, api_key: ApiKey | None) -> l
 
 
 def turn_admit(*, membership: Membership | None, api_key: ApiKey | None, request_id: str,
-               tokens: int) -> list[str]:
+               tokens: int, end_user: str = "") -> list[str]:
     """Take this turn's place in its rate-limit windows, or raise ``QuotaExceeded``. Returns the
     scopes that hold a token reservation (to settle when the turn ends)."""
-    windows = quota_windows(membership=membership, api_key=api_key)
+    windows = quota_windows(membership=membership, api_key=api_key, end_user=end_user)
     try:
         refusal = limits_admit(windows, request_id=request_id, tokens=tokens)
     except LimiterUnavailable as exc:

@@ -201,6 +201,7 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
         if prompt_tokens is None:
             prompt_tokens = estimate_tokens([{"role": "user", "content": text}])
         quota_keys = turn_admit(membership=membership, api_key=api_key, request_id=trace_uuid.hex,
+                                end_user=conversation.end_user,
                                 tokens=prompt_tokens)
     with transaction.atomic():
         if not new_conversation:  # one created in this transaction is the caller's alone

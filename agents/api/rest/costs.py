@@ -17,14 +17,15 @@ from datetime import date
 from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
-from django.db.models import Sum
+from django.db.models import OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
 from agents.api.errors import ApiError, errors
 from agents.api.rest.common import is_uuid
-from agents.models import Agent
+from agents.models import Agent, Conversation
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
@@ -41,10 +42,11 @@ from traces.costs.selectors import (
     rollup_rows,
 )
 from traces.json_values import usd
+from traces.models import ConversationCostRollup
 
 router = Router(tags=["costs"])
 Scope = ApiKey.Scope
-GroupBy = Literal["day", "agent", "model", "person", "key"]
+GroupBy = Literal["day", "agent", "model", "person", "key", "end_user"]
 
 
 class CostAmountsOut(Schema):
@@ -96,7 +98,9 @@ class CostReportOut(Schema):
 
 
 class CostQuery(Schema):
-    group_by: GroupBy = Field("day", description="day, agent, model, person or key.")
+    group_by: GroupBy = Field("day", description="day, agent, model, person, key or end_user (the end "
+                                                 "users of the team's keys, each with the person "
+                                                 "whose keys name it).")
     date_from: date | None = Field(None, description=f"First day (default: a week before date_to); at most "
                                                      f"{MAX_DAYS} days in all.")
     date_to: date | None = Field(None, description="Last day (default: today).")
@@ -159,11 +163,49 @@ def cache_lost_out(losses: CacheLosses) -> dict[str, Any]:
             "partial": losses.partial}
 
 
+def end_user_groups(*, team: Team, filters: CostFilters, resolved: Resolved) -> list[dict[str, Any]]:
+    """The costs of each end user of the team's keys, largest first, from the per-conversation
+    ledger (a conversation keeps the end user it was made for); ``key`` is the end user's id,
+    the label names the person whose keys it belongs to. What no end user was named for is one
+    group with a null key, so the groups add up to the totals."""
+    rows = ConversationCostRollup.objects.filter(team=team, day__gte=filters.date_from,
+                                                 day__lte=filters.date_to)
+    if resolved.impossible:
+        return []
+    if resolved.agent_id is not None:
+        rows = rows.filter(agent_id=resolved.agent_id)
+    if resolved.user_id is not None:
+        rows = rows.filter(user_id=resolved.user_id)
+    if filters.model:
+        rows = rows.filter(model=filters.model)
+    conversation = Conversation.objects.filter(pk=OuterRef("conversation_id"))
+    if resolved.api_key_id is not None:
+        key = resolved.api_key_id or None
+        rows = rows.filter(conversation_id__in=Conversation.objects.filter(team=team, api_key_id=key)
+                           .values("pk"))
+    grouped = (rows.annotate(end_user=Coalesce(Subquery(conversation.values("end_user")[:1]), Value("")),
+                             owner=Subquery(conversation.values("created_by__username")[:1]))
+               .values("end_user", "owner").annotate(**{name: Sum(name) for name in AMOUNT_FIELDS})
+               .order_by())
+    groups: dict[tuple[str, str], Amounts] = {}
+    for row in grouped:
+        place = (row["end_user"], row["owner"] or "") if row["end_user"] else ("", "")
+        before = groups.get(place)
+        groups[place] = Amounts.of({name: (row[name] or 0) + (getattr(before, name) if before else 0)
+                                    for name in AMOUNT_FIELDS})
+    ordered = sorted(groups.items(), key=lambda item: (-item[1].cost_units, item[0]))
+    return [{"key": end_user or None,
+             "label": f"{end_user} (of {owner}'s keys)" if end_user else "No end user named",
+             **amounts_out(amounts)} for (end_user, owner), amounts in ordered]
+
+
 def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, resolved: Resolved,
                 rows: Any, group_by: str, losses: CacheLosses) -> list[dict[str, Any]]:
     """The report's groups: every day of the range in order, or the costs page's break-down
     (largest cost first) with each group's public id; agents carry their cache losses, as on
     the page."""
+    if group_by == "end_user":
+        return end_user_groups(team=team, filters=filters, resolved=resolved)
     if group_by == "day":
         return _by_day(filters, rows)
     groups = breakdown(team=team, filters=filters, resolved=resolved, by=BREAKDOWN[group_by],

@@ -165,3 +165,22 @@ def test_a_key_that_requires_an_end_user_refuses_a_call_without_one(conversation
     assert ids(client.get("/api/v1/conversations", headers={HEADER: "alice"})) == [
         str(conversations["alice"].uuid)]
     assert not Conversation.objects.filter(ephemeral=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_end_user_has_their_own_rate_limit_within_the_key(agent, alice, team_a, turns_run):
+    client = key_client(alice, team_a, ["chat"], end_user_rpm_limit=1)
+    ask = {"model": agent.slug, "messages": [{"role": "user", "content": "hi"}]}
+
+    assert chat(client, {**ask, "user": "ada"}).status_code == 200
+    refused = chat(client, {**ask, "user": "ada"})
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert "end user" in error_of(refused)["message"]
+    assert chat(client, {**ask, "user": "bob"}).status_code == 200  # another end user's window
+    conversation = conversation_create(membership=member_of(alice, team_a), agent=agent, end_user="cy")
+    sent = client.post(f"/api/v1/conversations/{conversation.uuid}/messages", {"text": "hi"},
+                       content_type="application/json", headers={HEADER: "cy"})
+    assert sent.status_code == 202, sent.content
+    again = client.post(f"/api/v1/conversations/{conversation.uuid}/messages", {"text": "hi"},
+                        content_type="application/json", headers={HEADER: "cy"})
+    assert again.status_code == 429

@@ -201,3 +201,27 @@ def test_a_changed_system_prompt_costs_what_the_costs_page_says(
     # another team's key counts none of it
     theirs = report(key_client(charlie, team_b, ["costs:read"]), group_by="agent")
     assert theirs["cache_lost"] == {"usd": "0", "requests": 0, "turns": 0, "partial": False}
+
+
+def test_by_end_user_from_the_conversations_ledger(agent, alice, bob, team_a):
+    """Two people's keys, each naming an end user "ada" (two different end users), and a
+    conversation of nobody's end user: three groups that add up to the conversations' spend."""
+    from agents.turns.services import conversation_create
+    from tests.members import member_of
+    from traces.models import ConversationCostRollup
+
+    today = timezone.localdate()
+    made = {who: conversation_create(membership=member_of(who_user, team_a), agent=agent, end_user=end_user)
+            for who, who_user, end_user in (("alice-ada", alice, "ada"), ("bob-ada", bob, "ada"),
+                                            ("alice-own", alice, ""))}
+    for name, dollars in (("alice-ada", 3), ("bob-ada", 5), ("alice-own", 1)):
+        ConversationCostRollup.objects.create(
+            team=team_a, day=today, conversation_id=made[name].pk, agent_id=agent.pk,
+            user_id=made[name].created_by_id, provider="Demo", model="demo", calls=1,
+            cost_units=dollars * DOLLAR, input_tokens=10, output_tokens=1)
+
+    groups = report(key_client(alice, team_a, ["costs:read"]), group_by="end_user")["data"]
+
+    assert [(g["key"], g["label"], g["cost_usd"]) for g in groups] == [
+        ("ada", "ada (of bob's keys)", "5"), ("ada", "ada (of alice's keys)", "3"),
+        (None, "No end user named", "1")]
