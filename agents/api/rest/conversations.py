@@ -22,7 +22,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from agents.access import conversation_act_check, conversation_get_or_404, conversations_visible
 from agents.api.auth import scope_check
-from agents.api.end_users import end_user_conversations, request_end_user
+from agents.api.end_users import END_USER_HEADER, end_user_conversations, request_end_user
 from agents.api.errors import errors
 from agents.api.rest.common import AgentRef, agent_get_or_404, agent_ref
 from agents.api.rest.pagination import PageParams, paginate
@@ -30,6 +30,7 @@ from agents.api.rest.traces import TraceOut, trace_out
 from agents.api.trace_context import request_trace_context
 from agents.api.turn_stream import TurnTimeout, turn_wait
 from agents.models import Conversation, Message
+from agents.models.conversations import END_USER_MAX_CHARS
 from agents.turns.quotas import budgets_admit
 from agents.turns.services import MAX_MESSAGE_CHARS, turn_send
 from agents.turns.services import conversation_create as turn_conversation_create
@@ -68,6 +69,14 @@ class ConversationPage(Schema):
 class ConversationIn(Schema):
     agent: str = Field(description="The agent's id or slug.")
     title: str = Field("", max_length=200)
+
+
+# Every operation here takes the end user a call is for (agents.api.end_users), in the schema too.
+END_USER_PARAM = {"parameters": [{
+    "in": "header", "name": END_USER_HEADER, "required": False,
+    "schema": {"type": "string", "maxLength": END_USER_MAX_CHARS},
+    "description": "The end user of the key's application this call is for: only their conversations "
+                   "and memory (required when the key says so)."}]}
 
 
 class ConversationQuery(PageParams):
@@ -219,7 +228,7 @@ def conversation_start(*, caller: Caller, agent_id: str, title: str, end_user: s
                                     api_key=caller.key, end_user=end_user)
 
 
-@router.get("", response={200: ConversationPage, **errors(400)}, summary="List conversations")
+@router.get("", response={200: ConversationPage, **errors(400)}, summary="List conversations", openapi_extra=END_USER_PARAM)
 def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> dict[str, Any]:
     """The conversations the key's person may see (their own, shared ones, and every one of the
     team for its admins), newest first; with `X-Agentsite-End-User`, that end user's only.
@@ -234,7 +243,7 @@ def conversation_list(request: HttpRequest, query: Query[ConversationQuery]) -> 
     return {"data": [conversation_out(c) for c in page], "next_cursor": next_cursor}
 
 
-@router.post("", response={201: ConversationOut, **errors(400, 404)}, summary="Start a conversation")
+@router.post("", response={201: ConversationOut, **errors(400, 404)}, summary="Start a conversation", openapi_extra=END_USER_PARAM)
 def conversation_create(request: HttpRequest, body: ConversationIn) -> Status:
     """A new conversation with an agent of the team, for the end user `X-Agentsite-End-User`
     names (if any). Scope `chat`; not for a viewer."""
@@ -245,7 +254,7 @@ def conversation_create(request: HttpRequest, body: ConversationIn) -> Status:
 
 
 @router.get("/{conversation_id}", response={200: ConversationOut, **errors(400, 404)},
-            summary="Read a conversation")
+            summary="Read a conversation", openapi_extra=END_USER_PARAM)
 def conversation_detail(request: HttpRequest, conversation_id: str) -> dict[str, Any]:
     """Scope `chat`. Another end user's conversation is a 404."""
     caller = scope_check(request, Scope.CHAT)
@@ -253,7 +262,7 @@ def conversation_detail(request: HttpRequest, conversation_id: str) -> dict[str,
 
 
 @router.get("/{conversation_id}/messages", response={200: MessagePage, **errors(400, 404)},
-            summary="List a conversation's messages")
+            summary="List a conversation's messages", openapi_extra=END_USER_PARAM)
 def message_list(request: HttpRequest, conversation_id: str, page: Query[PageParams]) -> dict[str, Any]:
     """Every message of the conversation, oldest first, on all its branches (an edited message
     or a regenerated answer is a branch: ``parent_turn`` and ``trace`` say where each one
@@ -295,7 +304,7 @@ def _sent_out(request: HttpRequest, trace_pk: int, resent: bool) -> dict[str, An
 
 
 @router.post("/{conversation_id}/messages", response={200: SentOut, 202: SentOut, **errors(400, 404, 429)},
-             summary="Send a message")
+             summary="Send a message", openapi_extra=END_USER_PARAM)
 async def message_send(request: HttpRequest, conversation_id: str, body: MessageIn) -> Status:
     """Send a message to the conversation's agent: its turn is queued for a worker. Without
     ``wait`` the answer is 202 at once, with the turn's trace (follow it at ``events_url``).
