@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -159,15 +159,32 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         # The answer starts now; the turn is stored and queued by the stream itself, so the
         # first byte never waits for the database's write lock behind a burst of requests.
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        response = StreamingHttpResponse(
-            _stream(request, prepared, timeout_s=timeout, include_usage=include_usage),
-            content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return turn_headers(response, prepared)
+        return event_stream(_stream(request, prepared, timeout_s=timeout, include_usage=include_usage),
+                            prepared)
+
+    async def answer(started: Started, trace: Trace) -> dict[str, Any]:
+        # The trace was read with its conversation and its answer's outcome: no query here.
+        return completion_body(request, started, trace)
+
+    return await turn_answered(prepared, timeout_s=timeout, body_of=answer)
+
+
+def event_stream(events: AsyncIterator[bytes], prepared: Prepared) -> HttpResponse:
+    """A streamed answer's response, with the turn's headers."""
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return turn_headers(response, prepared)
+
+
+async def turn_answered(prepared: Prepared, *, timeout_s: float,
+                        body_of: Callable[[Started, Trace], Awaitable[dict[str, Any]]]) -> HttpResponse:
+    """Store and queue the prepared turn, wait for its end, and answer ``body_of`` its trace
+    when it completed, else its error (504 when it ran out of time and was stopped). A turn
+    that ran is never to be sent again: its errors say ``X-Should-Retry: false``."""
     started = await db_async(chat_commit)(prepared)
     try:
-        trace = await turn_wait(started.trace, timeout_s=timeout, fresh=True)
+        trace = await turn_wait(started.trace, timeout_s=timeout_s, fresh=True)
     except TurnTimeout:
         trace = None
     except asyncio.CancelledError:
@@ -175,18 +192,15 @@ async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> Http
         raise
     if trace is None:
         await db_async(turn_stop)(started.trace, prepared.caller.membership)
-        response = JsonResponse(error_body(504, "The turn did not end in time and was stopped.",
-                                       "turn_timed_out"), status=504)
-        response["X-Should-Retry"] = "false"
-        return turn_headers(response, prepared)
-    if trace.status != Trace.Status.COMPLETED:
+        status, message, code = 504, "The turn did not end in time and was stopped.", "turn_timed_out"
+    elif trace.status != Trace.Status.COMPLETED:
         status, message, code = turn_error(trace)
-        response = JsonResponse(error_body(status, message, code), status=status)
-        # The turn ran (its tools may have acted): OpenAI's clients must not send it again.
-        response["X-Should-Retry"] = "false"
-        return turn_headers(response, prepared)
-    # The trace was read with its conversation and its answer's outcome: no query here.
-    return turn_headers(JsonResponse(completion_body(request, started, trace)), prepared)
+    else:
+        return turn_headers(JsonResponse(await body_of(started, trace)), prepared)
+    response = JsonResponse(error_body(status, message, code), status=status)
+    # The turn ran (its tools may have acted): OpenAI's clients must not send it again.
+    response["X-Should-Retry"] = "false"
+    return turn_headers(response, prepared)
 
 
 # -- streaming -----------------------------------------------------------------------------------

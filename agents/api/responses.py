@@ -22,7 +22,7 @@ from contextlib import aclosing
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
 from agents.api.auth import scope_check
@@ -30,13 +30,12 @@ from agents.api.errors import ApiError, errors
 from agents.api.openai import (
     WAIT_MARGIN_S,
     approval_ref,
-    error_body,
+    event_stream,
     frame_text,
     sse,
-    turn_error,
-    turn_headers,
+    turn_answered,
 )
-from agents.api.openai_start import Prepared, chat_commit, turn_stop
+from agents.api.openai_start import Prepared, Started, chat_commit, turn_stop
 from agents.api.responses_output import (
     SERVER_LABEL,
     call_item,
@@ -50,7 +49,6 @@ from agents.api.turn_stream import (
     TurnTimeout,
     trace_events,
     trace_listening,
-    turn_wait,
     with_keepalive,
 )
 from agents.turns.tool_cards import card_steps, tool_cards
@@ -76,32 +74,12 @@ async def responses_create(request: HttpRequest, body: ResponseIn) -> HttpRespon
     prepared = await db_async(response_prepare)(request, body)
     timeout = prepared.agent.hard_time_limit_s + WAIT_MARGIN_S
     if body.stream:
-        response = StreamingHttpResponse(_stream(request, prepared, timeout_s=timeout),
-                                         content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return turn_headers(response, prepared)
-    started = await db_async(chat_commit)(prepared)
-    try:
-        trace = await turn_wait(started.trace, timeout_s=timeout, fresh=True)
-    except TurnTimeout:
-        trace = None
-    except asyncio.CancelledError:
-        await db_async(turn_stop)(started.trace, prepared.caller.membership)
-        raise
-    if trace is None:
-        await db_async(turn_stop)(started.trace, prepared.caller.membership)
-        response = JsonResponse(error_body(504, "The turn did not end in time and was stopped.",
-                                           "turn_timed_out"), status=504)
-        response["X-Should-Retry"] = "false"
-        return turn_headers(response, prepared)
-    if trace.status != Trace.Status.COMPLETED:
-        status, message, code = turn_error(trace)
-        response = JsonResponse(error_body(status, message, code), status=status)
-        response["X-Should-Retry"] = "false"  # the turn ran: its tools may have acted
-        return turn_headers(response, prepared)
-    body_out = await db_async(response_body)(request, trace, outcome=trace.answer_outcome)
-    return turn_headers(JsonResponse(body_out), prepared)
+        return event_stream(_stream(request, prepared, timeout_s=timeout), prepared)
+
+    async def answer(started: Started, trace: Trace) -> dict[str, Any]:
+        return await db_async(response_body)(request, trace, outcome=trace.answer_outcome)
+
+    return await turn_answered(prepared, timeout_s=timeout, body_of=answer)
 
 
 def _read(request: HttpRequest, response_id_: str) -> Trace:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -163,6 +163,14 @@ def _rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -
 
 def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet[CostRollup]:
     return _rows(CostRollup, team=team, filters=filters, resolved=resolved)
+
+
+def conversation_ledger_rows(*, team: Team, filters: CostFilters,
+                             resolved: Resolved) -> QuerySet[ConversationCostRollup]:
+    """The per-conversation ledger under every filter but the key's, which it does not keep
+    (the caller narrows by its conversations' key)."""
+    return _rows(ConversationCostRollup, team=team, filters=filters,
+                 resolved=replace(resolved, api_key_id=None))
 
 
 def _sums() -> dict[str, Sum]:

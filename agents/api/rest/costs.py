@@ -37,12 +37,12 @@ from traces.costs.selectors import (
     CostFilters,
     Resolved,
     breakdown,
+    conversation_ledger_rows,
     cost_totals,
     resolve_filters,
     rollup_rows,
 )
 from traces.json_values import usd
-from traces.models import ConversationCostRollup
 
 router = Router(tags=["costs"])
 Scope = ApiKey.Scope
@@ -168,16 +168,9 @@ def end_user_groups(*, team: Team, filters: CostFilters, resolved: Resolved) -> 
     ledger (a conversation keeps the end user it was made for); ``key`` is the end user's id,
     the label names the person whose keys it belongs to. What no end user was named for is one
     group with a null key, so the groups add up to the totals."""
-    rows = ConversationCostRollup.objects.filter(team=team, day__gte=filters.date_from,
-                                                 day__lte=filters.date_to)
     if resolved.impossible:
         return []
-    if resolved.agent_id is not None:
-        rows = rows.filter(agent_id=resolved.agent_id)
-    if resolved.user_id is not None:
-        rows = rows.filter(user_id=resolved.user_id)
-    if filters.model:
-        rows = rows.filter(model=filters.model)
+    rows = conversation_ledger_rows(team=team, filters=filters, resolved=resolved)
     conversation = Conversation.objects.filter(pk=OuterRef("conversation_id"))
     if resolved.api_key_id is not None:
         key = resolved.api_key_id or None
