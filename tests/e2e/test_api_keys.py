@@ -74,3 +74,26 @@ def test_the_api_reference_renders_every_operation_under_the_csp(login):
     assert len(operations) >= 16
     assert not s.page.locator("text=Unable to render this definition").count()
     assert not console and not s.watch.errors and not s.watch.foreign_requests(s.stack.url)
+
+
+def test_a_key_for_an_application_of_many_end_users_on_a_phone(login):
+    """At phone width: the key requires an end user and gives each one a limit of its own; a
+    call without an end user is then refused naming the field."""
+    import httpx
+
+    s = login("bob", viewport={"width": 390, "height": 844})
+    s.page.goto(s.stack.url + "/team/api-keys/")
+    s.page.fill("#id_name", "support widget")
+    s.page.check("input[name=scopes][value='chat']")
+    s.page.check("#id_require_end_user")
+    s.page.fill("#id_end_user_rpm_limit", "20")
+    assert s.page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+    s.page.click("button:has-text('Create key')")
+    s.page.locator("#new-key-secret").wait_for()
+    secret = s.page.input_value("#new-key-secret")
+
+    refused = httpx.post(f"{s.stack.url}/v1/chat/completions", timeout=30,
+                         headers={"Authorization": f"Bearer {secret}"},
+                         json={"model": "helper", "messages": [{"role": "user", "content": "hi"}]})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "end_user_required"
+    assert not s.watch.errors
