@@ -22,6 +22,7 @@ from typing import Any
 from ..events import Retry
 from ._redact import ERROR_DETAIL_LIMIT, sanitize_detail
 from .base import (
+    REQUEST_PARAMS,
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -376,6 +377,16 @@ def _is_slot(value: object) -> bool:
             and (value[1] is None or isinstance(value[1], str)))
 
 
+def _unsent(request: ChatRequest, provider: Provider) -> str:
+    """What a failover says of the request's parameters its next provider does not take: they
+    are not sent, and the step says so rather than drop them unseen."""
+    left = [name for name in request.sampling(frozenset(REQUEST_PARAMS))
+            if name not in provider.request_params]
+    if not left:
+        return ""
+    return f"; “{provider.name}” does not take {', '.join(left)}: sent without {'it' if len(left) == 1 else 'them'}"
+
+
 def _label(response: ChatResponse, target: _Attempt) -> ChatResponse:
     # The trace shows which provider and model actually answered (a fallback, maybe).
     response.provider = response.provider or target.provider.name
@@ -475,7 +486,9 @@ class _Run:
         if decision.retry:
             await self._report(target, attempt + 1, decision.detail, decision.wait_ms)
         elif decision.following is not None:
-            await self._report(target, attempt + 1, decision.detail, 0, decision.following)
+            await self._report(target, attempt + 1,
+                               decision.detail + _unsent(self.request, decision.following.provider),
+                               0, decision.following)
 
     async def _report(self, target: _Attempt, attempt: int, detail: str, wait_ms: int,
                       following: _Attempt | None = None, *, skipped: bool = False) -> None:

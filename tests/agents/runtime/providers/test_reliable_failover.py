@@ -304,3 +304,16 @@ async def test_streaming_on_for_the_model_wins_over_off_for_the_provider():
 
     assert provider.streamed == 1
     assert answer_after_last_restart(events) == "Streamed."
+
+
+async def test_a_failover_says_which_parameters_the_next_provider_does_not_take():
+    primary = FakeProvider("primary", refused())
+    primary.request_params = frozenset({"max_tokens", "temperature", "seed", "top_p"})
+    fallback = FakeProvider("fallback", "saved")  # takes max_tokens and temperature only
+    wrapper, _, log = reliable(primary, fallback)
+    asked = ChatRequest(model="m1", messages=[Message.user("hi")], temperature=0.2, seed=7, top_p=0.9)
+
+    assert (await wrapper.chat(asked)).text == "saved"
+
+    [failover] = [e for e in log.events if e.failover]
+    assert failover.error.endswith("; “fallback” does not take top_p, seed: sent without them")
