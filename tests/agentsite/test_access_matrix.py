@@ -57,7 +57,8 @@ KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
     "conversation_uuid": PRIVATE_OBJECT, "trace_uuid": PRIVATE_OBJECT, "message_uuid": PRIVATE_OBJECT,
     "attachment_uuid": PRIVATE_OBJECT, "key_uuid": PRIVATE_OBJECT,
     # the API's (with each persona's own key instead of a session)
-    "conversation_id": PRIVATE_OBJECT, "trace_id": PRIVATE_OBJECT, "agent_id": TEAM_READ, "model": TEAM_READ,
+    "conversation_id": PRIVATE_OBJECT, "trace_id": PRIVATE_OBJECT, "response_id": PRIVATE_OBJECT,
+    "agent_id": TEAM_READ, "model": TEAM_READ,
     "invitation_uuid": TEAM_OBJECT, "membership_uuid": TEAM_OBJECT, "tool_uuid": TEAM_OBJECT,
     "object_id": ADMIN_OBJECT, "id": ADMIN_OBJECT,
 }
@@ -129,7 +130,7 @@ def world(alice, bob, vera, charlie, agent, team_a):
             "membership_uuid": Membership.objects.get(user=bob).uuid, "team": team_a,
             "tool_uuid": agent.tools.first().uuid, "id": alice.pk, "key_uuid": key.uuid,
             "conversation_id": conversation.uuid, "trace_id": trace.uuid, "agent_id": agent.uuid,
-            "model": agent.slug,
+            "model": agent.slug, "response_id": f"resp_{trace.uuid.hex}",
             "keys": keys}
 
 
