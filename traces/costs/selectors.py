@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -165,12 +166,38 @@ def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> Quer
     return _rows(CostRollup, team=team, filters=filters, resolved=resolved)
 
 
-def conversation_ledger_rows(*, team: Team, filters: CostFilters,
-                             resolved: Resolved) -> QuerySet[ConversationCostRollup]:
-    """The per-conversation ledger under every filter but the key's, which it does not keep
-    (the caller narrows by its conversations' key)."""
-    return _rows(ConversationCostRollup, team=team, filters=filters,
+NO_END_USER = "No end user named"
+
+
+def end_user_breakdown(*, team: Team, filters: CostFilters, resolved: Resolved,
+                       limit: int | None = None) -> list[Group]:
+    """The costs of each end user of the team's keys, largest first, from the per-conversation
+    ledger (a conversation keeps the end user it was made for; with a key filter, the
+    conversations made through that key). An end user is the person's whose keys name it:
+    ``key`` is (end user, username), labelled "ada (of bob's keys)". What no end user was named
+    for is one group, keyed ("", ""), so that the groups add up to the conversations' spend."""
+    if resolved.impossible:
+        return []
+    rows = _rows(ConversationCostRollup, team=team, filters=filters,
                  resolved=replace(resolved, api_key_id=None))
+    conversations = team.conversations.all()  # the conversation model, through the team
+    if resolved.api_key_id is not None:
+        rows = rows.filter(conversation_id__in=conversations.filter(
+            api_key_id=resolved.api_key_id or None).values("pk"))
+    of = conversations.filter(pk=OuterRef("conversation_id"))
+    grouped = (rows.annotate(end_user=Coalesce(Subquery(of.values("end_user")[:1]), Value("")),
+                             owner=Subquery(of.values("created_by__username")[:1]))
+               .values("end_user", "owner").annotate(**_sums()).order_by())
+    summed: dict[tuple[str, str], dict[str, int]] = {}
+    for row in grouped:
+        key = (row["end_user"], row["owner"] or "") if row["end_user"] else ("", "")
+        into = summed.setdefault(key, dict.fromkeys(AMOUNT_FIELDS, 0))
+        for name in AMOUNT_FIELDS:
+            into[name] += int(row[name] or 0)
+    groups = [Group(key, f"{key[0]} (of {key[1]}'s keys)" if key[0] else NO_END_USER, Amounts.of(sums))
+              for key, sums in summed.items()]
+    groups.sort(key=lambda g: (-g.amounts.cost_units, g.key))
+    return groups[:limit] if limit is not None else groups
 
 
 def _sums() -> dict[str, Sum]:

@@ -54,6 +54,10 @@ def costs(request: HttpRequest) -> HttpResponse:
     tables["conversation"] = None if filters.key else selectors.breakdown(
         team=team, filters=filters, resolved=resolved, by="conversation",
         membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
+    # The end users of the team's keys: shown when any call named one.
+    end_users = selectors.end_user_breakdown(team=team, filters=filters, resolved=resolved,
+                                             limit=selectors.TOP_CONVERSATIONS)
+    tables["end_user"] = end_users if any(g.key[0] for g in end_users) else None
     losses = cache_losses(team=team, filters=filters, resolved=resolved)
     with_cache_losses(tables["agent"], losses)
     shown = tables[filters.split][:SERIES_SHOWN]

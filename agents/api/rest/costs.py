@@ -17,15 +17,14 @@ from datetime import date
 from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
-from django.db.models import OuterRef, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Sum
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
 from agents.api.errors import ApiError, errors
 from agents.api.rest.common import is_uuid
-from agents.models import Agent, Conversation
+from agents.models import Agent
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
@@ -37,8 +36,8 @@ from traces.costs.selectors import (
     CostFilters,
     Resolved,
     breakdown,
-    conversation_ledger_rows,
     cost_totals,
+    end_user_breakdown,
     resolve_filters,
     rollup_rows,
 )
@@ -163,42 +162,14 @@ def cache_lost_out(losses: CacheLosses) -> dict[str, Any]:
             "partial": losses.partial}
 
 
-def end_user_groups(*, team: Team, filters: CostFilters, resolved: Resolved) -> list[dict[str, Any]]:
-    """The costs of each end user of the team's keys, largest first, from the per-conversation
-    ledger (a conversation keeps the end user it was made for); ``key`` is the end user's id,
-    the label names the person whose keys it belongs to. What no end user was named for is one
-    group with a null key, so the groups add up to the totals."""
-    if resolved.impossible:
-        return []
-    rows = conversation_ledger_rows(team=team, filters=filters, resolved=resolved)
-    conversation = Conversation.objects.filter(pk=OuterRef("conversation_id"))
-    if resolved.api_key_id is not None:
-        key = resolved.api_key_id or None
-        rows = rows.filter(conversation_id__in=Conversation.objects.filter(team=team, api_key_id=key)
-                           .values("pk"))
-    grouped = (rows.annotate(end_user=Coalesce(Subquery(conversation.values("end_user")[:1]), Value("")),
-                             owner=Subquery(conversation.values("created_by__username")[:1]))
-               .values("end_user", "owner").annotate(**{name: Sum(name) for name in AMOUNT_FIELDS})
-               .order_by())
-    groups: dict[tuple[str, str], Amounts] = {}
-    for row in grouped:
-        place = (row["end_user"], row["owner"] or "") if row["end_user"] else ("", "")
-        before = groups.get(place)
-        groups[place] = Amounts.of({name: (row[name] or 0) + (getattr(before, name) if before else 0)
-                                    for name in AMOUNT_FIELDS})
-    ordered = sorted(groups.items(), key=lambda item: (-item[1].cost_units, item[0]))
-    return [{"key": end_user or None,
-             "label": f"{end_user} (of {owner}'s keys)" if end_user else "No end user named",
-             **amounts_out(amounts)} for (end_user, owner), amounts in ordered]
-
-
 def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, resolved: Resolved,
                 rows: Any, group_by: str, losses: CacheLosses) -> list[dict[str, Any]]:
     """The report's groups: every day of the range in order, or the costs page's break-down
     (largest cost first) with each group's public id; agents carry their cache losses, as on
     the page."""
     if group_by == "end_user":
-        return end_user_groups(team=team, filters=filters, resolved=resolved)
+        return [{"key": g.key[0] or None, "label": g.label, **amounts_out(g.amounts)}
+                for g in end_user_breakdown(team=team, filters=filters, resolved=resolved)]
     if group_by == "day":
         return _by_day(filters, rows)
     groups = breakdown(team=team, filters=filters, resolved=resolved, by=BREAKDOWN[group_by],

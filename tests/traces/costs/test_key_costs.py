@@ -180,3 +180,26 @@ def test_admins_set_a_keys_budget_in_the_admin(client_for, alice, bob, team_a, t
     listing = c.get(reverse("admin:traces_budget_changelist")).content.decode()
     assert f"API key bob&#x27;s script ({key.prefix}…) daily budget" in listing
     assert "$1.0000 (20%)" in listing
+
+
+def test_the_costs_page_shows_end_users_once_a_key_names_one(team_a, alice, bob, agent, client_for):
+    from agents.turns.services import conversation_create
+
+    c = client_for(alice)
+    assert page(c).context["tables"]["end_user"] is None  # nobody named one: no table
+    script = key_for(alice, team_a)
+    today = timezone.localdate()
+    for who, end_user, dollars, key in ((alice, "ada", 3, script), (bob, "ada", 5, None), (alice, "", 1, None)):
+        conversation = conversation_create(membership=member_of(who, team_a), agent=agent, end_user=end_user,
+                                           api_key=key)
+        ConversationCostRollup.objects.create(
+            team=team_a, day=today, conversation_id=conversation.pk, agent_id=agent.pk, user_id=who.pk,
+            provider="Demo", model="demo", calls=1, cost_units=dollars * 10**10)
+
+    response = page(c)
+    rows = [(g.label, g.amounts.cost) for g in response.context["tables"]["end_user"]]
+    assert rows == [("ada (of bob's keys)", 5), ("ada (of alice's keys)", 3), ("No end user named", 1)]
+    assert "By end user" in response.content.decode()
+    # Through one key: its end users only.
+    through = page(c, key=str(script.uuid)).context["tables"]["end_user"]
+    assert [(g.label, g.amounts.cost) for g in through] == [("ada (of alice's keys)", 3)]
