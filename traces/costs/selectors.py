@@ -126,6 +126,9 @@ class Resolved:
     user_id: int | None = None
     api_key_id: int | None = None  # 0: the browser
     impossible: bool = False
+    # Only these conversations (a query of their ids; an end user's, through the API): every
+    # figure then comes from the per-conversation ledger.
+    conversations: Any = None
 
 
 def resolve_filters(*, team: Team, filters: CostFilters) -> Resolved:
@@ -159,11 +162,19 @@ def _rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -
         if model is not CostRollup:
             return rows.none()  # only the main ledger is kept per key
         rows = rows.filter(api_key_id=resolved.api_key_id)
+    if resolved.conversations is not None:
+        rows = rows.filter(conversation_id__in=resolved.conversations)
     return rows.order_by()
 
 
+def _ledger(resolved: Resolved, by: str = "") -> Any:
+    """The ledger a figure is read from: the per-conversation one for conversations."""
+    conversational = by == "conversation" or resolved.conversations is not None
+    return ConversationCostRollup if conversational else CostRollup
+
+
 def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet[CostRollup]:
-    return _rows(CostRollup, team=team, filters=filters, resolved=resolved)
+    return _rows(_ledger(resolved), team=team, filters=filters, resolved=resolved)
 
 
 NO_END_USER = "No end user named"
@@ -295,7 +306,7 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
     """Amounts grouped by agent, model, user, conversation or API key (0: the browser), largest
     cost first. Conversations and keys ``membership`` may not see keep their amounts but not
     their names."""
-    model = ConversationCostRollup if by == "conversation" else CostRollup
+    model = _ledger(resolved, by)
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
     if limit is not None and len(keys) == 1:
@@ -322,7 +333,7 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
 def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
                  keys: list[Any]) -> dict[Any, dict[date, Decimal]]:
     """Cost per day of each of ``keys`` (of grouping ``by``); the rest summed as "other"."""
-    model = ConversationCostRollup if by == "conversation" else CostRollup
+    model = _ledger(resolved, by)
     rows = _rows(model, team=team, filters=filters, resolved=resolved)
     wanted = set(keys)
     series: dict[Any, dict[date, Decimal]] = {}
@@ -348,6 +359,8 @@ def traces_started_in(traces: QuerySet[Trace], *, filters: CostFilters,
     if resolved.api_key_id is not None:
         traces = (traces.filter(api_key_id=resolved.api_key_id) if resolved.api_key_id
                   else traces.filter(api_key__isnull=True))
+    if resolved.conversations is not None:
+        traces = traces.filter(conversation_id__in=resolved.conversations)
     return traces
 
 

@@ -22,9 +22,11 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agents.api.auth import scope_check
+from agents.api.end_users import end_user_conversations, request_end_user
 from agents.api.errors import ApiError, errors
 from agents.api.rest.common import is_uuid
-from agents.models import Agent
+from agents.api.rest.conversations import END_USER_PARAM
+from agents.models import Agent, Conversation
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
@@ -184,15 +186,24 @@ def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, res
     return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts)} for g in groups]
 
 
-@router.get("", response={200: CostReportOut, **errors(400)}, summary="Costs over a range of days")
+@router.get("", response={200: CostReportOut, **errors(400)}, summary="Costs over a range of days",
+            openapi_extra=END_USER_PARAM)
 def cost_report(request: HttpRequest, query: Query[CostQuery]) -> dict[str, Any]:
     """Totals over the range and one group per day, agent, model, person or API key
     (``group_by``), largest cost first (days in order), with the money lost to prompt-cache
-    misses (in all, and per agent when grouped by agent). Scope `costs:read`."""
-    scope_check(request, Scope.COSTS)
+    misses (in all, and per agent when grouped by agent). With `X-Agentsite-End-User`, that end
+    user's costs only (their conversations, from the per-conversation ledger). Scope `costs:read`."""
+    caller = scope_check(request, Scope.COSTS)
     team = request.team
     filters = _filters(team, query)
     resolved = resolve_filters(team=team, filters=filters)
+    end_user = request_end_user(request, caller)
+    if end_user:  # that end user's conversations only (``agents.api.end_users``)
+        if query.group_by == "key":
+            raise ApiError(400, "An end user's costs are not kept per key: group by day, agent, "
+                                "model or person.", param="group_by")
+        resolved.conversations = end_user_conversations(
+            Conversation.objects.filter(team=team), caller, end_user).values("pk")
     rows = rollup_rows(team=team, filters=filters, resolved=resolved)
     losses = cache_losses(team=team, filters=filters, resolved=resolved)
     groups = cost_groups(team=team, membership=request.membership, filters=filters, resolved=resolved,

@@ -225,3 +225,33 @@ def test_by_end_user_from_the_conversations_ledger(agent, alice, bob, team_a):
     assert [(g["key"], g["label"], g["cost_usd"]) for g in groups] == [
         ("ada", "ada (of bob's keys)", "5"), ("ada", "ada (of alice's keys)", "3"),
         (None, "No end user named", "1")]
+
+
+def test_an_end_user_reads_their_own_costs_only(agent, alice, team_a):
+    """Behind one key, with X-Agentsite-End-User: that end user's conversations, nobody else's
+    (another end user's, the person's own, the team's)."""
+    from agents.turns.services import conversation_create
+    from tests.members import member_of
+    from traces.models import ConversationCostRollup
+
+    today = timezone.localdate()
+    for end_user, dollars in (("ada", 3), ("bob", 5), ("", 7)):
+        made = conversation_create(membership=member_of(alice, team_a), agent=agent, end_user=end_user)
+        ConversationCostRollup.objects.create(
+            team=team_a, day=today, conversation_id=made.pk, agent_id=agent.pk, user_id=alice.pk,
+            provider="Demo", model="demo", calls=1, cost_units=dollars * DOLLAR, input_tokens=10)
+    CostRollup.objects.create(team=team_a, day=today, provider="Demo", model="demo", calls=3,
+                              cost_units=15 * DOLLAR)
+    client = key_client(alice, team_a, ["costs:read"])
+
+    def as_end_user(who, **params):
+        response = client.get("/api/v1/costs", params, headers={"X-Agentsite-End-User": who})
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    assert as_end_user("ada")["totals"]["cost_usd"] == "3"
+    assert [g["cost_usd"] for g in as_end_user("bob", group_by="agent")["data"]] == ["5"]
+    assert as_end_user("carol")["totals"]["cost_usd"] == "0"
+    assert report(client)["totals"]["cost_usd"] == "15"  # the person's own view: the team's ledger
+    refused = client.get("/api/v1/costs", {"group_by": "key"}, headers={"X-Agentsite-End-User": "ada"})
+    assert refused.status_code == 400 and error_of(refused)["param"] == "group_by"
