@@ -39,12 +39,18 @@ from agents.api.openai_start import Prepared, Started, chat_commit, turn_stop
 from agents.api.responses_output import (
     SERVER_LABEL,
     call_item,
+    input_items,
     message_item,
     response_body,
     response_fields,
 )
 from agents.api.responses_request import response_prepare, stored_response
-from agents.api.responses_schemas import ResponseDeleted, ResponseIn, ResponseObject
+from agents.api.responses_schemas import (
+    ResponseDeleted,
+    ResponseIn,
+    ResponseInputItems,
+    ResponseObject,
+)
 from agents.api.turn_stream import (
     TurnTimeout,
     trace_events,
@@ -94,6 +100,29 @@ def responses_retrieve(request: HttpRequest, response_id: str) -> dict[str, Any]
         raise ApiError(400, "A stored response cannot be streamed again: read it whole, or follow "
                             "its turn at GET /api/v1/traces/{trace}/events.", param="stream")
     return response_body(request, _read(request, response_id))
+
+
+@router.get("/v1/responses/{response_id}/input_items", response={200: ResponseInputItems, **errors(400, 404)},
+            summary="List what a stored response was given")
+def responses_input_items(request: HttpRequest, response_id: str, order: str = "desc",
+                          limit: int = 20, after: str = "") -> dict[str, Any]:
+    """The person's message and, for a stateless request's first response, the history it sent;
+    newest first unless ``order=asc``; ``limit`` (1-100) items after the item ``after``."""
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "order is asc or desc.", param="order")
+    if not 1 <= limit <= 100:
+        raise ApiError(400, "limit is between 1 and 100.", param="limit")
+    items = input_items(_read(request, response_id))
+    if order == "desc":
+        items.reverse()
+    if after:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise ApiError(400, f"{after[:80]!r} is not an input item of this response.", param="after")
+        items = items[ids.index(after) + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
 @router.delete("/v1/responses/{response_id}", response={200: ResponseDeleted, **errors(404)},

@@ -140,3 +140,23 @@ def response_body(request: HttpRequest, trace: Trace, *, outcome: str | None = N
         body["error"] = {"code": "rate_limit_exceeded" if status == 429 else "server_error",
                          "message": message, "agentsite_code": code}
     return body
+
+
+def input_items(trace: Trace) -> list[dict[str, Any]]:
+    """What the response was given, oldest first, as input message items: the person's message
+    and, for the first response of a stateless request's conversation, the history it sent (the
+    messages stored with the conversation before it)."""
+    asked = (Message.objects.filter(trace=trace, role=Message.Role.USER).order_by("id")
+             .only("id", "uuid", "role", "text").first())
+    if asked is None:
+        return []
+    given = [asked]
+    first = (Trace.objects.filter(conversation_id=trace.conversation_id).order_by("id")
+             .values_list("id", flat=True).first())
+    if first == trace.pk:
+        given[:0] = (Message.objects.filter(conversation_id=trace.conversation_id, id__lt=asked.pk,
+                                            trace__isnull=True)
+                     .order_by("id").only("id", "uuid", "role", "text"))
+    return [{"type": "message", "id": f"msg_{m.uuid.hex}", "role": m.role, "status": "completed",
+             "content": [{"type": "output_text" if m.role == Message.Role.ASSISTANT else "input_text",
+                          "text": m.text}]} for m in given]

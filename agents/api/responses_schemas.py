@@ -96,3 +96,12 @@ class ResponseDeleted(Schema):
     id: str
     object: Literal["response.deleted"] = "response.deleted"
     deleted: bool
+
+
+class ResponseInputItems(Schema):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]] = Field(description="Input message items (input_text; a history's "
+                                                   "assistant messages as output_text).")
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -46,6 +46,8 @@ def test_a_response_with_the_agents_call_then_read_back_and_deleted(stack):
 
     again = api.responses.retrieve(response.id)
     assert again.output_text == response.output_text and again.instructions == "Be brief."
+    [given] = api.responses.input_items.list(response.id).data
+    assert given.role == "user" and TIME in given.content[0].text
     assert api.responses.delete(response.id) is None
     with pytest.raises(openai.NotFoundError):
         api.responses.retrieve(response.id)

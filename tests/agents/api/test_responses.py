@@ -290,3 +290,26 @@ def test_cancel_stops_a_waiting_turn(make_agent, alice, team_a, turns_run):
     assert body["id"] == f"resp_{trace.uuid.hex}"
     wait_for(lambda: Trace.objects.get(pk=trace.pk).status == "cancelled", timeout=30, what="the stop")
     assert client(secret).get(f"/v1/responses/resp_{trace.uuid.hex}").json()["status"] == "cancelled"
+
+
+def test_input_items_are_what_the_response_was_given(agent, alice, team_a, turns_run):
+    secret = key_for(alice, team_a)
+    first = create(secret, {"model": agent.slug, "input": [
+        {"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "hi"}]})
+    later = create(secret, {"model": agent.slug, "input": "again", "previous_response_id": first["id"]})
+
+    def items(response_id, **params):
+        got = client(secret).get(f"/v1/responses/{response_id}/input_items", params)
+        assert got.status_code == 200, got.content
+        return got.json()
+
+    page = items(first["id"], order="asc")
+    assert [(i["role"], i["content"][0]["text"]) for i in page["data"]] == [
+        ("user", "My name is Ada."), ("assistant", "Hello Ada."), ("user", "hi")]
+    assert page["first_id"] == page["data"][0]["id"] and page["has_more"] is False
+    assert [i["content"][0]["text"] for i in items(later["id"])["data"]] == ["again"]
+    newest = items(first["id"], limit=1)
+    assert newest["has_more"] is True and newest["data"][0]["content"][0]["text"] == "hi"
+    assert items(first["id"], after=newest["last_id"], limit=1)["data"][0]["role"] == "assistant"
+    assert client(secret).get(f"/v1/responses/{first['id']}/input_items", {"limit": 0}).status_code == 400

@@ -41,7 +41,8 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
     values = {"agent_id": agent.slug, "conversation_id": str(conversation.uuid), "trace_id": sample_trace.uuid.hex,
               "seq": "1", "call_id": "call_1", "model": agent.slug,
               "response_id": f"resp_{sample_trace.uuid.hex}"}
-    # A path's own values: the response cancelled is the one created (the other is deleted).
+    # A path's own values: the response cancelled and listed is the one created (the other is
+    # deleted first).
     path_values: dict[str, dict[str, str]] = {}
     bodies = {
         "/api/v1/conversations": {"agent": agent.slug, "title": "From the schema test"},
@@ -61,7 +62,9 @@ def test_every_operation_answers_as_documented(agent, conversation, sample_trace
             if method == "post":
                 response = client.post(url, bodies.get(path, {}), content_type="application/json")
                 if path == "/v1/responses" and response.status_code == 200:
-                    path_values["/v1/responses/{response_id}/cancel"] = {"response_id": response.json()["id"]}
+                    created = {"response_id": response.json()["id"]}
+                    path_values["/v1/responses/{response_id}/cancel"] = created
+                    path_values["/v1/responses/{response_id}/input_items"] = created
             else:
                 response = getattr(client, method)(url, queries.get(path))
             documented = {int(code) for code in operation["responses"]}
