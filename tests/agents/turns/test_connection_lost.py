@@ -164,7 +164,7 @@ def test_a_page_whose_connection_breaks_is_answered_503_and_the_next_one_works(
 def test_an_api_request_whose_connection_breaks_is_answered_503_in_openais_shape(
         agent, alice, team_a, monkeypatch):
     secret = api_key_create(membership=member_of(alice, team_a), name="t", scopes=["chat"])[1]
-    own_connection_dies_before(openai_start, "_prepare", monkeypatch)
+    own_connection_dies_before(openai_start, "turn_prepare", monkeypatch)
     response = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(
         "/v1/chat/completions", json.dumps({"model": agent.slug, "messages": [
             {"role": "user", "content": "hi"}]}), content_type="application/json")
