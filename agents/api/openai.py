@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError
@@ -204,6 +205,49 @@ async def turn_answered(prepared: Prepared, *, timeout_s: float,
 
 
 # -- streaming -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamFailed:
+    """Why a streamed turn ends without its end: it could not be stored, or it ran out of time
+    (and was stopped)."""
+
+    status: int
+    message: str
+    code: str
+
+
+async def turn_followed(prepared: Prepared, *, timeout_s: float
+                        ) -> AsyncIterator[dict[str, Any] | StreamFailed | None]:
+    """Store and queue the prepared turn, then follow it: ``{"event": "stored", "trace"}``, its
+    live payloads (``turn_stream.trace_events``; None when quiet for a while, for a keepalive),
+    and its ``end``; or one ``StreamFailed``. Subscribed before the turn is stored, so nothing of
+    it is missed. A client that goes away (the stream closed) stops the turn too, instead of
+    letting it run on unseen."""
+    async with trace_listening(prepared.trace_uuid) as listener:
+        try:
+            trace = (await db_async(chat_commit)(prepared)).trace
+        except ApiError as exc:
+            yield StreamFailed(exc.status, exc.message, exc.code or "invalid_request")
+            return
+        except DatabaseError:
+            logger.exception("a streamed request's turn could not be stored")
+            yield StreamFailed(503, "The turn could not be stored; nothing was started. Try again.",
+                               "storage_unavailable")
+            return
+        membership = prepared.caller.membership
+        yield {"event": "stored", "trace": trace}
+        try:
+            async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s,
+                                                            listener=listener))) as stream:
+                async for payload in stream:
+                    yield payload
+        except TurnTimeout:
+            await db_async(turn_stop)(trace, membership)
+            yield StreamFailed(504, "The turn did not end in time and was stopped.", "turn_timed_out")
+        except (asyncio.CancelledError, GeneratorExit):
+            await asyncio.shield(db_async(turn_stop)(trace, membership))
+            raise
 def sse(data: dict[str, Any] | str) -> bytes:
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return f"data: {text}\n\n".encode()
@@ -276,45 +320,27 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float,
                                           "logprobs": None}], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
-    async with trace_listening(prepared.trace_uuid) as listener:
-        try:
-            trace = (await db_async(chat_commit)(prepared)).trace
-        except ApiError as exc:
-            yield sse(error_body(exc.status, exc.message, exc.code or "invalid_request"))
-            return
-        except DatabaseError:
-            logger.exception("a streamed request's turn could not be stored")
-            yield sse(error_body(503, "The turn could not be stored; nothing was started. Try again.",
-                              "storage_unavailable"))
-            return
-        text = _Text()
-        ended = None
-        try:
-            async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s,
-                                                            listener=listener))) as stream:
-                async for payload in stream:
-                    event = payload.get("event") if payload is not None else "quiet"
-                    if event == "quiet":
-                        yield b": waiting\n\n"  # a comment: OpenAI's clients skip it
-                    elif event == "delta":
-                        piece = text.take(payload)
-                        if piece:
-                            yield chunk({"content": piece})
-                    elif event == "step" and payload.get("restarted_step") is not None:
-                        text.restart(int(payload["restarted_step"]))
-                    elif event == "approval":
-                        # An empty delta: a client that does not know the field reads nothing.
-                        yield chunk({}, agentsite=approval_ref(request, payload))
-                    elif event == "end":
-                        ended = payload["trace"]
-        except TurnTimeout:
-            await db_async(turn_stop)(trace, request.membership)
-            yield sse(error_body(504, "The turn did not end in time and was stopped.", "turn_timed_out"))
-            return
-        except (asyncio.CancelledError, GeneratorExit):
-            # The client went away: the turn stops too, instead of running on unseen.
-            await asyncio.shield(db_async(turn_stop)(trace, request.membership))
-            raise
+    text = _Text()
+    ended = None
+    async with aclosing(turn_followed(prepared, timeout_s=timeout_s)) as followed:
+        async for payload in followed:
+            if isinstance(payload, StreamFailed):
+                yield sse(error_body(payload.status, payload.message, payload.code))
+                return
+            event = payload.get("event") if payload is not None else "quiet"
+            if event == "quiet":
+                yield b": waiting\n\n"  # a comment: OpenAI's clients skip it
+            elif event == "delta":
+                piece = text.take(payload)
+                if piece:
+                    yield chunk({"content": piece})
+            elif event == "step" and payload.get("restarted_step") is not None:
+                text.restart(int(payload["restarted_step"]))
+            elif event == "approval":
+                # An empty delta: a client that does not know the field reads nothing.
+                yield chunk({}, agentsite=approval_ref(request, payload))
+            elif event == "end":
+                ended = payload["trace"]
     assert ended is not None
     if ended.status != Trace.Status.COMPLETED:
         status, message, code = turn_error(ended)

@@ -14,14 +14,13 @@ response tells a call waiting for a person's approval as an ``mcp_call`` item ad
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
@@ -29,13 +28,15 @@ from agents.api.auth import scope_check
 from agents.api.errors import ApiError, errors
 from agents.api.openai import (
     WAIT_MARGIN_S,
+    StreamFailed,
     approval_ref,
     event_stream,
     frame_text,
     sse,
     turn_answered,
+    turn_followed,
 )
-from agents.api.openai_start import Prepared, Started, chat_commit, turn_stop
+from agents.api.openai_start import Prepared, Started, turn_stop
 from agents.api.responses_output import (
     SERVER_LABEL,
     call_item,
@@ -50,12 +51,6 @@ from agents.api.responses_schemas import (
     ResponseIn,
     ResponseInputItems,
     ResponseObject,
-)
-from agents.api.turn_stream import (
-    TurnTimeout,
-    trace_events,
-    trace_listening,
-    with_keepalive,
 )
 from agents.turns.tool_cards import card_steps, tool_cards
 from agentsite.db import db_async, rereading
@@ -247,58 +242,40 @@ async def _stream(request: HttpRequest, prepared: Prepared, *, timeout_s: float)
                            created_at=int(time.time()), model=prepared.model,
                            overrides=prepared.overrides, end_user=prepared.end_user)
     yield events.event("response.created", response=head)
-    async with trace_listening(prepared.trace_uuid) as listener:
-        try:
-            trace = (await db_async(chat_commit)(prepared)).trace
-        except ApiError as exc:
-            yield events.event("error", code=exc.code or "invalid_request", message=exc.message,
-                               param=exc.param)
-            return
-        except DatabaseError:
-            logger.exception("a streamed response's turn could not be stored")
-            yield events.event("error", code="storage_unavailable", param=None,
-                               message="The turn could not be stored; nothing was started. Try again.")
-            return
-        yield events.event("response.in_progress", response={**head, "status": "in_progress"})
-        ended = None
-        try:
-            async with aclosing(with_keepalive(trace_events(trace, timeout_s=timeout_s,
-                                                            listener=listener))) as stream:
-                async for payload in stream:
-                    event = payload.get("event") if payload is not None else "quiet"
-                    if event == "quiet":
-                        yield b": waiting\n\n"
-                    elif event == "delta":
-                        step, piece = frame_text(events.sent, payload)
-                        for chunk in events.text(step, piece) if piece else ():
-                            yield chunk
-                    elif event == "step" and payload.get("restarted_step") is not None:
-                        # A model request that starts over: its new text is a new item.
-                        events.sent.pop(int(payload["restarted_step"]), None)
-                        for chunk in events.close_text():
-                            yield chunk
-                    elif event == "approval":
-                        item = call_item(payload["call_id"], payload.get("tool") or "",
-                                         payload.get("arguments") or {}, card=None)
-                        item.update(status="in_progress", output=None,
-                                    approval_request_id=payload["call_id"])
-                        for chunk in events.call(item, extra=approval_ref(request, payload)):
-                            yield chunk
-                    elif (event == "step" and payload.get("kind") == Step.Kind.TOOL_CALL
-                          and payload.get("status") in TOOL_ENDED):
-                        for item in await _calls(trace):
-                            for chunk in events.call(item):
-                                yield chunk
-                    elif event == "end":
-                        ended = payload["trace"]
-        except TurnTimeout:
-            await db_async(turn_stop)(trace, request.membership)
-            yield events.event("error", code="turn_timed_out", param=None,
-                               message="The turn did not end in time and was stopped.")
-            return
-        except (asyncio.CancelledError, GeneratorExit):
-            await asyncio.shield(db_async(turn_stop)(trace, request.membership))
-            raise
+    ended = None
+    async with aclosing(turn_followed(prepared, timeout_s=timeout_s)) as followed:
+        async for payload in followed:
+            if isinstance(payload, StreamFailed):
+                yield events.event("error", code=payload.code, message=payload.message, param=None)
+                return
+            event = payload.get("event") if payload is not None else "quiet"
+            if event == "quiet":
+                yield b": waiting\n\n"
+            elif event == "stored":
+                trace = payload["trace"]
+                yield events.event("response.in_progress", response={**head, "status": "in_progress"})
+            elif event == "delta":
+                step, piece = frame_text(events.sent, payload)
+                for chunk in events.text(step, piece) if piece else ():
+                    yield chunk
+            elif event == "step" and payload.get("restarted_step") is not None:
+                # A model request that starts over: its new text is a new item.
+                events.sent.pop(int(payload["restarted_step"]), None)
+                for chunk in events.close_text():
+                    yield chunk
+            elif event == "approval":
+                item = call_item(payload["call_id"], payload.get("tool") or "",
+                                 payload.get("arguments") or {}, card=None)
+                item.update(status="in_progress", output=None, approval_request_id=payload["call_id"])
+                for chunk in events.call(item, extra=approval_ref(request, payload)):
+                    yield chunk
+            elif (event == "step" and payload.get("kind") == Step.Kind.TOOL_CALL
+                  and payload.get("status") in TOOL_ENDED):
+                for item in await _calls(trace):
+                    for chunk in events.call(item):
+                        yield chunk
+            elif event == "end":
+                ended = payload["trace"]
     assert ended is not None
     final = await _final(request, ended, outcome=getattr(ended, "answer_outcome", None))
     for chunk in _settle(events, final):
