@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
@@ -148,7 +147,7 @@ def resolve_filters(*, team: Team, filters: CostFilters) -> Resolved:
     return resolved
 
 
-def _rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet:
+def ledger_rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet:
     rows = model.objects.filter(team=team, day__gte=filters.date_from, day__lte=filters.date_to)
     if resolved.impossible:
         return rows.none()
@@ -174,44 +173,10 @@ def _ledger(resolved: Resolved, by: str = "") -> Any:
 
 
 def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet[CostRollup]:
-    return _rows(_ledger(resolved), team=team, filters=filters, resolved=resolved)
+    return ledger_rows(_ledger(resolved), team=team, filters=filters, resolved=resolved)
 
 
-NO_END_USER = "No end user named"
-
-
-def end_user_breakdown(*, team: Team, filters: CostFilters, resolved: Resolved,
-                       limit: int | None = None) -> list[Group]:
-    """The costs of each end user of the team's keys, largest first, from the per-conversation
-    ledger (a conversation keeps the end user it was made for; with a key filter, the
-    conversations made through that key). An end user is the person's whose keys name it:
-    ``key`` is (end user, username), labelled "ada (of bob's keys)". What no end user was named
-    for is one group, keyed ("", ""), so that the groups add up to the conversations' spend."""
-    if resolved.impossible:
-        return []
-    rows = _rows(ConversationCostRollup, team=team, filters=filters,
-                 resolved=replace(resolved, api_key_id=None))
-    conversations = team.conversations.all()  # the conversation model, through the team
-    if resolved.api_key_id is not None:
-        rows = rows.filter(conversation_id__in=conversations.filter(
-            api_key_id=resolved.api_key_id or None).values("pk"))
-    of = conversations.filter(pk=OuterRef("conversation_id"))
-    grouped = (rows.annotate(end_user=Coalesce(Subquery(of.values("end_user")[:1]), Value("")),
-                             owner=Subquery(of.values("created_by__username")[:1]))
-               .values("end_user", "owner").annotate(**_sums()).order_by())
-    summed: dict[tuple[str, str], dict[str, int]] = {}
-    for row in grouped:
-        key = (row["end_user"], row["owner"] or "") if row["end_user"] else ("", "")
-        into = summed.setdefault(key, dict.fromkeys(AMOUNT_FIELDS, 0))
-        for name in AMOUNT_FIELDS:
-            into[name] += int(row[name] or 0)
-    groups = [Group(key, f"{key[0]} (of {key[1]}'s keys)" if key[0] else NO_END_USER, Amounts.of(sums))
-              for key, sums in summed.items()]
-    groups.sort(key=lambda g: (-g.amounts.cost_units, g.key))
-    return groups[:limit] if limit is not None else groups
-
-
-def _sums() -> dict[str, Sum]:
+def ledger_sums() -> dict[str, Sum]:
     return {name: Sum(name) for name in AMOUNT_FIELDS}
 
 
@@ -242,7 +207,7 @@ class Amounts(LedgerAmounts):
 
 
 def cost_totals(rows: QuerySet[CostRollup]) -> Amounts:
-    return Amounts.of(rows.aggregate(**_sums()))
+    return Amounts.of(rows.aggregate(**ledger_sums()))
 
 
 @dataclass
@@ -307,7 +272,7 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
     cost first. Conversations and keys ``membership`` may not see keep their amounts but not
     their names."""
     model = _ledger(resolved, by)
-    rows = _rows(model, team=team, filters=filters, resolved=resolved)
+    rows = ledger_rows(model, team=team, filters=filters, resolved=resolved)
     keys = KEYS[by]
     if limit is not None and len(keys) == 1:
         # The largest ``limit`` by cost alone first (the conversations' index holds it), then
@@ -316,7 +281,7 @@ def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
         top = (rows.values(*keys).annotate(cost_only=Sum("cost_units"))
                .order_by("-cost_only", *keys).values_list(keys[0], flat=True)[:limit])
         rows = rows.filter(**{f"{keys[0]}__in": list(top)})
-    grouped = rows.values(*keys).annotate(**_sums()).order_by("-cost_units", *keys)
+    grouped = rows.values(*keys).annotate(**ledger_sums()).order_by("-cost_units", *keys)
     grouped = list(grouped[:limit] if limit is not None else grouped)
     names = _names(by, [g[keys[0]] for g in grouped], team, membership) if by != "model" else {}
     groups = []
@@ -334,7 +299,7 @@ def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: st
                  keys: list[Any]) -> dict[Any, dict[date, Decimal]]:
     """Cost per day of each of ``keys`` (of grouping ``by``); the rest summed as "other"."""
     model = _ledger(resolved, by)
-    rows = _rows(model, team=team, filters=filters, resolved=resolved)
+    rows = ledger_rows(model, team=team, filters=filters, resolved=resolved)
     wanted = set(keys)
     series: dict[Any, dict[date, Decimal]] = {}
     for row in rows.values("day", *KEYS[by]).annotate(cost=Sum("cost_units")).order_by():

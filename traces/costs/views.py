@@ -24,6 +24,7 @@ from . import selectors
 from .budgets import request_budget_states
 from .cache_selectors import cache_losses, with_cache_losses
 from .charts import shares, stacked_by_day
+from .end_users import end_user_breakdown
 from .pricing import price_table_for
 from .repricing import (
     Target,
@@ -55,7 +56,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         team=team, filters=filters, resolved=resolved, by="conversation",
         membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
     # The end users of the team's keys: shown when any call named one.
-    end_users = selectors.end_user_breakdown(team=team, filters=filters, resolved=resolved,
+    end_users = end_user_breakdown(team=team, filters=filters, resolved=resolved,
                                              limit=selectors.TOP_CONVERSATIONS)
     tables["end_user"] = end_users if any(g.key[0] for g in end_users) else None
     losses = cache_losses(team=team, filters=filters, resolved=resolved)

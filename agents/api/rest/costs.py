@@ -30,6 +30,7 @@ from agents.models import Agent, Conversation
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
+from traces.costs.end_users import end_user_breakdown
 from traces.costs.rollups import AMOUNT_FIELDS
 from traces.costs.selectors import (
     BROWSER,
@@ -39,7 +40,6 @@ from traces.costs.selectors import (
     Resolved,
     breakdown,
     cost_totals,
-    end_user_breakdown,
     resolve_filters,
     rollup_rows,
 )
