@@ -113,6 +113,17 @@ TEMPLATES = [
     },
 ]
 
+# Each process keeps rendered markdown and the chat's finished turns (keyed by what they show,
+# and per reader's session) in its own memory: nothing in it needs to be shared between
+# processes, and a miss only renders again. Django's default of 300 entries is about fifteen
+# conversation pages.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "OPTIONS": {"MAX_ENTRIES": 5000},
+    },
+}
+
 # -- database -----------------------------------------------------------------------------------
 DATABASES = {
     "default": read("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'agentsite.sqlite3'}"),

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
@@ -138,6 +140,26 @@ class TurnView:
         """The answer holds text streamed before the turn stopped (marked on that text)."""
         return any(kind == "text" and part.outcome == Message.Outcome.INTERRUPTED
                    for kind, part in self.parts)
+
+    @property
+    def render_key(self) -> str | None:
+        """A digest of everything the turn's HTML shows, for the chat's ``{% cache %}`` of a
+        finished turn: rendering it is most of a conversation page's work, and a finished turn
+        changes only through what is in here (a re-pricing, a rating, a new version beside it).
+        None while it runs (its cards and text still move), and under ``DEBUG``, where templates
+        change under a running server."""
+        if self.active or settings.DEBUG:
+            return None
+        trace, message = self.trace, self.user_message
+        shown = (
+            trace.uuid, trace.status, trace.error, trace.event_seq, trace.estimated_calls,
+            trace.total_tokens, trace.cost_usd, trace.duration_ms,
+            (message.uuid, message.text, message.blocks) if message is not None else None,
+            self.message_versions, self.answer_versions,
+            (self.my_feedback.rating, self.my_feedback.comment) if self.my_feedback else None,
+            [(kind, (part.uuid, part.text, part.outcome) if kind == "text" else part)
+             for kind, part in self.parts])
+        return hashlib.blake2b(repr(shown).encode(), digest_size=16).hexdigest()
 
 
 @dataclass

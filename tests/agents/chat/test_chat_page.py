@@ -4,8 +4,13 @@ description and starters on an empty chat, the model picker, the "/" palette, co
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
+from decimal import Decimal
 
+from django.core.cache import cache
+from django.core.cache.utils import make_template_fragment_key
+from django.middleware.csrf import _unmask_cipher_token
 from django.urls import reverse
 from django.utils import timezone
 
@@ -15,6 +20,7 @@ from agents.chat.services import conversation_create
 from agents.models import Conversation
 from agents.runtime.commands import command_list
 from tests.members import member_of
+from traces.models import Feedback, Trace
 
 
 def page(client, conversation) -> str:
@@ -123,3 +129,43 @@ def test_the_streaming_renderer_gets_the_servers_allowlist(client_for, alice, co
     assert set(policy["tags"]) == ALLOWED_TAGS and "img" not in policy["tags"] and "script" not in policy["tags"]
     assert policy["schemes"] == ["http", "https", "mailto"]
     assert "vendor/purify" in html and "vendor/markdown-it" in html
+
+
+def _turn_html(html: str, trace) -> str:
+    start = html.index(f'id="answer-{trace.uuid.hex}"')
+    return html[start:html.index("</li>", start)]
+
+
+def test_a_finished_turn_is_rendered_once_per_session_and_never_served_stale_or_to_another(
+        client_for, alice, bob, conversation, sample_trace):
+    """The chat keeps a finished turn's HTML (``TurnView.render_key``): what is in it must
+    change with the turn, and one reader's copy (their rating, their session's CSRF token)
+    never reaches another."""
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
+    trace = sample_trace
+    alice_client, bob_client = client_for(alice), client_for(bob)
+    first = page(alice_client, conversation)
+    turns = selectors.chat_view(conversation, reader=alice).turns
+    key = make_template_fragment_key("chat-turn", [turns[0].render_key, False,
+                                                   alice_client.cookies["csrftoken"].value])
+    assert cache.get(key) is not None  # kept after the first view
+    # Served from there: its forms' masked tokens, fresh on every rendering, are the same.
+    assert _turn_html(page(alice_client, conversation), trace) == _turn_html(first, trace)
+    assert "csrfmiddlewaretoken" in _turn_html(first, trace)
+
+    # A re-pricing, a rating and archiving each show on the next view.
+    Trace.objects.filter(pk=trace.pk).update(cost_usd=Decimal("12.5"))
+    assert "· $12.5 ·" in _turn_html(page(alice_client, conversation), trace)
+    Feedback.objects.create(team=trace.team, trace=trace, user=alice, rating=Feedback.Rating.UP)
+    assert 'aria-pressed="true"' in _turn_html(page(alice_client, conversation), trace)
+    rated = _turn_html(page(alice_client, conversation), trace)
+    Conversation.objects.filter(pk=conversation.pk).update(archived=True)
+    assert "Regenerate" in rated and "Regenerate" not in _turn_html(page(alice_client, conversation), trace)
+    Conversation.objects.filter(pk=conversation.pk).update(archived=False)
+
+    # Bob reads the same turn: not alice's rating, and forms with his own session's token.
+    html = page(bob_client, conversation)
+    assert 'aria-pressed="true"' not in _turn_html(html, trace)
+    tokens = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    assert tokens and {_unmask_cipher_token(t) for t in tokens} == {bob_client.cookies["csrftoken"].value}
+    assert bob_client.cookies["csrftoken"].value != alice_client.cookies["csrftoken"].value
