@@ -21,9 +21,9 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
-from django.db.models.lookups import Exact, IsNull
 from django.utils import timezone
 
 from ..models import Budget, CostRollup
@@ -184,17 +184,20 @@ def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None =
     return [BudgetState(budget, units_usd(budget.spent_units)) for budget in budgets]
 
 
-def _spent_in_scope(today: date) -> Coalesce:
+def _spent_in_scope(today: date) -> RawSQL:
     """A budget's spend in its scope (its API key's, else its person's, else the team's) and
-    its current period (today, or this month), as ``with_spend`` counts it."""
-    rows = (CostRollup.objects.filter(team_id=OuterRef("team_id"), day__gte=today.replace(day=1),
-                                      day__lte=today)
-            .filter(Q(day=today) | ~Q(Exact(OuterRef("period"), Value(Period.DAY))))
-            .filter(Q(IsNull(OuterRef("api_key_id"), True)) | Q(api_key_id=OuterRef("api_key_id")))
-            .filter(Q(IsNull(OuterRef("user_id"), True)) | ~Q(IsNull(OuterRef("api_key_id"), True))
-                    | Q(user_id=OuterRef("user_id"))))
-    total = rows.order_by().values("team_id").annotate(s=Sum("cost_units")).values("s")[:1]
-    return Coalesce(Subquery(total, output_field=BigIntegerField()), 0)
+    its current period (today, or this month), as ``with_spend`` counts it: a correlated sum over
+    the month's roll-ups. Written out: every page reads it for the banner, and building it from
+    the ORM's expressions cost four times what running it does."""
+    budget, rollup = f'"{Budget._meta.db_table}"', f'"{CostRollup._meta.db_table}"'
+    return RawSQL(  # noqa: S611 - the models' table names, values as parameters
+        f"COALESCE((SELECT SUM(r.cost_units) FROM {rollup} r"  # noqa: S608 - the same
+        f" WHERE r.team_id = {budget}.team_id AND r.day >= %s AND r.day <= %s"
+        f" AND (r.day = %s OR {budget}.period <> %s)"
+        f" AND ({budget}.api_key_id IS NULL OR r.api_key_id = {budget}.api_key_id)"
+        f" AND ({budget}.user_id IS NULL OR {budget}.api_key_id IS NOT NULL"
+        f" OR r.user_id = {budget}.user_id)), 0)",
+        (today.replace(day=1), today, today, Period.DAY), output_field=BigIntegerField())
 
 
 def request_budget_states(request: Any) -> list[BudgetState]:
