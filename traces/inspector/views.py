@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
+from django.conf import settings
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
@@ -9,6 +12,7 @@ from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.access import get_for_team_or_404, team_required
@@ -76,15 +80,15 @@ def _trace_with_flags(request: HttpRequest, trace_uuid) -> Trace:
 @require_GET
 def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
     trace = _trace_with_flags(request, trace_uuid)
-    steps = selectors.trace_steps(trace)
-    decorate_steps(steps, scale=timeline_scale(trace))
+    steps, more_after = _timeline(trace)
     states, previous = selectors.trace_states(trace)
     context = {
         "trace": trace,
         "can_act": selectors.trace_can_act(request.membership, trace),
         "admin_notice": selectors.ADMIN_NOTICE if selectors.sees_every_trace(request.membership) else "",
         "steps": steps,
-        "more_after": steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None,
+        "more_after": more_after,
+        "steps_key": steps_key(trace),
         "states": decorate_states(states, trace=trace, previous=previous),
         "states_before": states[0].iteration if previous else None,
         "feedback": list(trace.feedback.select_related("user")) if trace.has_feedback else [],
@@ -92,6 +96,30 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
     }
     context["mine"] = next((f for f in context["feedback"] if f.user_id == request.user.pk), None)
     return render(request, "traces/trace_detail.html", context)
+
+
+def steps_key(trace: Trace) -> str | None:
+    """What a finished trace's timeline shows, for the page's ``{% cache %}`` of it: rendering
+    a long timeline is most of the inspector's work, and once a trace has ended its steps only
+    change with a re-pricing (its cost) or a late event. None while it runs, and under ``DEBUG``,
+    where templates change under a running server. Its rows carry no form and nothing of the
+    reader, so every reader allowed to see the trace may be served the same copy."""
+    if trace.is_active or settings.DEBUG:
+        return None
+    return f"{trace.pk}:{trace.event_seq}:{trace.step_count}:{trace.cost_usd}:{trace.duration_ms}"
+
+
+def _timeline(trace: Trace) -> tuple[Any, Any]:
+    """The timeline's first chunk and the seq to load more after (None: no more), read only
+    when the page renders them: a kept timeline (``steps_key``) is not read at all."""
+
+    @functools.cache
+    def read() -> tuple[list[Step], int | None]:
+        steps = selectors.trace_steps(trace)
+        decorate_steps(steps, scale=timeline_scale(trace))
+        return steps, steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None
+
+    return SimpleLazyObject(lambda: read()[0]), SimpleLazyObject(lambda: read()[1])
 
 
 @team_required(Membership.Role.MEMBER, action="rate answers")

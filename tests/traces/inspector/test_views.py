@@ -3,6 +3,9 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agents.models import Conversation
@@ -230,3 +233,39 @@ def test_the_text_streamed_so_far_is_on_the_page_and_at_its_own_url(client_for, 
     assert 'data-step="1" data-chars="18"' in page and "Once upon a &lt;time&gt;" in page
     chat = c.get(reverse("conversation", args=[sample_trace.conversation.uuid])).content.decode()
     assert '<div class="stream-text" data-step="1" data-seq="1" data-chars="18">Once upon a &lt;time&gt;</div>' in chat
+
+
+def test_a_finished_traces_timeline_is_kept_rendered_and_shown_afresh_when_it_changes(
+        client_for, alice, bob, conversation):
+    """A finished trace's timeline is rendered once (``steps_key``) and then not even read; a
+    re-pricing (its cost) renders it again, a running trace's never is kept, and a reader who
+    may not see the trace does not get the kept copy."""
+    from traces.sample import make_sample_trace
+
+    trace = make_sample_trace(conversation=conversation, user=alice, steps=30)
+    c = client_for(alice)
+    url = reverse("trace_detail", args=[trace.uuid])
+    c.get(url)  # the first page after signing in keeps the active team in the session
+    cache.clear()
+    with CaptureQueriesContext(connection) as rendered:
+        first = c.get(url).content.decode()
+    with CaptureQueriesContext(connection) as kept:
+        again = c.get(url).content.decode()
+    still = [q["sql"] for q in kept.captured_queries]
+    timeline = [q["sql"] for q in rendered.captured_queries if q["sql"] not in still
+                and 'FROM "traces_step"' in q["sql"]]
+    assert again.count('class="step k-') == 30 and len(timeline) == 1 and "LIMIT 200" in timeline[0]
+    assert again[again.index('<ol id="steps"'):] == first[first.index('<ol id="steps"'):]
+
+    step = trace.steps.filter(kind=Step.Kind.LLM_REQUEST).order_by("seq").first()
+    Step.objects.filter(pk=step.pk).update(cost_usd=Decimal("7.25"))
+    Trace.objects.filter(pk=trace.pk).update(cost_usd=Decimal("7.25"))
+    html = c.get(url).content.decode()
+    row = html[html.index(f'id="step-{step.seq}"'):]
+    assert "$7.25" in row[:row.index("</li>")]
+
+    Trace.objects.filter(pk=trace.pk).update(status=Trace.Status.RUNNING)
+    Step.objects.filter(pk=step.pk).update(name="renamed-while-running")
+    assert "renamed-while-running" in c.get(url).content.decode()
+    Conversation.objects.filter(pk=conversation.pk).update(shared=False)
+    assert client_for(bob).get(url).status_code == 404
