@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
@@ -23,6 +21,7 @@ from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
 from agents.turns.windows import context_window
+from agentsite.fragments import kept_key
 from agentsite.models import Membership, Team
 from traces.models import Feedback, Step, StepPayload, Trace
 from traces.record.live import uuid_hex
@@ -143,23 +142,19 @@ class TurnView:
 
     @property
     def render_key(self) -> str | None:
-        """A digest of everything the turn's HTML shows, for the chat's ``{% cache %}`` of a
-        finished turn: rendering it is most of a conversation page's work, and a finished turn
-        changes only through what is in here (a re-pricing, a rating, a new version beside it).
-        None while it runs (its cards and text still move), and under ``DEBUG``, where templates
-        change under a running server."""
-        if self.active or settings.DEBUG:
-            return None
+        """What the turn's HTML shows, for the chat's ``{% cache %}`` of a finished turn
+        (``agentsite.fragments``): a re-pricing, a rating or a new version beside it renders it
+        again; None while it runs (its cards and text still move)."""
         trace, message = self.trace, self.user_message
-        shown = (
+        return kept_key(
             trace.uuid, trace.status, trace.error, trace.event_seq, trace.estimated_calls,
             trace.total_tokens, trace.cost_usd, trace.duration_ms,
             (message.uuid, message.text, message.blocks) if message is not None else None,
             self.message_versions, self.answer_versions,
             (self.my_feedback.rating, self.my_feedback.comment) if self.my_feedback else None,
             [(kind, (part.uuid, part.text, part.outcome) if kind == "text" else part)
-             for kind, part in self.parts])
-        return hashlib.blake2b(repr(shown).encode(), digest_size=16).hexdigest()
+             for kind, part in self.parts],
+            running=self.active)
 
 
 @dataclass

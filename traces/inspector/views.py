@@ -4,7 +4,6 @@ import functools
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
@@ -16,6 +15,7 @@ from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.access import get_for_team_or_404, team_required
+from agentsite.fragments import kept_key
 from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 
@@ -49,11 +49,18 @@ def trace_list(request: HttpRequest) -> HttpResponse:
     filters, errors = selectors.TraceFilters.from_query(request.GET)
     paginator = Paginator(selectors.trace_list(membership=request.membership, filters=filters), LIST_PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    for t in rows:  # what a row shows: a finished one is kept rendered (agentsite.fragments)
+        t.row_key = kept_key(
+            t.pk, t.created_at, t.status, t.model, t.duration_ms, t.iterations,
+            t.total_tokens, t.estimated_calls, t.cost_usd, t.agent.name if t.agent else None,
+            t.user.get_username() if t.user else None,
+            t.user_message.text if t.user_message else None, running=t.is_active)
     query = request.GET.copy()
     query.pop("page", None)
     context = {
         "page": page,
-        "traces": page.object_list,
+        "traces": rows,
         "filters": filters,
         "errors": errors,
         "choices": selectors.trace_filter_choices(team=request.team),
@@ -99,14 +106,12 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
 
 
 def steps_key(trace: Trace) -> str | None:
-    """What a finished trace's timeline shows, for the page's ``{% cache %}`` of it: rendering
-    a long timeline is most of the inspector's work, and once a trace has ended its steps only
-    change with a re-pricing (its cost) or a late event. None while it runs, and under ``DEBUG``,
-    where templates change under a running server. Its rows carry no form and nothing of the
-    reader, so every reader allowed to see the trace may be served the same copy."""
-    if trace.is_active or settings.DEBUG:
-        return None
-    return f"{trace.pk}:{trace.event_seq}:{trace.step_count}:{trace.cost_usd}:{trace.duration_ms}"
+    """What a finished trace's timeline shows, for the page's ``{% cache %}`` of it
+    (``agentsite.fragments``): once a trace has ended its steps only change with a re-pricing
+    (its cost) or a late event. Its rows carry no form and nothing of the reader, so every
+    reader allowed to see the trace may be served the same copy."""
+    return kept_key(trace.pk, trace.event_seq, trace.step_count, trace.cost_usd, trace.duration_ms,
+                    running=trace.is_active)
 
 
 def _timeline(trace: Trace) -> tuple[Any, Any]:

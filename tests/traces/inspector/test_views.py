@@ -269,3 +269,24 @@ def test_a_finished_traces_timeline_is_kept_rendered_and_shown_afresh_when_it_ch
     assert "renamed-while-running" in c.get(url).content.decode()
     Conversation.objects.filter(pk=conversation.pk).update(shared=False)
     assert client_for(bob).get(url).status_code == 404
+
+
+def test_a_finished_traces_row_in_the_list_is_kept_and_shown_afresh_when_it_changes(
+        client_for, alice, conversation, sample_trace):
+    """The list keeps a finished trace's row rendered (``agentsite.fragments``); a re-pricing
+    or a renamed agent renders it again."""
+    from agents.models import Agent
+
+    c = client_for(alice)
+
+    def row() -> str:
+        html = c.get(reverse("traces")).content.decode()
+        start = html.index("<tbody>")
+        return html[start:html.index("</tbody>")]
+
+    first = row()
+    Trace.objects.filter(pk=sample_trace.pk).update(cost_usd=Decimal("3.75"))
+    repriced = row()
+    assert "$3.75" in repriced and "$3.75" not in first
+    Agent.objects.filter(pk=sample_trace.agent_id).update(name="Renamed helper")
+    assert "Renamed helper" in row()
