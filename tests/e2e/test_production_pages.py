@@ -1,0 +1,103 @@
+"""The pages as production serves them (``DEBUG=0``): finished turns, a finished trace's
+timeline and the trace list's rows are kept rendered there (``agentsite.fragments``), which the
+other browser tests, on a ``DEBUG`` stack, never see. A reload, a rating and a second reader go
+through the kept copies in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, SOCKET_PROBE, Session, Watch
+
+
+@pytest.fixture(scope="module")
+def production() -> Iterator[Any]:
+    from agentsite.stack import Stack
+
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
+    running = Stack(worker_threads=4, debug=False).start()
+    try:
+        running.ids = running.seed({"agents": [{"name": "Helper", "tools": ["calculator"],
+                                                  "provider_options": {"token_delay_s": 0.005}}]})
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def signed_in(production) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+        def make(username: str) -> Session:
+            context = browser.new_context(viewport={"width": 1200, "height": 900})
+            context.add_init_script(SOCKET_PROBE)
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            watch = Watch()
+            page.on("pageerror", lambda error: watch.errors.append(str(error)))
+            page.goto(production.url + "/accounts/login/")
+            page.fill("input[name=username]", username)
+            page.fill("input[name=password]", production.ids["password"])
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "/accounts/login" not in url)
+            return Session(page, watch, production)
+
+        yield make
+        browser.close()
+
+
+def test_kept_turns_timelines_and_rows_read_and_act_as_rendered_ones(signed_in):
+    alice = signed_in("alice")
+    chat_url = alice.open_chat_with("Helper")
+    alice.send("What is 12 * 7?")
+    alice.answers("completed").first.wait_for()
+    alice.send("What is 6 * 7?")
+    alice.answers("completed").nth(1).wait_for()
+
+    # Rendered, then kept: two reloads show the same two answers, and their forms still act.
+    for _ in range(2):
+        alice.page.goto(chat_url)
+        alice.wait_for_socket()
+        answers = alice.answers("completed")
+        assert answers.count() == 2
+        assert "84" in answers.first.locator(".md").inner_text()
+    alice.answers("completed").first.locator("button.thumb[value='up']").click()
+    alice.page.locator("button.thumb[aria-pressed='true']").first.wait_for()
+    alice.page.goto(chat_url)
+    assert alice.answers("completed").first.locator("button.thumb[aria-pressed='true']").count() == 1
+    assert alice.answers("completed").nth(1).locator("button.thumb[aria-pressed='true']").count() == 0
+
+    # A third turn on the kept page, sent from the reloaded (kept) composer's branch.
+    alice.send("What is 2 + 2?")
+    alice.answers("completed").nth(2).wait_for()
+    assert "4" in alice.answers("completed").nth(2).locator(".md").inner_text()
+
+    # The inspector's kept timeline and the list's kept rows, twice each.
+    alice.answers("completed").first.locator("a.trace-link").click()
+    alice.page.wait_for_url(re.compile(r"/traces/[0-9a-f-]+/$"))
+    trace_url = alice.page.url
+    steps = alice.page.locator("#steps li.step").count()
+    assert steps >= 3
+    alice.page.goto(trace_url)
+    assert alice.page.locator("#steps li.step").count() == steps
+    alice.page.locator("#steps li.step").first.locator("summary").click()
+    alice.page.locator("#steps li.step .step-body dl").first.wait_for()  # a kept row still opens
+    for _ in range(2):
+        alice.page.goto(alice.stack.url + "/traces/")
+        assert alice.page.locator("table.list tbody tr").count() == 3
+    assert not alice.watch.errors
+
+    # Bob, in the same team, cannot read alice's private conversation, kept or not.
+    bob = signed_in("bob")
+    response = bob.page.goto(chat_url)
+    assert response is not None and response.status == 404
