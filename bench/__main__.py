@@ -71,7 +71,8 @@ def summary(results: list[dict], tolerance: float) -> None:
     baseline = _measure.load_baseline()
     flagged, unbased = [], []
     for result in results:
-        _, moved = _measure.comparison(result["bench"], result["cpu"], baseline, tolerance=tolerance)
+        _, moved = _measure.comparison(result["bench"], result["cpu"], baseline, tolerance=tolerance,
+                                       speed_ms=result.get("speed_ms"))
         flagged += moved
         base = ((baseline.get("benches") or {}).get(result["bench"]) or {}).get("cpu") or {}
         unbased += [f"{result['bench']}: {name}" for name in result["cpu"] if name not in base]

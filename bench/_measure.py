@@ -2,7 +2,9 @@
 CPU time its unit of work costs, that cost against the committed baseline, and flame graphs.
 
 * ``machine()`` / ``print_machine()``: the load average and the CPU count, printed at start (a
-  figure taken on a busy machine says so).
+  figure taken on a busy machine says so), and ``machine_speed_ms()``: the CPU a fixed piece of
+  plain Python takes here, recorded with every figure so that a baseline recorded on a slower
+  or faster machine is compared scaled to this one.
 * ``cpu_seconds(pid, tree=...)``: user + system CPU of another process (and of its descendants)
   from ``/proc``; in-process benchmarks take ``time.process_time()`` (every thread of this
   process) or ``time.thread_time()`` deltas instead.
@@ -64,6 +66,34 @@ def print_machine() -> str:
         _printed.append(machine())
         print(f"machine at start: {_printed[0]}", flush=True)
     return _printed[0]
+
+
+def _calibration() -> int:
+    """A fixed piece of plain Python of the kind a request is: calls, dict reads and writes,
+    string formatting."""
+    counts: dict[str, int] = {}
+    total = 0
+    for i in range(200_000):
+        key = f"row-{i % 997}"
+        counts[key] = counts.get(key, 0) + 1
+        total += len(key)
+    return total + len(counts)
+
+
+_speed: list[float] = []
+
+
+def machine_speed_ms() -> float:
+    """CPU milliseconds ``_calibration`` takes on this machine, the best of five (measured once
+    per process). Several times larger on a slower machine: CPU per unit of work grows alike."""
+    if not _speed:
+        best = float("inf")
+        for _ in range(5):
+            started = time.process_time()
+            _calibration()
+            best = min(best, time.process_time() - started)
+        _speed.append(round(best * 1000, 2))
+    return _speed[0]
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -209,13 +239,32 @@ def moved(value: float, base: float | None, tolerance: float) -> float | None:
     return change if abs(change) > tolerance else None
 
 
+def speed_scale(recorded: float | None, current: float | None) -> float | None:
+    """How much more CPU a unit of work takes here than on the baseline's machine (None when
+    either calibration is missing)."""
+    if not recorded or not current:
+        return None
+    return current / recorded
+
+
 def comparison(bench: str, figures: Mapping[str, float], baseline: Mapping[str, Any], *,
-               tolerance: float, args: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """Lines showing each figure beside its baseline, and the subset that moved."""
+               tolerance: float, args: list[str] | None = None,
+               speed_ms: float | None = None) -> tuple[list[str], list[str]]:
+    """Lines showing each figure beside its baseline (scaled to this machine's speed when both
+    runs were calibrated, ``speed_ms``), and the subset that moved."""
     entry = (baseline.get("benches") or {}).get(bench) or {}
-    base = entry.get("cpu") or {}
+    base = dict(entry.get("cpu") or {})
     width = max((len(name) for name in figures), default=0)
     lines, flagged = [], []
+    scale = speed_scale(entry.get("speed_ms"), speed_ms)
+    if scale is not None:
+        base = {name: value * scale for name, value in base.items()}
+        if args is not None:
+            lines.append(f"  (this machine runs the calibration in {speed_ms:.0f} ms, the baseline's in "
+                         f"{entry['speed_ms']:.0f} ms: the baseline's figures are scaled by {scale:.2f})")
+    elif args is not None and entry and speed_ms and not entry.get("speed_ms"):
+        lines.append("  (the baseline has no calibration of its machine: figures from another machine "
+                     "compare unscaled; `make bench-baseline` records one)")
     note = load_note(_printed[0] if _printed else machine(), entry.get("machine"))
     if note and args is not None:
         lines.append(f"  {note}")
@@ -246,7 +295,8 @@ def record(bench: str, figures: Mapping[str, float], *, reference: Mapping[str, 
     recorded = ((baseline.get("benches") or {}).get(bench) or {}).get("recorded", "")
     source = f"bench/baseline.json, {bench!r}" + (f" recorded {recorded}" if recorded else ": none yet")
     print(f"{title} (beside {source}):")
-    lines, _ = comparison(bench, figures, baseline, tolerance=tolerance, args=run_arguments())
+    speed = machine_speed_ms()
+    lines, _ = comparison(bench, figures, baseline, tolerance=tolerance, args=run_arguments(), speed_ms=speed)
     for line in lines:
         print(line)
     results = os.environ.get(RESULTS_ENV)
@@ -254,6 +304,7 @@ def record(bench: str, figures: Mapping[str, float], *, reference: Mapping[str, 
         with open(results, "a") as out:
             out.write(json.dumps({"bench": bench, "cpu": figures, "reference": dict(reference or {}),
                                   "args": run_arguments(), "machine": _printed[0] if _printed else machine(),
+                                  "speed_ms": speed,
                                   "at": datetime.now(UTC).isoformat(timespec="seconds")}) + "\n")
     sys.stdout.flush()
 
@@ -279,6 +330,8 @@ def write_baseline(results: list[dict[str, Any]], *, commit: str, path: Path = B
         old = benches.get(result["bench"]) or {}
         entry = {"recorded": result["at"], "commit": commit, "machine": result["machine"],
                  "args": result["args"], "cpu": result["cpu"]}
+        if result.get("speed_ms"):
+            entry["speed_ms"] = result["speed_ms"]
         reference = result.get("reference") or old.get("reference")
         if reference:
             entry["reference"] = reference
