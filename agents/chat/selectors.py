@@ -17,6 +17,7 @@ from agents.models import Agent, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
+from agents.team_config import kept, team_config_read
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
@@ -302,9 +303,13 @@ def conversation_meter(conversation: Conversation, *, traces: list[Trace],
     """``history``: the branch's messages, oldest first (what the next turn would continue)."""
     agent = conversation.agent
     model = conversation.model_override or agent.model
-    configured = agent.provider.settings_for(model).context_window
-    meter = Meter(model=model, context_window=context_window(
-        model, configured, provider_kind=agent.provider.kind, team_id=conversation.team_id))
+    # Kept with the team's configuration, as a turn keeps it (``turn_config``): the model's row
+    # of its provider and the catalogue's window cost two reads a page, one stamp here.
+    with team_config_read(conversation.team_id):
+        window = kept(conversation.team_id, ("meter-window", agent.provider_id, model), lambda: context_window(
+            model, agent.provider.settings_for(model).context_window, provider_kind=agent.provider.kind,
+            team_id=conversation.team_id))
+    meter = Meter(model=model, context_window=window)
     for trace in traces:
         for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
             setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))

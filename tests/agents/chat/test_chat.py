@@ -409,9 +409,9 @@ def live_trace(trace: Trace) -> Trace:
 def test_the_page_reads_each_kind_of_row_once_however_long_the_conversation(
         client_for, conversation, agent, alice, sent_turns, use_redis, django_assert_max_num_queries):
     """Who is asking (the session; the person with their teams); the conversation, its turns,
-    their messages with the loose ones, the tool cards' steps with their arguments, the model's
-    settings and the price table's stamp (for the context window), the last request (for the
-    meter), the reader's ratings, the sidebar, the budgets with their spend: 12 for 5 turns with
+    their messages with the loose ones, the tool cards' steps with their arguments, the team's
+    configuration stamp (the context window is kept with it), the last request (for the
+    meter), the reader's ratings, the sidebar, the budgets with their spend: 11 for 5 turns with
     a tool call each and 9 conversations in the sidebar, so a read per turn, card or
     conversation would show."""
     from traces.models import Budget, Feedback
@@ -426,7 +426,7 @@ def test_the_page_reads_each_kind_of_row_once_however_long_the_conversation(
     c = client_for(alice)
     url = reverse("conversation", args=[conversation.uuid])
     c.get(url)  # the first page after signing in keeps the active team in the session
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(11):
         html = c.get(url).content.decode()
     assert html.count('class="tool-card state-ok"') == 5 and html.count('id="answer-') == 5
     assert html.count('id="side-') == 9 and 'aria-pressed="true"' in html

@@ -84,9 +84,9 @@ def test_conversation_page_queries_are_bounded(client_for, alice, conversation, 
     c = client_for(alice)
     c.get(reverse("conversation", args=[conversation.uuid]))  # the process reads the prices once
     # The session, the membership, the conversation; the chat's turns (with the reader's
-    # ratings and the meter's last request), messages and tool steps; the context window (the
-    # model's settings row, the catalogue's stamp); the sidebar; the budgets.
-    with django_assert_max_num_queries(10):
+    # ratings and the meter's last request), messages and tool steps; the context window (kept
+    # with the team's configuration: its stamp); the sidebar; the budgets.
+    with django_assert_max_num_queries(9):
         assert c.get(reverse("conversation", args=[conversation.uuid])).status_code == 200
 
 
