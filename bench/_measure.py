@@ -64,7 +64,9 @@ def print_machine() -> str:
     """Print the machine's load (once per process: the first call is the start); the line."""
     if not _printed:
         _printed.append(machine())
-        print(f"machine at start: {_printed[0]}", flush=True)
+        # Calibrated now, before the benchmark starts its processes: measured beside a running
+        # stack, the same loop took up to twice as long.
+        print(f"machine at start: {_printed[0]}; calibration {machine_speed_ms():.0f} ms", flush=True)
     return _printed[0]
 
 
@@ -84,11 +86,13 @@ _speed: list[float] = []
 
 
 def machine_speed_ms() -> float:
-    """CPU milliseconds ``_calibration`` takes on this machine, the best of five (measured once
-    per process). Several times larger on a slower machine: CPU per unit of work grows alike."""
+    """CPU milliseconds ``_calibration`` takes on this machine, the best of ten (measured once
+    per process, at its start). Several times larger on a slower machine: CPU per unit of work
+    grows alike. On a shared virtual machine it varies between processes too (up to twice, in
+    slow spells), so a scaled comparison is a guide, not a measurement."""
     if not _speed:
         best = float("inf")
-        for _ in range(5):
+        for _ in range(10):
             started = time.process_time()
             _calibration()
             best = min(best, time.process_time() - started)
