@@ -155,26 +155,33 @@ document.addEventListener("htmx:wsClose", () => { window.__socketOpen = false; }
 """
 
 
+def sign_in(browser: Any, stack: Any, username: str = "alice", *, bypass_csp: bool = False,
+            viewport: dict | None = None) -> tuple[Any, Session]:
+    """A new browser context signed in as ``username`` on ``stack``, watching its page."""
+    context = browser.new_context(bypass_csp=bypass_csp, viewport=viewport or {"width": 1200, "height": 900})
+    context.add_init_script(SOCKET_PROBE)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    watch = Watch()
+    page.on("dialog", lambda dialog: (watch.dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("pageerror", lambda error: watch.errors.append(str(error)))
+    page.on("request", lambda request: watch.requests.append(request.url))
+    page.goto(stack.url + "/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", stack.ids["password"])
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login" not in url)
+    return context, Session(page, watch, stack)
+
+
 @pytest.fixture
 def login(stack, browser) -> Iterator[Callable[..., Session]]:
     contexts = []
 
     def make(username: str = "alice", *, bypass_csp: bool = False, viewport: dict | None = None) -> Session:
-        context = browser.new_context(bypass_csp=bypass_csp, viewport=viewport or {"width": 1200, "height": 900})
+        context, session = sign_in(browser, stack, username, bypass_csp=bypass_csp, viewport=viewport)
         contexts.append(context)
-        context.add_init_script(SOCKET_PROBE)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        watch = Watch()
-        page.on("dialog", lambda dialog: (watch.dialogs.append(dialog.message), dialog.dismiss()))
-        page.on("pageerror", lambda error: watch.errors.append(str(error)))
-        page.on("request", lambda request: watch.requests.append(request.url))
-        page.goto(stack.url + "/accounts/login/")
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", stack.ids["password"])
-        page.click("button[type=submit]")
-        page.wait_for_url(lambda url: "/accounts/login" not in url)
-        return Session(page, watch, stack)
+        return session
 
     yield make
     for context in contexts:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, SOCKET_PROBE, Session, Watch
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, Session, sign_in
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +39,7 @@ def signed_in(production) -> Iterator[Any]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
         def make(username: str) -> Session:
-            context = browser.new_context(viewport={"width": 1200, "height": 900})
-            context.add_init_script(SOCKET_PROBE)
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            watch = Watch()
-            page.on("pageerror", lambda error: watch.errors.append(str(error)))
-            page.goto(production.url + "/accounts/login/")
-            page.fill("input[name=username]", username)
-            page.fill("input[name=password]", production.ids["password"])
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "/accounts/login" not in url)
-            return Session(page, watch, production)
+            return sign_in(browser, production, username)[1]
 
         yield make
         browser.close()
