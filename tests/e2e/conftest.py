@@ -78,7 +78,8 @@ def stack() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def browser(stack) -> Iterator[Any]:
+def chromium() -> Iterator[Any]:
+    """The session's one Chromium (Playwright's sync API runs once per process)."""
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
     from playwright.sync_api import sync_playwright
@@ -87,6 +88,11 @@ def browser(stack) -> Iterator[Any]:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture(scope="session")
+def browser(stack, chromium) -> Any:
+    return chromium
 
 
 @dataclass

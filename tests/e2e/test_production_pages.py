@@ -6,22 +6,18 @@ through the kept copies in a real browser."""
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, Session, sign_in
+from tests.e2e.conftest import Session, sign_in
 
 
 @pytest.fixture(scope="module")
-def production() -> Iterator[Any]:
+def production(chromium) -> Iterator[Any]:
     from agentsite.stack import Stack
 
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium): browser tests skipped")
     running = Stack(worker_threads=4, debug=False).start()
     try:
         running.ids = running.seed({"agents": [{"name": "Helper", "tools": ["calculator"],
@@ -32,17 +28,17 @@ def production() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def signed_in(production) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
+def signed_in(production, chromium) -> Iterator[Any]:
+    contexts = []
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    def make(username: str) -> Session:
+        context, session = sign_in(chromium, production, username)
+        contexts.append(context)
+        return session
 
-        def make(username: str) -> Session:
-            return sign_in(browser, production, username)[1]
-
-        yield make
-        browser.close()
+    yield make
+    for context in contexts:
+        context.close()
 
 
 def test_kept_turns_timelines_and_rows_read_and_act_as_rendered_ones(signed_in):
