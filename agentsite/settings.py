@@ -93,8 +93,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "agentsite.urls"
-ASGI_APPLICATION = "agentsite.asgi.application"
-WSGI_APPLICATION = None
+ASGI_APPLICATION = "agentsite.asgi.application"  # daphne serves it; there is no WSGI entry
 
 TEMPLATES = [
     {
@@ -112,17 +111,9 @@ TEMPLATES = [
         },
     },
 ]
-
-# Each process keeps rendered markdown and the chat's finished turns (keyed by what they show,
-# and per reader's session) in its own memory: nothing in it needs to be shared between
-# processes, and a miss only renders again. Django's default of 300 entries is about fifteen
-# conversation pages.
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-        "OPTIONS": {"MAX_ENTRIES": 5000},
-    },
-}
+# Markdown and kept fragments (agentsite.fragments), per process; Django's 300 is ~15 chats.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                      "OPTIONS": {"MAX_ENTRIES": 5000}}}
 
 # -- database -----------------------------------------------------------------------------------
 DATABASES = {
