@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from .access import membership_for
 from .channel_layer import LayerUnavailable
-from .live import RECHECK_INTERVAL_S, user_group
+from .live import LISTS_NOTICE_GAP_S, RECHECK_INTERVAL_S, user_group
 from .models import Team
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,17 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
     async def still_allowed(self) -> bool:
         raise NotImplementedError
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As channels' own, without the trip to the sync thread it makes before every message
+        to close old database connections: every query here goes through
+        ``database_sync_to_async``, which closes them around the call in its own thread, so
+        that trip only cost every frame (a text delta, a lists notice) a thread hop, in one
+        thread shared by all the process's sockets."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def join(self, *groups: str) -> None:
         """Accepted once in its groups; refused with "try again later" when the channel layer
         does not answer (the page reconnects and re-syncs)."""
@@ -65,7 +78,11 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
 
     async def leave(self, *groups: str) -> None:
         """Out of its groups; a channel layer that does not answer forgets it by itself (group
-        members expire)."""
+        members expire). A lists notice still waiting is dropped."""
+        self._closed = True
+        if self._lists_later is not None:
+            self._lists_later.cancel()
+            self._lists_later = None
         try:
             for group in (*groups, self._user_group):
                 if group:
@@ -96,12 +113,39 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
 
     # Whether the page on this socket shows the person's lists (``agentsite.live.LISTS_EVENT``).
     shows_lists = True
+    # A page is told its lists changed at most once per ``lists_gap_s``: every start and end of
+    # one of its person's turns is announced, and a burst of their turns (200 at once through
+    # the API) would otherwise make each of their open pages read its lists hundreds of times.
+    # A notice within the gap is folded into one sent when the gap ends, so the last change
+    # always reaches the page.
+    lists_gap_s = LISTS_NOTICE_GAP_S
+    _lists_sent_at = float("-inf")
+    _lists_later: asyncio.TimerHandle | None = None
+    _lists_sending: asyncio.Task | None = None
 
     async def lists_changed(self, event: dict[str, Any]) -> None:
         """The person's lists changed: the page reads them again (``{"event": "lists.changed"}``
-        becomes the DOM event ``team:lists-changed``)."""
-        if self.shows_lists and await self.may_forward():
-            await self.send_json({"event": "lists.changed", "data": {}})
+        becomes the DOM event ``team:lists-changed``). The notice carries nothing (the page reads
+        its lists through its own checked requests), so it does not wait for a check of the
+        socket's access: that is made before a frame with data goes out, and at once on a
+        recheck notice."""
+        if not self.shows_lists or self._closed or self._lists_later is not None:
+            return
+        wait = self._lists_sent_at + self.lists_gap_s - time.monotonic()
+        if wait > 0:
+            self._lists_later = asyncio.get_running_loop().call_later(wait, self._lists_due)
+            return
+        await self._send_lists()
+
+    def _lists_due(self) -> None:
+        self._lists_later = None
+        self._lists_sending = asyncio.ensure_future(self._send_lists())
+
+    async def _send_lists(self) -> None:
+        if self._closed:
+            return
+        self._lists_sent_at = time.monotonic()
+        await self.send_json({"event": "lists.changed", "data": {}})
 
 
 class TeamConsumer(AccessCheckedConsumer):

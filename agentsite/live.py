@@ -11,8 +11,12 @@ missed notice leaks at most about a second.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +32,8 @@ RECHECK_EVENT = "access.recheck"
 # pages read them again (the sidebar, the home page). No data: each page reads its own list,
 # with the access it has.
 LISTS_EVENT = "lists.changed"
+# The least time between two lists notices to one page (``AccessCheckedConsumer.lists_changed``).
+LISTS_NOTICE_GAP_S = 1.0
 
 
 def user_group(user_id: int) -> str:
@@ -68,18 +74,92 @@ def list_version(*lists: Iterable[Any]) -> str:
     return digest.hexdigest()
 
 
-async def announce_lists(user_id: int | None) -> None:
-    """Tell every open socket of this person that their lists changed (a turn of theirs started
-    or ended, a conversation was made or renamed). Never raises: a page that missed it reads its
-    lists again when its socket opens."""
+# From each process, a person's lists notice goes out at most once per
+# ``LISTS_FOLD_S``: every start and end of their turns announces one, and a burst of their
+# turns (200 at once through the API) would otherwise send each of their open pages hundreds
+# through the channel layer. One due within that time waits for its end, and the others due
+# meanwhile are folded into it, so the last change is always announced.
+LISTS_FOLD_S = 0.5
+
+
+class _FoldedNotices:
+    """The process's waiting lists notices, sent from a thread of their own whose event loop
+    (and so the channel layer's connections) lasts as long as the process: a turn's loop ends
+    with the turn."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent_at: dict[int, float] = {}
+        self._waiting: set[int] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+        self._sending: set[asyncio.Task] = set()
+
+    def due_in(self, user_id: int, fold: float) -> float | None:
+        """0 to send now, the seconds to wait before sending, or None when a notice for this
+        person already waits (this one is folded into it)."""
+        now = time.monotonic()
+        with self._lock:
+            if user_id in self._waiting:
+                return None
+            wait = self._sent_at.get(user_id, now - fold) + fold - now
+            if wait > 0:
+                self._waiting.add(user_id)
+                return wait
+            if len(self._sent_at) > 10_000:  # forget those whose time ended long ago
+                self._sent_at = {u: t for u, t in self._sent_at.items() if now - t < fold}
+            self._sent_at[user_id] = now
+            return 0.0
+
+    def send_later(self, user_id: int, delay: float) -> None:
+        loop = self._notices_loop()
+        loop.call_soon_threadsafe(loop.call_later, delay, self._send_waiting, user_id)
+
+    def _send_waiting(self, user_id: int) -> None:  # in the notices' loop
+        with self._lock:
+            self._waiting.discard(user_id)
+            self._sent_at[user_id] = time.monotonic()
+        task = asyncio.ensure_future(_send_lists(user_id))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    def _notices_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():  # none yet, or made before a fork
+                self._loop, self._pid = asyncio.new_event_loop(), os.getpid()
+                threading.Thread(target=self._loop.run_forever, name="lists-notices",
+                                 daemon=True).start()
+            return self._loop
+
+
+_folded = _FoldedNotices()
+
+
+async def _send_lists(user_id: int) -> None:
     layer = get_channel_layer()
-    if layer is None or user_id is None:
+    if layer is None:
         return
     try:
         await layer.group_send(user_group(user_id), {"type": LISTS_EVENT})
     except Exception:  # noqa: BLE001 - the notice is best effort
         log.warning("Could not tell the pages of user %s that their lists changed", user_id,
                     exc_info=True)
+
+
+async def announce_lists(user_id: int | None) -> None:
+    """Tell every open socket of this person that their lists changed (a turn of theirs started
+    or ended, a conversation was made or renamed): now, or folded with others at the end of
+    ``LISTS_FOLD_S``. Never raises: a page that missed it reads its lists again when its socket
+    opens."""
+    if user_id is None or get_channel_layer() is None:
+        return
+    wait = _folded.due_in(int(user_id), LISTS_FOLD_S)
+    if wait is None:
+        return
+    if wait > 0:
+        _folded.send_later(int(user_id), wait)
+        return
+    await _send_lists(int(user_id))
 
 
 def announce_lists_on_commit(user_id: int | None) -> None:

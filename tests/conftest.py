@@ -74,8 +74,12 @@ def _no_kept_exporters() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _test_settings(settings) -> None:
+def _test_settings(settings, monkeypatch) -> None:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # A person's lists notices go out as they are made, in the test's own loop: a folded one is
+    # sent later from the process's notices thread, which the in-memory layer cannot serve
+    # (its queues belong to one loop). Folding has its own test.
+    monkeypatch.setattr("agentsite.live.LISTS_FOLD_S", 0.0)
     # Hashing strength is not under test; a fast hasher keeps the suite quick.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A receiver a test stopped is given up on soon (retries included).

@@ -5,6 +5,7 @@ unchanged list is answered 204 (nothing to swap, nothing rendered)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -95,6 +96,80 @@ async def test_lists_changed_reaches_the_persons_chat_and_team_sockets_but_not_t
     assert await inspector.receive_nothing(timeout=0.3)
     for ws in sockets.values():
         await ws.disconnect()
+
+
+@pytest.mark.usefixtures("close_thread_connections")
+async def test_a_burst_of_lists_notices_reaches_a_page_as_one_now_and_one_at_the_end_of_its_gap(
+        alice, conversation, monkeypatch):
+    """Every start and end of a person's turns is announced: 200 of their turns at once must not
+    make each of their open pages read its lists 400 times. The first notice goes out at once,
+    the rest within the gap are folded into one sent when it ends (so the last change is never
+    lost), and none of them waits for a check of the socket's access (a notice carries
+    nothing)."""
+    from channels.layers import get_channel_layer
+
+    from agentsite.consumers import AccessCheckedConsumer
+
+    monkeypatch.setattr(AccessCheckedConsumer, "lists_gap_s", 0.3)
+    monkeypatch.setattr(AccessCheckedConsumer, "recheck_interval_s", 0.0)  # due at every frame
+    checks: list[str] = []
+    real_check = AccessCheckedConsumer._check
+
+    async def counted_check(self):
+        checks.append(type(self).__name__)
+        return await real_check(self)
+
+    monkeypatch.setattr(AccessCheckedConsumer, "_check", counted_check)
+    cookie = await sync_to_async(session_cookie)(alice)
+    chat = communicator(f"/ws/conversations/{conversation.uuid}/", cookie=cookie)
+    assert (await chat.connect())[0]
+    layer = get_channel_layer()
+    for _ in range(50):
+        await layer.group_send(user_group(alice.pk), {"type": "lists.changed"})
+    notice = {"event": "lists.changed", "data": {}}
+    assert await chat.receive_json_from(timeout=2) == notice  # at once
+    assert await chat.receive_json_from(timeout=2) == notice  # the 49 others, as one
+    assert await chat.receive_nothing(timeout=0.5)
+    assert checks == []
+    await chat.disconnect()
+
+
+async def test_a_burst_of_one_persons_notices_leaves_the_process_as_one_now_and_one_later(
+        monkeypatch):
+    """The sender's side: 200 of a person's turns starting at once make one notice at once and
+    one when the fold ends, not 200 group sends of every socket of theirs; another person's
+    notice is not held by it."""
+    import threading
+    import time
+
+    from agentsite import live
+
+    sent: list[tuple[int, float, str]] = []
+    counted = {n: threading.Event() for n in (3, 5)}  # set once that many are sent
+
+    async def record(user_id):
+        sent.append((user_id, time.monotonic(), threading.current_thread().name))
+        if len(sent) in counted:
+            counted[len(sent)].set()
+
+    monkeypatch.setattr(live, "_send_lists", record)
+    monkeypatch.setattr(live, "LISTS_FOLD_S", 0.3)
+    monkeypatch.setattr(live, "_folded", live._FoldedNotices())
+    began = time.monotonic()
+    for _ in range(200):
+        await live.announce_lists(7)
+    await live.announce_lists(8)
+    assert [user for user, *_ in sent] == [7, 8]  # each person's first, at once
+    assert await asyncio.to_thread(counted[3].wait, 5)
+    await asyncio.sleep(0.4)  # nothing more comes
+    assert [user for user, *_ in sent] == [7, 8, 7]
+    late = sent[2]
+    assert late[1] - began >= 0.3 and late[2] == "lists-notices"
+    await live.announce_lists(7)  # the fold is over: at once again
+    await live.announce_lists(7)  # and the next within it waits
+    assert [user for user, *_ in sent] == [7, 8, 7, 7]
+    assert await asyncio.to_thread(counted[5].wait, 5)
+    assert [(user, thread) for user, _, thread in sent[3:]] == [(7, "MainThread"), (7, "lists-notices")]
 
 
 def test_what_changes_a_persons_lists_is_announced_to_them(alice, agent, conversation, sent_turns,
