@@ -266,10 +266,16 @@ def conversation_check_open(conversation: Conversation) -> None:
 
 
 def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
-    """The first turn of the message the browser sent before with this id (one query)."""
-    return (Trace.objects.filter(user_message__conversation_id=conversation.pk,
-                                 user_message__client_id=client_id)
-            .select_related("user_message").order_by("id").first())
+    """The first turn of the message the browser sent before with this id. Almost every send is
+    new, so the message is looked for first in a query of one column; the turn only when it was
+    sent before. (Asking for the trace with its message, two tables' every column, cost 0.75 ms
+    of CPU in Django's compiler each time, a send asks twice, and SQLite answers in 0.02.)"""
+    message_id = (Message.objects.filter(conversation_id=conversation.pk, client_id=client_id)
+                  .values_list("pk", flat=True).first())
+    if message_id is None:
+        return None
+    return (Trace.objects.filter(user_message_id=message_id).select_related("user_message")
+            .order_by("id").first())
 
 
 def _parent_in(conversation: Conversation, parent: Trace | None) -> int | None:
