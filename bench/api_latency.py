@@ -41,8 +41,8 @@ Targets (the issue's: "latency added by the API layer over the chat path ... app
 first streamed byte p50 <= 50 ms, no errors"): the API burst's first-byte p50 minus the chat
 burst's send-answer p50 (the same work up to a queued turn: what the API adds over the chat's
 path under the same load) <= 50 ms; a request alone gets its first byte in <= 50 ms p50; and no
-request of the API fails. With ``--no-chat`` the first is not judged. The absolute burst
-figures are shown for what they are: 200 requests arriving in the same instant at one web
+request fails, of the API or of the chat's path. With ``--no-chat`` the first is not judged. The
+absolute burst figures are shown for what they are: 200 requests arriving in the same instant at one web
 process queue behind each other's database writes (a turn is started in a write transaction),
 so their p50 is about a hundred times one request's cost.
 """
@@ -351,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
     added = None
     if chat is not None:
         added = first_byte - percentile(_ms([s.first_byte for s in chat]), 0.5)
-    ok = alone_first <= FIRST_BYTE_P50_MS and not errors and (added is None or added <= FIRST_BYTE_P50_MS)
+    # The chat's path must not fail under the burst either (a turn whose end never reached its
+    # page is an error of the product, not of the measurement).
+    chat_failed = sum(1 for s in chat if s.error) if chat is not None else 0
+    ok = (alone_first <= FIRST_BYTE_P50_MS and not errors and not chat_failed
+          and (added is None or added <= FIRST_BYTE_P50_MS))
     added_text = "not measured (--no-chat)" if added is None else f"{added:+.1f} ms"
     print(f"verdict: {'PASS' if ok else 'FAIL'} (targets: added over the chat's path at "
           f"{len(burst)} at once, first byte p50 <= {FIRST_BYTE_P50_MS:.0f} ms: {added_text}; "
-          f"alone p50 <= {FIRST_BYTE_P50_MS:.0f} ms: {alone_first:.1f} ms; no errors: {len(errors)}; "
+          f"alone p50 <= {FIRST_BYTE_P50_MS:.0f} ms: {alone_first:.1f} ms; no errors: {len(errors)} "
+          f"of the API, {chat_failed} of the chat's path; "
           f"absolute burst p50 {first_byte:.1f} ms, for the record)")
     return 1 if args.check and not ok else 0
 
