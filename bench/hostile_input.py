@@ -4,9 +4,10 @@ reply sanitizer and the credential scrubbers, and hostile routing patterns on lo
     python -m bench.hostile_input            # print the table
     python -m bench.hostile_input --check    # and exit 1 if a target is missed
 
-Targets: each megabyte is handled in <= 1 s (median of 3), each hostile pattern in <= 0.5 s.
-The unit tests only guard against super-linear blow-ups (a quadratic scan takes minutes); the
-timings live here, where a busy machine cannot fail the build.
+Targets: each megabyte is handled in <= 1 s (median of 3), each hostile pattern in <= 0.5 s,
+in routing and in tool-argument validation. The unit tests check what these inputs give; how
+fast, only here, where a busy machine cannot fail the build (a super-linear scan of one of them
+takes minutes to days).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from agents.runtime.parsing import parse_tool_calls
 from agents.runtime.routing import RoutingRule, classify
 from agents.runtime.sanitize import sanitize_response
 from agents.runtime.scrub import redact_leaks, scrub_credentials, scrub_secrets
-from bench import _measure
+from bench import _django, _measure
 
 MEGABYTE = 1_000_000
 RUNS = 3
@@ -41,11 +42,28 @@ def _scrub(text: str) -> None:
 
 
 TEXTS = {
+    "tool_call": repeat("<tool_call>"),
     "tool_call+brace": repeat("<tool_call>{"),
     "braces": repeat("{"),
     "balanced_deep": "[" * 500_000 + "]" * 500_000,
     "object_chain": repeat('{"a":'),
     "invoke_name": repeat('<invoke name="'),
+    "invoke_closed": repeat('<invoke name="x" ') + "</invoke>",
+    "brackets": repeat("["),
+    "strings_in_brackets": repeat('["[[[["'),
+    "tools": repeat("<tools>"),
+    "fences": repeat("```tool_call\n"),
+    "perl": repeat("TOOL_CALL {"),
+    "think": repeat("<think>"),
+    "xml_tags": repeat("<t>"),
+    "tool_result": repeat("<tool_result>"),
+    "json_lines": repeat('[{"name":"shell","arguments":{}}]\n'),
+    "eyJ": repeat("eyJ"),
+    "mysql": repeat("mysql://"),
+    "token_quote": repeat('token="'),
+    "openai_like": repeat("sk-" + "a" * 30 + "T3Blbk"),
+    "private_key": repeat("-----BEGIN PRIVATE KEY-----"),
+    "bearer": "Authorization: " + repeat("Bearer "),
     "jwt_like": repeat("eyJa.eyJb."),
     "db_url_like": repeat("postgres://a:b"),
     "password=": repeat("password="),
@@ -61,6 +79,7 @@ PATTERNS = [
     ("(a+)+$", "a" * 100_000 + "!"),
     ("(.*a){20}", "a" * 30_000),
     (r"^(\w+\s?)*$", "word " * 20_000 + "!"),
+    ("(a|aa)*b", "a" * 100_000),
     (r"\s*\s*x", " " * 1_000_000),
 ]
 
@@ -84,7 +103,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     _measure.add_profile_argument(parser)
     args = parser.parse_args()
-    _measure.print_machine()
+    _django.setup_django(migrate=False)  # tool-argument validation lives in a Django app
     with _measure.profiled("hostile", {"bench": os.getpid()}, args.profile):
         ok = run()
     per_mb = {stage: CPU_S[stage] / len(TEXTS) * 1000 for stage in STAGES}
@@ -110,6 +129,17 @@ def run() -> bool:
     for pattern, text in PATTERNS:
         rule = RoutingRule(hint="slow", patterns=(pattern,))
         seconds = _median_s(lambda rule=rule, text=text: classify(text, [rule]), "routing")
+        ok &= seconds <= PATTERN_TARGET_S
+        print(f"{pattern:<18} {len(text):>10,} {seconds * 1000:>7.1f} ms  {'ok' if seconds <= PATTERN_TARGET_S else 'MISSED'}")
+    from agents.tools.validation import ArgumentsValidator, argument_problem
+
+    print(f"\n{'argument pattern':<18} {'input':>10} {'median':>10}   target <= {PATTERN_TARGET_S:g} s")
+    for pattern, text in PATTERNS:
+        schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": pattern}},
+                  "patternProperties": {pattern: {"type": "string"}}, "additionalProperties": False}
+        validator = ArgumentsValidator(schema)
+        arguments = {"q": text, text[:5000]: "x"}
+        seconds = _median_s(lambda v=validator, a=arguments: argument_problem(v, a), "arguments")
         ok &= seconds <= PATTERN_TARGET_S
         print(f"{pattern:<18} {len(text):>10,} {seconds * 1000:>7.1f} ms  {'ok' if seconds <= PATTERN_TARGET_S else 'MISSED'}")
     return ok

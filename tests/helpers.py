@@ -23,13 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
 
-# A bound on wall time that only a super-linear algorithm misses: a quadratic scan of a megabyte
-# of hostile text takes minutes, a linear one well under a second even on a loaded two-core CI
-# machine. Unit tests guard against the catastrophe with it; the speed targets themselves are
-# checked by `make bench` (bench/hostile_input.py), where a noisy machine cannot fail the build.
-SUPERLINEAR_S = 20.0
-
-
 def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02,
              what: str = "a condition") -> T:
     """Poll ``predicate`` until it returns something truthy and return that; fail after

@@ -3,7 +3,6 @@ bounded, team admins only, and nothing saved."""
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from urllib.parse import urlencode
 
@@ -14,7 +13,6 @@ from agents.config.simulator import highlight, routing_simulate
 from agents.models import Conversation, Message, ModelRoute, Provider, RoutingRule
 from agents.turns.routing import route_turn
 from agentsite.models import AuditEvent
-from tests.helpers import SUPERLINEAR_S
 from tests.members import member_of
 
 SIMULATOR = reverse("routing_simulator")
@@ -385,15 +383,13 @@ def test_a_draft_is_validated_like_a_rule(client_for, alice, helper, routed, his
 
 def test_a_hostile_draft_pattern_cannot_stall_the_backtest_or_the_simulator(client_for, alice, helper, routed, history):
     c = client_for(alice)
-    started = time.perf_counter()
     response = backtest(c, hint="sql", patterns="(a|a)*b")  # 6.5 s on 26 characters with re
     assert response.status_code == 200 and response.context["result"] is not None
     # A rule stored before patterns ran on RE2 (the admin now refuses nothing here: it is linear)
     RoutingRule.objects.create(team=helper.team, hint="slow", patterns=["(a|a)*b", "(x+x+)+y"])
     c.get(SIMULATOR)
     response = c.post(SIMULATOR, {"agent": helper.uuid, "message": "a" * 4000 + "x" * 4000})
-    assert response.status_code == 200
-    assert time.perf_counter() - started < SUPERLINEAR_S  # with re: hours
+    assert response.status_code == 200  # with re: hours (bench.hostile_input times RE2)
 
 
 def test_a_draft_without_a_model_route_is_flagged(client_for, alice, helper, routed, history):

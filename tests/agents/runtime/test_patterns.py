@@ -1,44 +1,43 @@
-"""Tenant patterns run on RE2 (``agents.runtime.patterns``): hostile patterns finish in linear
-time wherever patterns run (routing, the simulator, tool arguments), backtracking-only features
-are refused with a sentence, and a stored pattern RE2 refuses never stops a turn."""
+"""Tenant patterns run on RE2 (``agents.runtime.patterns``): hostile patterns give the right
+answer wherever patterns run (routing, the simulator, tool arguments), backtracking-only features
+are refused with a sentence, and a stored pattern RE2 refuses never stops a turn. How fast the
+hostile patterns run is measured by ``bench.hostile_input``, not here."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from agents.runtime.patterns import PatternError, compile_pattern, pattern_problem
 from agents.runtime.routing import RoutingRule, classify
 from agents.tools.validation import ArgumentsValidator, argument_problem, schema_problem
-from tests.helpers import SUPERLINEAR_S
 
+# (pattern, text, routed, valid): catastrophic for a backtracking engine. Routing searches only
+# the message's first PATTERN_SEARCH_LIMIT characters (so a pattern anchored at the end matches
+# there); a tool argument is matched whole.
 HOSTILE = [
-    ("(a|a)*b", "a" * 100_000),
-    ("(a+)+$", "a" * 100_000 + "!"),
-    ("(.*a){20}", "a" * 30_000),
-    (r"^(\w+\s?)*$", "word " * 20_000 + "!"),
-    ("(a|aa)*b", "a" * 100_000),
+    ("(a|a)*b", "a" * 100_000, False, False),
+    ("(a+)+$", "a" * 100_000 + "!", True, False),
+    ("(.*a){20}", "a" * 30_000, True, True),
+    (r"^(\w+\s?)*$", "word " * 20_000 + "!", True, False),
+    ("(a|aa)*b", "a" * 100_000, False, False),
 ]
 
 
-@pytest.mark.parametrize(("pattern", "text"), HOSTILE)
-def test_routing_with_a_hostile_pattern_is_linear(pattern, text):
+@pytest.mark.parametrize(("pattern", "text", "routed", "valid"), HOSTILE)
+def test_routing_with_a_hostile_pattern_answers(pattern, text, routed, valid):
     rule = RoutingRule(hint="slow", patterns=(pattern,))
-    started = time.perf_counter()
-    classify(text, [rule])
-    assert time.perf_counter() - started < SUPERLINEAR_S
+    assert (classify(text, [rule]) is not None) is routed
 
 
-@pytest.mark.parametrize(("pattern", "text"), HOSTILE)
-def test_tool_arguments_with_a_hostile_schema_pattern_are_validated_in_linear_time(pattern, text):
+@pytest.mark.parametrize(("pattern", "text", "routed", "valid"), HOSTILE)
+def test_tool_arguments_with_a_hostile_schema_pattern_are_validated(pattern, text, routed, valid):
     schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": pattern}},
               "patternProperties": {pattern: {"type": "string"}}, "additionalProperties": False}
     assert schema_problem(schema) is None
-    started = time.perf_counter()
-    problem = argument_problem(ArgumentsValidator(schema), {"q": text, text[:5000]: "x"})
-    assert time.perf_counter() - started < SUPERLINEAR_S
-    assert problem is None or "does not match" in problem or "not allowed" in problem
+    problem = argument_problem(ArgumentsValidator(schema), {"q": text})
+    assert (problem is None) is valid, problem
+    if not valid:
+        assert "does not match" in problem
 
 
 @pytest.mark.parametrize(("pattern", "feature"), [

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from agents.runtime.routing import (
@@ -14,7 +12,6 @@ from agents.runtime.routing import (
     pattern_error,
     resolve_route,
 )
-from tests.helpers import SUPERLINEAR_S
 
 
 def test_no_rules_means_no_route() -> None:
@@ -116,11 +113,11 @@ def test_patterns_only_search_the_start_of_very_long_messages() -> None:
     assert classify(message, [keyword]) is not None  # keywords search everything
 
 
-def test_a_polynomial_pattern_on_a_huge_message_stays_fast() -> None:
+def test_a_polynomial_pattern_on_a_huge_message_answers() -> None:
+    """How fast: ``bench.hostile_input`` (unbounded, this search would take days)."""
     rule = RoutingRule(hint="slow", patterns=(r"\s*\s*x",))
-    start = time.perf_counter()
     assert classify(" " * 1_000_000, [rule]) is None
-    assert time.perf_counter() - start < SUPERLINEAR_S  # unbounded, this search would take days
+    assert classify(" " * 10 + "x" + " " * 1_000_000, [rule]) is not None
 
 
 def test_the_route_resolves_to_the_first_model_route_ignoring_case() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +22,6 @@ from agents.runtime.sanitize import (
     strip_tool_result_content,
 )
 from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
-from tests.helpers import SUPERLINEAR_S
 
 
 def test_a_prompt_guided_turn_reduces_to_the_answer():
@@ -129,10 +127,9 @@ def test_the_steps_raise_nothing_without_the_safety_net(text):
     repeat('[{"name":"shell","arguments":{}}]\n'),
 ], ids=["tool_call+brace", "braces", "balanced_deep", "object_chain", "tool_result", "jwt_like",
         "db_url_like", "json_lines"])
-def test_a_megabyte_of_hostile_input_sanitizes_in_linear_time(text, caplog):
-    started = time.perf_counter()
-    sanitize_response(text, ["shell"])
-    assert time.perf_counter() - started < SUPERLINEAR_S
+def test_a_megabyte_of_hostile_input_sanitizes_without_error(text, caplog):
+    """How fast: ``bench.hostile_input`` (every one of these inputs)."""
+    assert isinstance(sanitize_response(text, ["shell"]), str)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no swallowed exception
 
 

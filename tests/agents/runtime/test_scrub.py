@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import string
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +19,6 @@ from agents.runtime.scrub import (
     scrub_credentials,
 )
 from tests.agents.runtime.parsing.test_parse_tool_calls import MIXED, repeat
-from tests.helpers import SUPERLINEAR_S
 
 # --------------------------------------------------------------------------------------------
 # scrub_credentials
@@ -135,11 +133,10 @@ def test_leak_detector_never_raises(text):
     repeat("password="),
     repeat("sk-" + "a" * 30 + "T3Blbk"),
 ], ids=["eyJ", "jwt_like", "db_url", "mysql", "token_quote", "password", "openai_like"])
-def test_a_megabyte_of_hostile_input_is_scrubbed_in_linear_time(text):
-    started = time.perf_counter()
-    scrub_credentials(text)
-    redact_leaks(text)
-    assert time.perf_counter() - started < SUPERLINEAR_S
+def test_a_megabyte_of_hostile_input_is_scrubbed_without_error(text):
+    """How fast: ``bench.hostile_input``."""
+    assert isinstance(scrub_credentials(text), str)
+    assert isinstance(redact_leaks(text), str)
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import string
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +22,6 @@ from agents.runtime.parsing import (
     resolve_display_text,
     strip_think_tags,
 )
-from tests.helpers import SUPERLINEAR_S
 
 
 def calls_of(text: str) -> list[tuple[str, dict]]:
@@ -342,10 +340,10 @@ def repeat(unit: str) -> str:
 ], ids=["tool_call", "tool_call+brace", "invoke_name", "invoke_name_closed", "braces",
         "brackets", "balanced_deep", "object_chain", "strings_in_brackets", "tools", "fences",
         "perl", "think", "xml_tags"])
-def test_a_megabyte_of_hostile_input_parses_in_linear_time(text, caplog):
-    started = time.perf_counter()
-    parse_tool_calls(text)
-    assert time.perf_counter() - started < SUPERLINEAR_S
+def test_a_megabyte_of_hostile_input_parses_without_error(text, caplog):
+    """How fast: ``bench.hostile_input`` (every one of these inputs)."""
+    visible, calls = parse_tool_calls(text)
+    assert isinstance(visible, str) and calls == []  # none of them holds a whole call
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no swallowed exception
 
 
@@ -358,9 +356,8 @@ def test_deeply_nested_brackets_never_raise(opens, closes, opener, closer, tag):
     _parse_raw(tag + opener * opens + closer * closes)
 
 
-def test_many_real_calls_in_a_megabyte_stay_linear():
-    text = repeat('<tool_call>{"name":"a","arguments":{"i":1}}</tool_call>\n')
-    started = time.perf_counter()
-    _visible, calls = parse_tool_calls(text)
-    assert len(calls) > 15_000
-    assert time.perf_counter() - started < SUPERLINEAR_S
+def test_many_real_calls_in_a_megabyte_are_all_found():
+    unit = '<tool_call>{"name":"a","arguments":{"i":1}}</tool_call>\n'
+    _visible, calls = parse_tool_calls(repeat(unit))
+    assert len(calls) == MEGABYTE // len(unit)  # every whole one; the cut last one is not
+    assert {(c.name, json.dumps(c.arguments)) for c in calls} == {("a", '{"i": 1}')}

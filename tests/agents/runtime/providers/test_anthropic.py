@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
@@ -30,7 +29,6 @@ from agents.runtime.providers.base import (
     SystemBlock,
 )
 from agents.runtime.tools import ToolSpec
-from tests.helpers import SUPERLINEAR_S
 
 from .fakes import FakeEndlessStream, FakeLLMServer, json_response, sse, sse_response
 
@@ -373,13 +371,11 @@ async def test_cancelling_an_anthropic_stream_closes_it():
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(first.wait(), 1)
-    started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    # The stream never ends on its own: without the cancel reaching it this would hang.
-    assert time.perf_counter() - started < SUPERLINEAR_S
+    # The stream never ends on its own: the consumer ended because the cancel reached it.
     assert stream.closed.is_set()
 
 

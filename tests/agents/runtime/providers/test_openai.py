@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import pytest
@@ -33,7 +32,6 @@ from agents.runtime.providers.openai import (
 )
 from agents.runtime.providers.reliable import CoolDowns, ReliableProvider
 from agents.runtime.tools import ToolSpec
-from tests.helpers import SUPERLINEAR_S
 
 from .fakes import FakeEndlessStream, FakeLLMServer, json_response, sse, sse_response
 
@@ -639,12 +637,10 @@ async def test_cancelling_the_consumer_closes_the_stream_promptly():
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(first.wait(), 1)
-    started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # The stream never ends on its own: without the cancel reaching it this would hang.
-    assert time.perf_counter() - started < SUPERLINEAR_S
+    # The stream never ends on its own: the consumer ended because the cancel reached it.
     assert stream.closed.is_set()
 
 
