@@ -10,10 +10,15 @@
 Its traces (``traces.record.selectors``) and conversation memory (``memory.selectors``) follow the
 same rule through their conversation; the rule itself is ``agentsite.access.own_or_shared``. Views,
 the chat's socket, the chat's lists and the turn services use the functions here.
+
+Sending is checked once, where the conversation is found: ``conversation_acting_or_404`` (or
+``conversation_act_check`` on a conversation in hand) gives an ``Acting``, the membership and the
+conversation it may act in, and the services that send take that and check nothing again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -48,6 +53,15 @@ def conversation_get_or_404(membership: Membership, queryset: QuerySet[Conversat
     return get_for_team_or_404(qs.filter(conversation_visibility(membership)), membership.team, **lookup)
 
 
+def conversation_acting_or_404(membership: Membership, action: str,
+                                queryset: QuerySet[Conversation] | None = None, **lookup: Any) -> Acting:
+    """One conversation of the membership's team that it may see (any other is a 404) and act
+    in (otherwise PermissionDenied naming ``action``), with the membership: the send path's one
+    look at the access rules."""
+    return conversation_act_check(membership, conversation_get_or_404(membership, queryset, **lookup),
+                                  action)
+
+
 def conversation_visible_to(user: Any, conversation_uuid: Any) -> bool:
     """Whether ``user`` may see (and so follow live) the conversation with this public id."""
     return visible_by_uuid(user, Conversation, conversation_uuid, conversations_visible)
@@ -60,15 +74,26 @@ def can_act_in(membership: Membership | None, conversation: Conversation) -> boo
     return may_act_for(membership, conversation.created_by_id)
 
 
+@dataclass(frozen=True, slots=True)
+class Acting:
+    """A membership that the rules here found may act in ``conversation``. Made only by
+    ``conversation_act_check`` (and ``conversation_acting_or_404``); the services that act
+    (``turn_send``, ``chat_command``) take it instead of a loose membership and conversation, so
+    they cannot be handed a pair nobody checked, and do not check it again."""
+
+    membership: Membership
+    conversation: Conversation
+
+
 def conversation_act_check(membership: Membership | None, conversation: Conversation,
-                           action: str) -> Membership:
-    """``membership`` (the person's, as the request, socket or API key resolved it) when it may
-    act in ``conversation``; otherwise PermissionDenied with a plain message naming ``action``
-    (such as "stop its turns"). Nothing is looked up."""
+                           action: str) -> Acting:
+    """``membership`` (the person's, as the request, socket or API key resolved it) with
+    ``conversation`` when it may act in it; otherwise PermissionDenied with a plain message
+    naming ``action`` (such as "stop its turns"). Nothing is looked up."""
     membership = chat_check(membership)
     if not can_act_in(membership, conversation):
         raise PermissionDenied(f"Only the conversation's owner or a team admin can {action}.")
-    return membership
+    return Acting(membership, conversation)
 
 
 def chat_check(membership: Membership | None) -> Membership:

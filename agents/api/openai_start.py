@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
 
-from agents.access import chat_check, conversation_act_check, conversation_get_or_404
+from agents.access import Acting, chat_check, conversation_act_check, conversation_acting_or_404
 from agents.api.auth import scope_check
 from agents.api.end_users import end_user_clean, end_user_conversations
 from agents.api.errors import ApiError
@@ -51,7 +51,9 @@ class Prepared:
     override: str
     history: list[tuple[str, str]]
     text: str
-    conversation: Conversation | None  # a bound one; None: a new ephemeral one
+    # A bound conversation, as the access rules found the key's person may send there; None:
+    # a new ephemeral one.
+    acting: Acting | None
     conversation_uuid: uuid.UUID
     trace_uuid: uuid.UUID
     quota_keys: list[str]
@@ -165,39 +167,39 @@ def chat_prepare(request: HttpRequest, body: ChatCompletionIn) -> Prepared:
         chat_check(caller.membership)
         end_user = end_user_clean(body.user, param="user", caller=caller)
         bound = request.headers.get(CONVERSATION_HEADER, "").strip()
-        conversation = None
+        acting = None
         if bound:  # with ``user``, only that end user's conversation (any other is a 404)
-            conversation = conversation_for(caller, agent, end_user, uuid=bound)
+            acting = conversation_for(caller, agent, end_user, uuid=bound)
             history = []
         return turn_prepare(request, caller, agent=agent, override=override, model=body.model,
-                            history=history, last=last, conversation=conversation,
+                            history=history, last=last, acting=acting,
                             end_user=end_user, overrides=overrides)
 
 
-def conversation_for(caller: Caller, agent: Agent, end_user: str, **lookup: Any) -> Conversation:
+def conversation_for(caller: Caller, agent: Agent, end_user: str, **lookup: Any) -> Acting:
     """The stored conversation a request continues (``lookup``: its ``uuid``, or ``pk``): one
     the key's person may see and send in, the request's end user's when it names one (any other
     is a 404), with ``agent``."""
-    conversation = conversation_get_or_404(
-        caller.membership, end_user_conversations(Conversation.objects.all(), caller, end_user),
-        **lookup)
+    acting = conversation_acting_or_404(
+        caller.membership, "send messages in it",
+        end_user_conversations(Conversation.objects.all(), caller, end_user), **lookup)
+    conversation = acting.conversation
     if conversation.agent_id != agent.pk:
         raise ApiError(400, f"This conversation is with another agent; send model "
                             f"{conversation.agent.slug!r}.", param="model", code="agent_mismatch")
-    conversation_act_check(caller.membership, conversation, "send messages in it")
-    return conversation
+    return acting
 
 
 def turn_prepare(request: HttpRequest, caller: Caller, *, agent: Agent, override: str, model: str,
-                 history: list[tuple[str, str]], last: str, conversation: Conversation | None,
+                 history: list[tuple[str, str]], last: str, acting: Acting | None,
                  end_user: str, overrides: dict[str, Any], parent: Trace | None = None,
                  meta: dict[str, Any] | None = None) -> Prepared:
     """A turn's request, read from either protocol, checked and admitted: the message's text,
     the conversation it continues (open), the budgets and the rate limits."""
     try:
         last = message_text_clean(last)
-        if conversation is not None:
-            conversation_check_open(conversation)
+        if acting is not None:
+            conversation_check_open(acting.conversation)
     except ValidationError as exc:
         raise ApiError(400, " ".join(exc.messages), param="messages") from exc
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
@@ -207,8 +209,8 @@ def turn_prepare(request: HttpRequest, caller: Caller, *, agent: Agent, override
     quota_keys = turn_admit(membership=caller.membership, api_key=caller.key,
                             request_id=trace_uuid.hex, tokens=estimate_tokens(sizes),
                             end_user=end_user)
-    return Prepared(caller, agent, override, history, last, conversation,
-                    conversation.uuid if conversation is not None else uuid.uuid4(), trace_uuid,
+    return Prepared(caller, agent, override, history, last, acting,
+                    acting.conversation.uuid if acting is not None else uuid.uuid4(), trace_uuid,
                     quota_keys, model, trace_context=request_trace_context(request),
                     end_user=end_user, overrides=overrides, parent=parent, meta=meta or {})
 
@@ -216,10 +218,10 @@ def turn_prepare(request: HttpRequest, caller: Caller, *, agent: Agent, override
 def chat_commit(prepared: Prepared) -> Started:
     """Store the request's conversation (a new ephemeral one holds the history it sent) and its
     message, and queue the turn (``turn_send``), in one transaction."""
-    caller, conversation = prepared.caller, prepared.conversation
-    new = conversation is None
+    caller, acting = prepared.caller, prepared.acting
+    new = acting is None
     with transaction.atomic():
-        if conversation is None:
+        if acting is None:
             conversation = conversation_create(
                 membership=caller.membership, agent=prepared.agent,
                 title=" ".join(prepared.text.split())[:80], api_key=caller.key, ephemeral=True,
@@ -228,13 +230,14 @@ def chat_commit(prepared: Prepared) -> Started:
                 Message(conversation=conversation, role=role, blocks=_blocks(text), text=text,
                         author=caller.user if role == "user" else None)
                 for role, text in prepared.history])
+            acting = conversation_act_check(caller.membership, conversation, "send messages in it")
+        conversation = acting.conversation
         if prepared.override != conversation.model_override and (
                 prepared.override or conversation.ephemeral):
             Conversation.objects.filter(pk=conversation.pk).update(model_override=prepared.override)
             conversation.model_override = prepared.override
         try:
-            trace = turn_send(conversation=conversation, membership=caller.membership,
-                              text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
+            trace = turn_send(acting=acting, text=prepared.text, api_key=caller.key, trace_uuid=prepared.trace_uuid,
                               quota_keys=prepared.quota_keys, agent=prepared.agent,
                               new_conversation=new, overrides=prepared.overrides,
                               meta=prepared.meta,

@@ -236,10 +236,10 @@ def response_prepare(request: HttpRequest, body: ResponseIn) -> Prepared:
         chat_check(caller.membership)
         end_user = _end_user(body, caller)
         instructions, turns = input_turns(body)
-        conversation = parent = None
+        acting = parent = None
         if body.previous_response_id:
             parent = stored_response(caller, body.previous_response_id, param="previous_response_id")
-            conversation = conversation_for(caller, agent, end_user, pk=parent.conversation_id)
+            acting = conversation_for(caller, agent, end_user, pk=parent.conversation_id)
             if len(turns) > 1:
                 raise ApiError(400, "With previous_response_id, send only the new message: the "
                                     "stored conversation keeps the history.", param="input")
@@ -251,5 +251,5 @@ def response_prepare(request: HttpRequest, body: ResponseIn) -> Prepared:
             "text_format": (body.text or {}).get("format") if response_format else None,
             "metadata": metadata}}
         return turn_prepare(request, caller, agent=agent, override=override, model=body.model,
-                            history=history, last=last, conversation=conversation,
+                            history=history, last=last, acting=acting,
                             end_user=end_user, overrides=overrides, parent=parent, meta=meta)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from agents.access import conversation_act_check
+from agents.access import Acting, conversation_act_check
 from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
 from agents.turns.services import conversation_create, conversation_stop
@@ -96,15 +96,15 @@ class CommandReply:
     changed_model: bool = False
 
 
-def chat_command(*, conversation: Conversation, membership: Membership, text: str) -> CommandReply | None:
+def chat_command(*, acting: Acting, text: str) -> CommandReply | None:
     """Run ``text`` when it is a chat command (``/new``, ``/model``, ``/models``, ``/stop``,
     ``/help``); None when it is an ordinary message. An unknown command answers with the help
-    text. No command reaches the model or starts a turn."""
+    text. No command reaches the model or starts a turn. Commands are typed where messages are
+    sent: ``acting`` is who may send in the conversation (``agents.access``)."""
     command = parse_command(text or "")
     if command is None:
         return None
-    # Commands are typed where messages are sent: the same people may use them.
-    conversation_act_check(membership, conversation, "send messages in it")
+    conversation, membership = acting.conversation, acting.membership
     agent = Agent.objects.get(pk=conversation.agent_id)
     name = command.name
     if name is CommandName.NEW:

@@ -5,12 +5,18 @@ from typing import Any
 
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.access import can_act_in, conversation_get_or_404
+from agents.access import (
+    Acting,
+    can_act_in,
+    conversation_act_check,
+    conversation_acting_or_404,
+    conversation_get_or_404,
+)
 from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
 from agents.models import Agent, Attachment, Conversation, Message
@@ -77,24 +83,46 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     conversation = services.conversation_create(membership=request.membership, agent=agent)
     if text:
         try:
-            reply = services.chat_command(conversation=conversation, membership=request.membership,
-                                          text=text)
+            acting = conversation_act_check(request.membership, conversation, "send messages in it")
+            reply = services.chat_command(acting=acting, text=text)
             if reply is not None:
                 return _command_response(request, conversation, reply, text)
-            turns.turn_send(conversation=conversation, membership=request.membership, text=text,
-                            parent=turns.LATEST, client_id=request.POST.get("client_id", ""))
+            turns.turn_send(acting=acting, text=text, parent=turns.LATEST,
+                            client_id=request.POST.get("client_id", ""))
         except ValidationError as exc:
             flash.error(request, " ".join(exc.messages))
     return redirect("conversation", conversation_uuid=conversation.uuid)
+
+
+CONVERSATION_COLUMNS = ("agent", "agent__provider", "created_by", "team")
 
 
 def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
     """A conversation the person may see (their own, a shared one, or any as an admin); 404
     otherwise, whether it is another team's or a teammate's private one."""
     return conversation_get_or_404(
-        request.membership,
-        Conversation.objects.select_related("agent", "agent__provider", "created_by", "team"),
+        request.membership, Conversation.objects.select_related(*CONVERSATION_COLUMNS),
         uuid=conversation_uuid, deleted_at__isnull=True)
+
+
+def _acting(request: HttpRequest, conversation_uuid: Any, action: str) -> Acting:
+    """A conversation the person may see, as ``_conversation``, and act in (PermissionDenied
+    naming ``action`` otherwise), in one look at the access rules."""
+    return conversation_acting_or_404(
+        request.membership, action, Conversation.objects.select_related(*CONVERSATION_COLUMNS),
+        uuid=conversation_uuid, deleted_at__isnull=True)
+
+
+def _parent(convo: Conversation, value: str) -> Trace | Any:
+    """The turn a message continues (``parent``): one of this conversation's, already found
+    visible with it (any other id is a 404); without one, the newest."""
+    if not value:
+        return turns.LATEST
+    parent_uuid = _uuid_or_none(value)
+    parent = Trace.objects.filter(conversation=convo, uuid=parent_uuid).first() if parent_uuid else None
+    if parent is None:
+        raise Http404("No such turn in this conversation.")
+    return parent
 
 
 def _uuid_or_none(value: str) -> uuid_lib.UUID | None:
@@ -173,21 +201,18 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     """Send a message, or run a chat command (``/help`` ...), which never reaches the model.
     ``parent``: the turn the message continues (the branch on screen); ``client_id``: the
     browser's id for it, so a resend never starts a second turn."""
-    convo = _conversation(request, conversation_uuid)
+    acting = _acting(request, conversation_uuid, "send messages in it")
+    convo = acting.conversation
     untitled = not convo.title
     text = request.POST.get("text", "")
     try:
-        reply = services.chat_command(conversation=convo, membership=request.membership,
-                                      text=text)
+        reply = services.chat_command(acting=acting, text=text)
         if reply is not None:
             return _command_response(request, convo, reply, text)
-        parent_uuid = request.POST.get("parent", "")
-        parent = (get_for_team_or_404(Trace, request.team, uuid=parent_uuid, conversation=convo)
-                  if parent_uuid else turns.LATEST)
-        sent = turns.turn_send(conversation=convo, membership=request.membership, text=text,
-                               parent=parent, client_id=request.POST.get("client_id", ""),
-                               attachments=request.POST.getlist("attachments"),
-                               agent=convo.agent)
+        parent = _parent(convo, request.POST.get("parent", ""))
+        sent = turns.turn_send(acting=acting, text=text, parent=parent,
+                               client_id=request.POST.get("client_id", ""),
+                               attachments=request.POST.getlist("attachments"), agent=convo.agent)
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
@@ -316,12 +341,12 @@ def conversation_pin(request: HttpRequest, conversation_uuid: Any) -> HttpRespon
 @require_POST
 def conversation_model(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     """The model picker: what ``/model <name>`` does, as a control."""
-    convo = _conversation(request, conversation_uuid)
+    acting = _acting(request, conversation_uuid, "send messages in it")
+    convo = acting.conversation
     model = " ".join(request.POST.get("model", "").split())[:200]
     text = f"/model {model}"
     try:
-        reply = services.chat_command(conversation=convo, membership=request.membership,
-                                      text=text)
+        reply = services.chat_command(acting=acting, text=text)
     except ValidationError as exc:
         return _error(request, convo, exc)
     return _command_response(request, convo, reply, text)

@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from agents.access import chat_check, conversation_act_check
+from agents.access import Acting, chat_check, conversation_act_check
 from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.history import estimate_tokens
 from agents.runtime.messages import Message as RuntimeMessage
@@ -134,12 +134,13 @@ class SentTurn:
 
 def turn_start(*, conversation: Conversation, membership: Membership, text: str,
                parent: Trace | None | Any = LATEST, client_id: str = "") -> Trace:
-    """``turn_send``'s trace."""
-    return turn_send(conversation=conversation, membership=membership, text=text, parent=parent,
-                     client_id=client_id).trace
+    """``turn_send``'s trace, for a ``membership`` and ``conversation`` not checked yet (checked
+    here: PermissionDenied unless it may send there)."""
+    acting = conversation_act_check(membership, conversation, "send messages in it")
+    return turn_send(acting=acting, text=text, parent=parent, client_id=client_id).trace
 
 
-def turn_send(*, conversation: Conversation, membership: Membership, text: str,
+def turn_send(*, acting: Acting, text: str,
               parent: Trace | None | Any = LATEST, client_id: str = "",
               attachments: Sequence[str] = (), api_key: ApiKey | None = None,
               prompt_tokens: int | None = None, trace_uuid: uuid.UUID | None = None,
@@ -177,12 +178,12 @@ def turn_send(*, conversation: Conversation, membership: Membership, text: str,
     settings when the turn is built (``agents.turns.builder.turn_overrides_apply``).
     ``meta``: more that the new trace keeps in its ``meta`` (the Responses API's own fields).
 
-    ``membership`` is the sender's, as the request, socket or API key resolved it: who sends,
-    in which team, with which role; it is not looked up again. Nor is what else the caller
-    resolved already: ``agent`` (the conversation's, with its provider), and
-    ``new_conversation`` (the conversation was created in the caller's transaction: nothing of
-    it runs and there is no earlier turn to continue)."""
-    conversation_act_check(membership, conversation, "send messages in it")
+    ``acting``: the sender's membership (as the request, socket or API key resolved it) and the
+    conversation, as the access rules found that it may send there (``agents.access``); neither
+    is looked up or checked again. Nor is what else the caller resolved already: ``agent`` (the
+    conversation's, with its provider), and ``new_conversation`` (the conversation was created
+    in the caller's transaction: nothing of it runs and there is no earlier turn to continue)."""
+    conversation, membership = acting.conversation, acting.membership
     conversation_check_open(conversation)
     client_id = (client_id or "").strip()[:64]
     if agent is None or agent.pk != conversation.agent_id:

@@ -200,6 +200,7 @@ class ChaosRun:
     def send(self, scenario: str, agent: Any = None) -> Sent:
         """A new conversation and a message in it, as the chat sends it (``turn_send``). An error
         is recorded, not raised: the message may have been stored anyway."""
+        from agents.access import conversation_act_check
         from agents.chat.services import conversation_create
         from agents.turns.services import turn_send
 
@@ -208,7 +209,8 @@ class ChaosRun:
         sent = Sent(token, scenario, time.time())
         try:
             conversation = conversation_create(agent=agent, membership=self.world.membership)
-            turn = turn_send(conversation=conversation, membership=self.world.membership, client_id=token,
+            acting = conversation_act_check(self.world.membership, conversation, "send messages in it")
+            turn = turn_send(acting=acting, client_id=token,
                              text=f"Look up my key, then compute 17 * 23. [chaos:{token}]")
             sent.trace_id = turn.trace.pk
         except Exception as exc:  # noqa: BLE001 - what the chat would have shown, kept for the report

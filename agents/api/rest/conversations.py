@@ -281,9 +281,9 @@ def _send(request: HttpRequest, conversation_id: str, body: MessageIn) -> tuple[
     caller = scope_check(request, Scope.CHAT)
     conversation = _conversation(request, caller, conversation_id)
     # Who may send comes before the budgets: a viewer is told so, not that a budget is spent.
-    conversation_act_check(caller.membership, conversation, "send messages in it")
+    acting = conversation_act_check(caller.membership, conversation, "send messages in it")
     budgets_admit(team_id=caller.team.pk, user_id=caller.user.pk, api_key_id=caller.key.pk)
-    sent = turn_send(conversation=conversation, membership=caller.membership, text=body.text,
+    sent = turn_send(acting=acting, text=body.text,
                      client_id=body.client_id, api_key=caller.key,
                      **request_trace_context(request))
     hard = conversation.agent.hard_time_limit_s

@@ -21,7 +21,7 @@ from agents.turns.attachments import MAX_IMAGE_BYTES, attachments_unsent_forget,
 from agents.turns.builder import turn_history
 from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
-from tests.members import member_of
+from tests.members import acting_of, member_of
 from traces.models import Trace
 
 
@@ -88,7 +88,7 @@ def test_another_conversations_image_is_not_found_through_this_one(client_for, a
 def test_a_message_carries_its_images_once_and_the_demo_model_receives_them(
         client_for, alice, bob, agent, conversation, sent_turns):
     ids = [upload(client_for(alice), conversation).json()["id"] for _ in range(2)]
-    sent = turn_send(conversation=conversation, membership=member_of(alice, conversation), text="", attachments=ids)
+    sent = turn_send(acting=acting_of(alice, conversation), text="", attachments=ids)
     message = sent.trace.user_message
     assert message.text == "(2 images attached)"
     assert [b["type"] for b in message.blocks] == ["text", "image", "image"]
@@ -96,11 +96,11 @@ def test_a_message_carries_its_images_once_and_the_demo_model_receives_them(
     assert all("data" not in b for b in message.blocks)
     assert Attachment.objects.filter(message=message).count() == 2
     with pytest.raises(ValidationError, match="was sent already"):
-        turn_send(conversation=conversation, membership=member_of(alice, conversation), text="again", attachments=ids[:1])
+        turn_send(acting=acting_of(alice, conversation), text="again", attachments=ids[:1])
     assert turn_run(sent.trace.pk) == "completed"
     assert Trace.objects.get(pk=sent.trace.pk).answer.startswith("I received 2 images (image/png).")
     # the next turn's history has them, with their bytes
-    later = turn_send(conversation=conversation, membership=member_of(alice, conversation), text="and now?").trace
+    later = turn_send(acting=acting_of(alice, conversation), text="and now?").trace
     history = turn_history(trace=later, agent=agent)
     images = [b for m in history for b in m.blocks if isinstance(b, ImageBlock)]
     assert len(images) == 2 and all(b.data for b in images)
@@ -111,11 +111,11 @@ def test_someone_elses_or_too_many_images_are_refused(client_for, alice, agent, 
     mine = conversation_create(agent=agent, membership=member_of(alice, agent.team))
     ids = [upload(client_for(alice), mine).json()["id"] for _ in range(5)]
     with pytest.raises(ValidationError, match="at most 4 images"):
-        turn_send(conversation=mine, membership=member_of(alice, mine), text="look", attachments=ids)
+        turn_send(acting=acting_of(alice, mine), text="look", attachments=ids)
     with pytest.raises(ValidationError, match="not this conversation's"):
-        turn_send(conversation=mine, membership=member_of(admin, mine), text="look", attachments=ids[:1])
+        turn_send(acting=acting_of(admin, mine), text="look", attachments=ids[:1])
     with pytest.raises(ValidationError, match="not this conversation's"):
-        turn_send(conversation=mine, membership=member_of(alice, mine), text="look", attachments=["not-a-uuid"])
+        turn_send(acting=acting_of(alice, mine), text="look", attachments=["not-a-uuid"])
     assert not Message.objects.filter(conversation=mine).exists()
 
 
@@ -136,7 +136,7 @@ def test_a_model_that_cannot_read_images_refuses_them_before_anything_is_sent(
 @pytest.mark.django_db(transaction=True)
 def test_the_chat_and_the_inspector_show_the_images(client_for, alice, conversation, sent_turns):
     image_id = upload(client_for(alice), conversation).json()["id"]
-    trace = turn_send(conversation=conversation, membership=member_of(alice, conversation), text="Look", attachments=[image_id]).trace
+    trace = turn_send(acting=acting_of(alice, conversation), text="Look", attachments=[image_id]).trace
     url = reverse("attachment", args=[conversation.uuid, image_id])
     html = client_for(alice).get(reverse("conversation", args=[conversation.uuid])).content.decode()
     assert f'<img src="{url}" alt="An attached image (image/png)"' in html
@@ -151,7 +151,7 @@ def test_the_chat_and_the_inspector_show_the_images(client_for, alice, conversat
 
 def test_images_never_sent_are_dropped_after_a_day(client_for, alice, conversation, sent_turns):
     kept, sent, stale = (upload(client_for(alice), conversation).json()["id"] for _ in range(3))
-    turn_send(conversation=conversation, membership=member_of(alice, conversation), text="with one", attachments=[sent])
+    turn_send(acting=acting_of(alice, conversation), text="with one", attachments=[sent])
     Attachment.objects.filter(uuid__in=[sent, stale]).update(created_at=timezone.now() - timedelta(days=2))
     assert attachments_unsent_forget() == 1
     assert set(str(u) for u in Attachment.objects.values_list("uuid", flat=True)) == {kept, sent}

@@ -22,7 +22,7 @@ from agents.turns.builder import previous_trajectory_state, turn_history
 from agents.turns.routing import route_turn
 from agents.turns.tasks import turn_run
 from agents.turns.windows import DEFAULT_CONTEXT_WINDOW, context_window
-from tests.members import member_of
+from tests.members import acting_of, member_of
 from traces.models import Step, StepPayload, Trace
 
 turns = pytest.mark.django_db(transaction=True)
@@ -117,7 +117,7 @@ def test_a_resent_message_with_the_same_client_id_starts_one_turn(conversation, 
     first = send(conversation, alice, "hello", client_id="c-123")
     again = send(conversation, alice, "hello", client_id="c-123")
     assert again.pk == first.pk
-    resent = turn_services.turn_send(conversation=conversation, membership=member_of(alice, conversation), text="hello",
+    resent = turn_services.turn_send(acting=acting_of(alice, conversation), text="hello",
                                      client_id="c-123")
     assert resent.resent and resent.trace.pk == first.pk
     assert Message.objects.filter(conversation=conversation).count() == 1 and Trace.objects.count() == 1
@@ -153,31 +153,31 @@ def test_commands_answer_in_the_chat_and_never_reach_the_model(client_for, alice
 
 
 def test_unknown_commands_answer_with_the_help_text(conversation, alice):
-    reply = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/nope")
+    reply = services.chat_command(acting=acting_of(alice, conversation), text="/nope")
     assert reply.command == "unknown" and reply.text.endswith(HELP_TEXT)
 
 
 def test_a_slash_that_is_not_a_command_is_an_ordinary_message(conversation, alice, sent_turns):
-    assert services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/usr/bin is a directory") is None
-    assert services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/ 2 = 0.5") is None
+    assert services.chat_command(acting=acting_of(alice, conversation), text="/usr/bin is a directory") is None
+    assert services.chat_command(acting=acting_of(alice, conversation), text="/ 2 = 0.5") is None
 
 
 def test_model_switches_only_to_the_agents_allowed_models(conversation, agent, alice):
     agent.allowed_models = ["demo-large", "demo-mini"]
     agent.save()
-    refused = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model gpt-4o")
+    refused = services.chat_command(acting=acting_of(alice, conversation), text="/model gpt-4o")
     assert "not one of the models" in refused.text and "demo-large" in refused.text
     conversation.refresh_from_db()
     assert conversation.model_override == "" and not refused.changed_model
 
-    switched = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model DEMO-large")
+    switched = services.chat_command(acting=acting_of(alice, conversation), text="/model DEMO-large")
     conversation.refresh_from_db()
     assert switched.changed_model and conversation.model_override == "demo-large"
     assert route_turn(agent=agent, conversation=conversation, text="hi").model == "demo-large"
-    listing = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/models").text
+    listing = services.chat_command(acting=acting_of(alice, conversation), text="/models").text
     assert "• demo-large" in listing and "demo (the agent’s default)" in listing
 
-    back = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/model demo")
+    back = services.chat_command(acting=acting_of(alice, conversation), text="/model demo")
     conversation.refresh_from_db()
     assert back.changed_model and conversation.model_override == ""
 
@@ -193,7 +193,7 @@ def test_model_change_updates_the_header_and_meter(client_for, alice, conversati
 
 def test_stop_cancels_the_turns_of_the_conversation(conversation, alice, sent_turns):
     trace = send(conversation, alice, "hello")
-    reply = services.chat_command(conversation=conversation, membership=member_of(alice, conversation), text="/stop")
+    reply = services.chat_command(acting=acting_of(alice, conversation), text="/stop")
     assert reply.text == "Stopped the reply."
     trace.refresh_from_db()
     assert trace.status == "cancelled" and trace.cancel_reason == "Cancelled by alice"

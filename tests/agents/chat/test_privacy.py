@@ -8,9 +8,12 @@ import uuid
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.test import Client
 from django.urls import reverse
 
+from agents.access import Acting, conversation_acting_or_404
 from agents.chat import services
 from agents.models import Conversation, Message
 from agents.turns import services as turns
@@ -187,3 +190,20 @@ async def test_the_socket_of_a_private_conversation_refuses_teammates_until_it_i
     ws = communicator(path, cookie=cookie)
     assert (await ws.connect())[0]
     await ws.disconnect()
+
+
+def test_the_send_path_finds_and_checks_the_conversation_in_one_call(alice, bob, admin, conversation,
+                                                                      django_assert_num_queries):
+    """``conversation_acting_or_404``: a 404 for a conversation the person may not see, a 403 for
+    one they may see but not send in, otherwise the membership and conversation as checked."""
+    with pytest.raises(Http404):
+        conversation_acting_or_404(member_of(bob, conversation), "send messages in it", uuid=conversation.uuid)
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
+    with pytest.raises(PermissionDenied, match="can send messages in it"):
+        conversation_acting_or_404(member_of(bob, conversation), "send messages in it", uuid=conversation.uuid)
+    for person in (alice, admin):
+        membership = member_of(person, conversation)
+        with django_assert_num_queries(1):  # the conversation; the rules themselves ask nothing
+            acting = conversation_acting_or_404(membership, "send messages in it", uuid=conversation.uuid)
+        assert isinstance(acting, Acting)
+        assert acting.membership is membership and acting.conversation.pk == conversation.pk

@@ -8,7 +8,7 @@ import pytest
 
 from agents.turns.builder import turn_setup_build, turn_traceparent_for
 from agents.turns.services import trace_context_meta, turn_send
-from tests.members import member_of
+from tests.members import acting_of
 from traces.export import config as export_config
 from traces.export.ids import parse_traceparent, tool_traceparent
 from traces.models import Trace, TraceExporter
@@ -20,7 +20,7 @@ TRACEPARENT = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
 
 
 def sent(conversation, user, **context) -> Trace:
-    trace = turn_send(conversation=conversation, membership=member_of(user, conversation), text="hello", **context).trace
+    trace = turn_send(acting=acting_of(user, conversation), text="hello", **context).trace
     return Trace.objects.select_related("user_message").get(pk=trace.pk)
 
 

@@ -16,7 +16,7 @@ from agents.turns.services import turn_send
 from agents.turns.tasks import turn_run
 from agentsite.api_keys import api_key_create, api_key_revoke
 from agentsite.models import ApiKey
-from tests.members import member_of
+from tests.members import acting_of, member_of
 from traces.costs.budgets import budget_states
 from traces.costs.rollups import rollups_rebuild
 from traces.models import Budget, ConversationCostRollup, CostRollup, Trace
@@ -32,7 +32,7 @@ def key_for(user, team, name: str = "report script") -> ApiKey:
 
 
 def run_with_key(conversation, user, key: ApiKey, text: str = "call the current_time tool 2 times") -> Trace:
-    trace = turn_send(conversation=conversation, membership=member_of(user, conversation), text=text, api_key=key).trace
+    trace = turn_send(acting=acting_of(user, conversation), text=text, api_key=key).trace
     turn_run(trace.pk)
     trace.refresh_from_db()
     return trace
