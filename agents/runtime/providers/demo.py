@@ -61,6 +61,7 @@ from .base import (
     StreamText,
 )
 from .demo_cache import MIN_TOKENS, PROMPT_CACHE, Unit, tokens_before
+from .demo_intents import Call, intents
 
 INTRO = "I'm the offline demo model"
 ABILITIES = ("I can do arithmetic, tell the time, remember and recall things, and fetch web "
@@ -111,54 +112,12 @@ XSS_CORPUS = (
 )
 
 _REPEAT = re.compile(r"(?i)\bcall (?:the )?([\w-]+) tool (\d+) times?\b")
-_URL = re.compile(r"https?://[^\s<>\"'`\])}]+")
-_DATE_OR_CLOCK = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
-_WORD_OPERATORS = re.compile(
-    r"(?i)\b(?:multiplied by|times|divided by|over|plus|minus|to the power of|mod)\b")
-_WORD_TO_SYMBOL = {"multiplied by": "*", "times": "*", "divided by": "/", "over": "/",
-                   "plus": "+", "minus": "-", "to the power of": "^", "mod": "%"}
-_OPERAND = r"\(*\s*[-+]?\s*\d+(?:\.\d+)?\s*\)*"
-_EXPRESSION = re.compile(rf"{_OPERAND}(?:\s*(?:\*\*|[-+*/×÷^%xX])\s*{_OPERAND})+")
-_ARITHMETIC_CUE = re.compile(r"(?i)\b(?:what|calculate|compute|evaluate|how much|solve)\b|[=?]")
 _EXPR_TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|[-+*/%^()]")
-_HAS_BINARY_OPERATOR = re.compile(r"[\d)]\s*(?:[-+*/%^]|\*\*)")
-_NON_MINUS_OPERATOR = re.compile(r"[+*/%^]")
 _SIGNS = frozenset("+-")
 _OPERATORS = frozenset("+-*/%^")
 _SHOWN_OPERATORS = {"*": " × ", "/": " ÷ ", "^": "^"}
 _NUMBER_LIKE = re.compile(r"^[-+]?[\d.,]+(?:[eE][-+]?\d+)?$")
 
-_TIME = re.compile(
-    r"(?i)\b(?:(?:time|date|day) is it|what(?:'s| is) the (?:current |local )?(?:time|date)"
-    r"|current (?:time|date)|today'?s date|what day is (?:it|today)|time (?:right )?now"
-    r"|time in)\b")
-_TIMEZONE = re.compile(r"\bin ([A-Za-z_]+/[A-Za-z_]+|[A-Z][a-zA-Z]+(?: [A-Z][a-zA-Z]+)?|utc|gmt)\b")
-_CITY_ZONES = {
-    "utc": "UTC", "gmt": "UTC", "tokyo": "Asia/Tokyo", "japan": "Asia/Tokyo",
-    "seoul": "Asia/Seoul", "korea": "Asia/Seoul", "beijing": "Asia/Shanghai",
-    "shanghai": "Asia/Shanghai", "singapore": "Asia/Singapore", "delhi": "Asia/Kolkata",
-    "mumbai": "Asia/Kolkata", "india": "Asia/Kolkata", "dubai": "Asia/Dubai",
-    "moscow": "Europe/Moscow", "istanbul": "Europe/Istanbul", "berlin": "Europe/Berlin",
-    "paris": "Europe/Paris", "madrid": "Europe/Madrid", "rome": "Europe/Rome",
-    "amsterdam": "Europe/Amsterdam", "london": "Europe/London", "dublin": "Europe/Dublin",
-    "new york": "America/New_York", "chicago": "America/Chicago", "denver": "America/Denver",
-    "los angeles": "America/Los_Angeles", "san francisco": "America/Los_Angeles",
-    "toronto": "America/Toronto", "sao paulo": "America/Sao_Paulo",
-    "sydney": "Australia/Sydney", "melbourne": "Australia/Melbourne",
-    "auckland": "Pacific/Auckland",
-}
-_REMEMBER = re.compile(
-    r"(?is)^\s*(?:please\s+)?(?:remember|memori[sz]e|keep in mind|make a note)\b"
-    r"(?:\s+that)?[\s:,-]+(.+?)[\s.!]*$")
-_MEMORY_KEY = re.compile(r"(?i)\bmy ([a-z][a-z0-9 _-]{0,40}?) (?:is|are|was|were)\b")
-_FORGET = re.compile(
-    r"(?is)^\s*(?:please\s+)?forget\b(?:\s+(?:about|that))?\s+(?:my\s+)?(.+?)[\s.!?]*$")
-_RECALL = re.compile(
-    r"(?i)\b(?:what(?:'s| is| are| was| were) my|do you (?:remember|know|recall)"
-    r"|what do you (?:remember|know) about|what did i (?:tell you|say) about|recall)"
-    r"\s+(.+?)[\s.!?]*$")
-_RECALL_TRIM = re.compile(
-    r"(?i)^(?:about |what |that )?(?:my |the )?|\s+(?:is|are|was|were|called|named)$")
 _TIME_STAMP = re.compile(r"^\s*\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?[^\]]{0,40}\]\s*")
 _GREETING = re.compile(r"(?i)^\s*(?:hi|hello|hey|howdy|good (?:morning|afternoon|evening))\b")
 _THANKS = re.compile(r"(?i)\b(?:thanks|thank you|cheers)\b")
@@ -173,17 +132,9 @@ _TOOL_RESULT_TAGS = re.compile(r"(?s)<tool_result\b([^>]*)>\n?(.*?)\n?</tool_res
 _TAG_ATTR = re.compile(r'(\w+)="([^"]*)"')
 _LISTED_TOOL = re.compile(r"\*\*([A-Za-z0-9_.-]+)\*\*")
 _WORD_PIECES = re.compile(r"\S+\s*|\s+")
-_SLUG = re.compile(r"[^a-z0-9]+")
 
 # Enum member lookups cost a few hundred ns each; the history scan does them per message.
 _USER, _ASSISTANT, _TOOL = Role.USER, Role.ASSISTANT, Role.TOOL
-
-
-@dataclass(slots=True)
-class _Call:
-    name: str
-    arguments: dict[str, Any]
-    position: int = 0
 
 
 @dataclass(slots=True)
@@ -208,7 +159,7 @@ class _Turn:
 @dataclass(slots=True)
 class _Decision:
     text: str = ""
-    calls: list[_Call] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
 
 
 class DemoProvider(Provider):
@@ -324,7 +275,7 @@ def _read_turn(messages: Sequence[Message], prior_calls: int) -> _Turn:
     # model reads past it, as a real one would.
     user_text = _TIME_STAMP.sub("", messages[start].text, count=1) if start >= 0 else ""
     calls: dict[str, ToolUseBlock] = {}
-    tagged: list[_Call] = []
+    tagged: list[Call] = []
     results: list[_Result] = []
     counts: dict[str, int] = {}
     for index in range(start + 1, len(messages)):
@@ -344,7 +295,7 @@ def _read_turn(messages: Sequence[Message], prior_calls: int) -> _Turn:
 
 
 def _results_of(message: Message, calls: dict[str, ToolUseBlock],
-                tagged: list[_Call]) -> list[_Result]:
+                tagged: list[Call]) -> list[_Result]:
     found: list[_Result] = []
     for block in message.blocks:
         if isinstance(block, ToolResultBlock):
@@ -363,8 +314,8 @@ def _results_of(message: Message, calls: dict[str, ToolUseBlock],
     return found
 
 
-def _parse_tool_call_tags(text: str) -> list[_Call]:
-    calls: list[_Call] = []
+def _parse_tool_call_tags(text: str) -> list[Call]:
+    calls: list[Call] = []
     if "<tool_call>" not in text:
         return calls
     for match in _TOOL_CALL_TAGS.finditer(text):
@@ -374,7 +325,7 @@ def _parse_tool_call_tags(text: str) -> list[_Call]:
             continue
         if isinstance(data, dict) and isinstance(data.get("name"), str):
             arguments = data.get("arguments")
-            calls.append(_Call(data["name"], arguments if isinstance(arguments, dict) else {}))
+            calls.append(Call(data["name"], arguments if isinstance(arguments, dict) else {}))
     return calls
 
 
@@ -402,7 +353,7 @@ def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
         return _decide_repeat(repeat.group(1), int(repeat.group(2)), turn, offered)
     if turn.results:
         return _Decision(_answer_from_results(turn.results))
-    wanted = _intents(text)
+    wanted = intents(text)
     if not wanted:
         return _Decision(_conversational(text))
     calls = [_offered_variant(c, offered) for c in wanted]
@@ -420,7 +371,7 @@ def _decide(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
 MCP_TIME_SUFFIX = "get_current_time"
 
 
-def _offered_variant(call: _Call, offered: frozenset[str] | set[str]) -> _Call:
+def _offered_variant(call: Call, offered: frozenset[str] | set[str]) -> Call:
     """The time from an MCP time server's tool (``<server>_get_current_time``, as
     ``mcp-server-time`` offers it) when one is offered: a team that connected a time server
     wants it asked, even beside the built-in ``current_time``."""
@@ -430,7 +381,7 @@ def _offered_variant(call: _Call, offered: frozenset[str] | set[str]) -> _Call:
     if name is None:
         return call
     zone = call.arguments.get("timezone") or "UTC"
-    return _Call(name, {"timezone": zone}, call.position)
+    return Call(name, {"timezone": zone}, call.position)
 
 
 def _decide_corpus(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision:
@@ -438,9 +389,9 @@ def _decide_corpus(turn: _Turn, offered: frozenset[str] | set[str]) -> _Decision
         return _Decision(f"{XSS_CORPUS}\n\n{_answer_from_results(turn.results)}")
     # Both tools echo a bad argument in their error; the calculator refuses long ones unread.
     if "current_time" in offered:
-        return _Decision(calls=[_Call("current_time", {"timezone": XSS_CORPUS})])
+        return _Decision(calls=[Call("current_time", {"timezone": XSS_CORPUS})])
     if "calculator" in offered:
-        return _Decision(calls=[_Call("calculator", {"expression": XSS_CORPUS})])
+        return _Decision(calls=[Call("calculator", {"expression": XSS_CORPUS})])
     return _Decision(XSS_CORPUS)
 
 
@@ -449,98 +400,8 @@ def _decide_repeat(tool: str, times: int, turn: _Turn,
     if tool not in offered:
         return _Decision(f"I can't call {tool}: it isn't among the tools offered to me.")
     if turn.counts.get(tool, 0) < times:
-        return _Decision(calls=[_Call(tool, {})])
+        return _Decision(calls=[Call(tool, {})])
     return _Decision(f"Called {tool} {times} times.")
-
-
-def _intents(text: str) -> list[_Call]:
-    remember = _REMEMBER.match(text)
-    if remember:
-        content = remember.group(1).strip()
-        arguments: dict[str, Any] = {"content": content}
-        key = _MEMORY_KEY.search(content)
-        if key:
-            arguments["key"] = _slug(key.group(1))
-        return [_Call("memory_store", arguments)]
-    forget = _FORGET.match(text)
-    if forget:
-        return [_Call("memory_forget", {"key": _slug(forget.group(1))})]
-    calls = _arithmetic(text) + _time(text) + _recall(text) + _fetch(text)
-    calls.sort(key=lambda c: c.position)
-    return calls
-
-
-def _blank(match: re.Match[str]) -> str:
-    return " " * len(match.group(0))
-
-
-def _arithmetic(text: str) -> list[_Call]:
-    # Blank out what looks numeric but is not arithmetic, keeping positions for ordering.
-    scan = _URL.sub(_blank, text)
-    scan = _DATE_OR_CLOCK.sub(_blank, scan)
-    scan = _WORD_OPERATORS.sub(
-        lambda m: _WORD_TO_SYMBOL[" ".join(m.group(0).lower().split())].center(len(m.group(0))),
-        scan)
-    cue = _ARITHMETIC_CUE.search(text) is not None
-    calls = []
-    for match in _EXPRESSION.finditer(scan):
-        expression = _normalise_expression(match.group(0))
-        if not _HAS_BINARY_OPERATOR.search(expression):
-            continue
-        only_minus = not _NON_MINUS_OPERATOR.search(expression)
-        if only_minus and not cue:
-            continue
-        calls.append(_Call("calculator", {"expression": expression}, match.start()))
-    return calls
-
-
-def _normalise_expression(raw: str) -> str:
-    expression = "".join(raw.split())
-    expression = expression.replace("×", "*").replace("÷", "/").replace("x", "*").replace("X", "*")
-    expression = expression.replace("^", "**")
-    # A bracket the expression never opened (or closed) belongs to the sentence around it.
-    while expression.endswith(")") and expression.count(")") > expression.count("("):
-        expression = expression[:-1]
-    while expression.startswith("(") and expression.count("(") > expression.count(")"):
-        expression = expression[1:]
-    return expression
-
-
-def _time(text: str) -> list[_Call]:
-    match = _TIME.search(text)
-    if not match:
-        return []
-    arguments: dict[str, Any] = {}
-    zone = _TIMEZONE.search(text, match.start())
-    if zone:
-        name = zone.group(1)
-        known = _CITY_ZONES.get(name.lower())
-        if known:
-            arguments["timezone"] = known
-        elif "/" in name:
-            arguments["timezone"] = name
-    return [_Call("current_time", arguments, match.start())]
-
-
-def _recall(text: str) -> list[_Call]:
-    match = _RECALL.search(text)
-    if not match:
-        return []
-    query = match.group(1)
-    for _ in range(2):
-        query = _RECALL_TRIM.sub("", query).strip()
-    if not query or _TIME.search(match.group(0)):
-        return []
-    return [_Call("memory_recall", {"query": query}, match.start())]
-
-
-def _fetch(text: str) -> list[_Call]:
-    return [_Call("http_fetch", {"url": m.group(0).rstrip(".,;:!?")}, m.start())
-            for m in _URL.finditer(text)]
-
-
-def _slug(text: str) -> str:
-    return _SLUG.sub("_", text.lower()).strip("_")[:64] or "note"
 
 
 # -- answering ----------------------------------------------------------------------------------
@@ -629,7 +490,7 @@ def _conversational(text: str) -> str:
     return f'You said: "{snippet}". {INTRO}, so I can only reflect your message. {ABILITIES}'
 
 
-def _tool_call_tags(calls: Sequence[_Call]) -> str:
+def _tool_call_tags(calls: Sequence[Call]) -> str:
     return "\n".join(
         "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments},
                                      ensure_ascii=False) + "\n</tool_call>"
@@ -685,7 +546,7 @@ def _instance(schema: dict[str, Any], text: str, depth: int, root: dict[str, Any
 
 
 # -- usage --------------------------------------------------------------------------------------
-def _bounded(text: str, calls: list[_Call], request: ChatRequest) -> tuple[str, str | None]:
+def _bounded(text: str, calls: list[Call], request: ChatRequest) -> tuple[str, str | None]:
     """The answer as a model bound by the request writes it, and why it was cut: before the
     first of its ``stop`` sequences ("stop_sequence"), else at about ``max_tokens`` tokens of
     text and calls ("max_tokens"). None: written whole."""
