@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import _measure
+from bench import _measure, _profile
 
 BENCHES = {
     "loop": "bench.loop_overhead",
@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
     os.close(handle)
     env = {**os.environ, _measure.RESULTS_ENV: results_path}
     if args.profile:
-        env[_measure.PROFILE_ENV] = str(Path(args.profile).resolve())
+        env[_profile.PROFILE_ENV] = str(Path(args.profile).resolve())
     failed = []
     try:
         for name in names:

@@ -64,7 +64,7 @@ import httpx
 import websockets
 
 from agentsite.stack import Stack
-from bench import _measure
+from bench import _measure, _profile
 from bench._measure import cpu_seconds, error_reason, percentile
 
 AGENT = "Bench"
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=20, help="completions sent one at a time (default 20)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-chat", action="store_true", help="skip the chat's path for reference")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
 
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = stack.seed({"agents": [{"name": AGENT, "tools": [], "provider_options": {}}],
                           "api_keys": [{"name": KEY, "user": "alice", "scopes": ["chat"]}]})
         pids = {c.name: c.pid for c in stack.children if c.name in ("web", "worker")}
-        with _measure.profiled("api", pids, args.profile):
+        with _profile.profiled("api", pids, args.profile):
             api = asyncio.run(api_run(stack.url, ids["keys"][KEY], ids["slugs"][AGENT], warmup=args.warmup,
                                       single=args.single, requests=args.requests, pids=pids))
             chat = None if args.no_chat else asyncio.run(

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import _measure
+from bench import _measure, _profile
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with Stack(worker_threads=4) as stack:
         ids = stack.seed({"agents": [{"name": "Bench", "tools": [], "provider_options": options}]})
         pids = {"web": stack.pid("web"), "worker": stack.pid("worker")}
-        with sync_playwright() as playwright, _measure.profiled("chat", pids, args.profile):
+        with sync_playwright() as playwright, _profile.profiled("chat", pids, args.profile):
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page()
             frames = Frames()
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--first-token", type=float, default=0.3, help="model's first-token latency, s")
     parser.add_argument("--token-delay", type=float, default=0.02, help="model's delay per token, s")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
     if not Path(CHROMIUM).exists():

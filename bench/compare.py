@@ -21,7 +21,7 @@ import time
 from django.test.utils import setup_test_environment
 from django.urls import reverse
 
-from bench import _measure
+from bench import _measure, _profile
 from bench.world import bench_world, timed_get  # configures Django on a scratch database
 from traces.models import StepPayload
 from traces.sample import make_sample_trace
@@ -35,7 +35,7 @@ PAGE_BYTES_LIMIT = 1024 * 1024
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
     setup_test_environment()
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             ("page", reverse("trace_compare") + query, client),
             ("REST /api/v1/traces/compare", "/api/v1/traces/compare" + query, api),
         ]
-        with _measure.profiled(f"compare-{steps}", {"bench": os.getpid()}, args.profile):
+        with _profile.profiled(f"compare-{steps}", {"bench": os.getpid()}, args.profile):
             for what, url, who in rows:
                 p50, p90, body, cpu = timed_get(who, url, runs=RUNS if what == "page" else 5)
                 size = len(body)

@@ -27,7 +27,7 @@ from decimal import Decimal
 
 from django.db.models import F, Sum
 
-from bench import _measure
+from bench import _measure, _profile
 from bench._django import setup_django
 
 RUNS = 11
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--steps", type=int, default=1_000_000, help="steps to generate (default 1,000,000)")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     setup_django()
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'range':>8}  {'what':<28} {'p50 ms':>8} {'max ms':>8} {'CPU ms':>8}  target")
     ok = steps_cost == ledger
     figures = {}
-    with _measure.profiled("costs", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("costs", {"bench": os.getpid()}, args.profile):
         for days in (7, 30):
             query = f"?date_from={today - timedelta(days=days - 1)}&date_to={today}"
             for what, extra in (("costs page, split by agent", ""), ("split by conversation", "&split=conversation")):

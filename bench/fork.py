@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from bench import _measure
+from bench import _measure, _profile
 from bench.world import bench_world  # configures Django on a scratch database: first
 
 # isort: split
@@ -79,7 +79,7 @@ def _long_trace(*, conversation, user, agent):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
 
     app.send_task = lambda *a, **k: None  # the fork is run here, not by a worker
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"a stored turn of {STEPS:,} steps made in {time.perf_counter() - started:.1f} s")
 
     firsts, totals, cpus = [], [], []
-    with _measure.profiled("fork", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("fork", {"bench": os.getpid()}, args.profile):
         for _ in range(RUNS):
             begun = timezone.now()
             t0, cpu0 = time.perf_counter(), time.process_time()

@@ -45,15 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import re
 import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +57,13 @@ from typing import Any
 import httpx
 
 from agentsite.stack import Stack
-from bench import _litellm, _measure
+from bench import _litellm, _measure, _profile
+from bench._load import QUESTION, Run, Target, client_for, load, text_of, wait_idle
+from bench._postgres import PG_ADMIN_URL, ConnectionWatch, postgres_database
 from tests.cached_server import stop_on_signals
 
 AGENT = "Bench"
 KEY = "bench"
-QUESTION = "Hello! How are you today?"
 LEVELS = (1, 10, 50, 200)
 MODES = ("non-streamed", "streamed")
 TARGET_RATIO = 0.5
@@ -74,67 +71,11 @@ WORKER_THREADS = 200
 TIMEOUT_S = 300.0
 WARMUP_REQUESTS = 20
 WARMUP_CONCURRENT = 10
-IDLE_CPU = 0.05  # servers are idle below this share of one CPU
-IDLE_WAIT_S = 60.0
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_CONNECTIONS = 30
 ERROR_REASONS = 3  # distinct reasons printed per run
 # The last line of a traceback in the stack's log ("   web | django.db.utils.OperationalError: ...").
 EXCEPTION_LINE = re.compile(r"^\s*(?P<process>web|worker|beat)\s*\|\s*"
                             r"(?P<text>[A-Za-z_][\w.]*(?:Error|Exception|Interrupted|Timeout)\b.*)$")
-
-
-@dataclass
-class Target:
-    name: str
-    url: str
-    key: str
-    model: str
-    pids: dict[str, int | None]  # the processes whose CPU is its cost
-    shown: tuple[str, ...]  # those of ``pids`` in the table (the rest in the details)
-    tree: tuple[str, ...] = ()  # ``pids`` whose descendants count too
-
-
-@dataclass
-class Sample:
-    latency: float | None = None  # seconds to the whole answer
-    first_text: float | None = None
-    error: str = ""
-
-
-@dataclass
-class Run:
-    target: str
-    mode: str
-    concurrent: int
-    samples: list[Sample]
-    wall_s: float
-    cpu: dict[str, float]  # seconds per process name, and "client"
-    shown: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> list[Sample]:
-        return [s for s in self.samples if not s.error]
-
-    @property
-    def errors(self) -> list[Sample]:
-        return [s for s in self.samples if s.error]
-
-    @property
-    def rps(self) -> float:
-        return len(self.ok) / self.wall_s if self.wall_s > 0 else float("nan")
-
-    def latency_ms(self, q: float) -> float:
-        return _measure.percentile([s.latency * 1000 for s in self.ok if s.latency is not None], q)
-
-    def first_text_ms(self, q: float) -> float:
-        return _measure.percentile([s.first_text * 1000 for s in self.ok if s.first_text is not None], q)
-
-    def cpu_ms(self, name: str) -> float:
-        return self.cpu.get(name, 0.0) / len(self.samples) * 1000 if self.samples else float("nan")
-
-    def server_cpu_ms(self) -> float:
-        return sum(self.cpu_ms(name) for name in self.shown)
 
 
 @dataclass
@@ -152,173 +93,7 @@ def _figure(side: str, what: str, mode: str, concurrent: int) -> str:
     return f"{side} {what}, {mode}, {concurrent} concurrent"
 
 
-# -- one request ---------------------------------------------------------------------------------
-async def request(client: httpx.AsyncClient, target: Target, streamed: bool) -> Sample:
-    sample = Sample()
-    body: dict[str, Any] = {"model": target.model, "messages": [{"role": "user", "content": QUESTION}]}
-    if streamed:
-        body["stream"] = True
-    started = time.perf_counter()
-    try:
-        if not streamed:
-            answer = await client.post("/v1/chat/completions", json=body)
-            sample.latency = time.perf_counter() - started
-            if answer.status_code != 200:
-                sample.error = _measure.error_reason(answer.status_code, answer.text)
-            elif not _text_of(answer):
-                sample.error = f"an answer without text: {answer.text[:120]}"
-            return sample
-        async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
-            if answer.status_code != 200:
-                text = (await answer.aread()).decode(errors="replace")
-                sample.error = _measure.error_reason(answer.status_code, text)
-                return sample
-            done = await _read_stream(answer, sample, started)
-        sample.latency = time.perf_counter() - started
-        if not sample.error and not done:
-            sample.error = "the stream ended without [DONE]"
-        elif not sample.error and sample.first_text is None:
-            sample.error = "a stream without text"
-    except httpx.HTTPError as exc:
-        cause = str(exc) or repr(exc.__context__ or "")
-        when = "mid-stream" if sample.first_text is not None else "before the answer"
-        sample.error = f"{type(exc).__name__} {when}: {cause}".rstrip(": ")
-    return sample
-
-
-def _text_of(answer: httpx.Response) -> str:
-    try:
-        return answer.json()["choices"][0]["message"]["content"] or ""
-    except (ValueError, KeyError, IndexError, TypeError):
-        return ""
-
-
-async def _read_stream(answer: httpx.Response, sample: Sample, started: float) -> bool:
-    """Read server-sent events; True when ``[DONE]`` came."""
-    buffer = b""
-    done = False
-    async for raw in answer.aiter_raw():
-        buffer += raw.replace(b"\r\n", b"\n")
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
-            if not lines:
-                continue  # a comment keeps a quiet stream open
-            data = b"\n".join(line.removeprefix(b"data:").strip() for line in lines)
-            if data == b"[DONE]":
-                done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                sample.error = sample.error or f"an event that is not JSON: {event[:80]!r}"
-                continue
-            if "error" in chunk:
-                error = chunk["error"]
-                sample.error = sample.error or f"error event: {error.get('message', error) if isinstance(error, dict) else error}"
-                continue
-            delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
-            if delta.get("content") and sample.first_text is None:
-                sample.first_text = time.perf_counter() - started
-    return done
-
-
-# -- one run -------------------------------------------------------------------------------------
-def _client(target: Target, concurrent: int, timeout_s: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=target.url, headers={"Authorization": f"Bearer {target.key}"},
-        timeout=httpx.Timeout(timeout_s, connect=30.0),
-        limits=httpx.Limits(max_connections=concurrent, max_keepalive_connections=concurrent))
-
-
-async def load(target: Target, mode: str, concurrent: int, requests: int, timeout_s: float) -> Run:
-    """``requests`` requests, ``concurrent`` in flight at any time, timed with the servers' CPU."""
-    streamed = mode == "streamed"
-    samples: list[Sample] = []
-    meter = _measure.CpuMeter({**target.pids, "client": os.getpid()}, tree=target.tree)
-    async with _client(target, concurrent, timeout_s) as client:
-        remaining = iter(range(requests))
-
-        async def sender() -> None:
-            for _ in remaining:
-                samples.append(await request(client, target, streamed))
-
-        meter.start()
-        started = time.perf_counter()
-        await asyncio.gather(*(sender() for _ in range(min(concurrent, requests))))
-        wall = time.perf_counter() - started
-        cpu = meter.stop()
-    return Run(target.name, mode, concurrent, samples, wall, cpu, target.shown)
-
-
-def wait_idle(targets: list[Target]) -> float:
-    """Wait until the servers' processes use less than IDLE_CPU of a CPU (turns left over by a
-    run, a reaper pass); the seconds waited."""
-    meter = _measure.CpuMeter({f"{t.name}:{n}": p for t in targets for n, p in t.pids.items()},
-                              tree=tuple(f"{t.name}:{n}" for t in targets for n in t.tree))
-    started = time.monotonic()
-    while time.monotonic() - started < IDLE_WAIT_S:
-        meter.start()
-        time.sleep(0.5)
-        if sum(meter.stop().values()) < IDLE_CPU * 0.5:
-            break
-    return time.monotonic() - started
-
-
 # -- the two servers -----------------------------------------------------------------------------
-@contextlib.contextmanager
-def postgres_database(admin_url: str, connections: int) -> Iterator[tuple[str, str]]:
-    """A throwaway database owned by a throwaway role limited to ``connections`` connections;
-    yields (its URL, the role). Both are dropped afterwards, failure or not."""
-    import psycopg
-
-    name = f"agentsite_bench_{os.getpid()}_{int(time.time())}"
-    host = admin_url.split("@", 1)[1].rsplit("/", 1)[0]
-    created = False
-    try:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'CREATE ROLE "{name}" LOGIN CONNECTION LIMIT {int(connections)}')
-            created = True
-            conn.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
-        print(f"PostgreSQL: database {name} on {host}, its role limited to {connections} connections",
-              flush=True)
-        yield f"postgres://{name}@{host}/{name}", name
-    finally:
-        if created:
-            with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                conn.execute(f'DROP ROLE IF EXISTS "{name}"')
-            print(f"PostgreSQL: database {name} and its role dropped", flush=True)
-
-
-class ConnectionWatch:
-    """The most connections the benchmark's role held at once (polled every 0.25 s)."""
-
-    def __init__(self, admin_url: str, role: str) -> None:
-        self.admin_url, self.role = admin_url, role
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True, name="pg-watch")
-
-    def __enter__(self) -> ConnectionWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _poll(self) -> None:
-        import psycopg
-
-        with contextlib.suppress(Exception), psycopg.connect(self.admin_url, autocommit=True,
-                                                             connect_timeout=5) as conn:
-            while not self._stop.wait(0.25):
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s",
-                                   (self.role,)).fetchone()
-                self.peak = max(self.peak, row[0] if row else 0)
-
-
 def agentsite_target(stack: Stack) -> Target:
     ids = stack.seed({"agents": [{"name": AGENT, "tools": [], "provider_options": {}}],
                       "api_keys": [{"name": KEY, "user": "alice", "scopes": ["chat"]}]})
@@ -330,12 +105,12 @@ def agentsite_target(stack: Stack) -> Target:
 def learn_answer(target: Target) -> str:
     """The text agentsite answers the benchmark's question (LiteLLM's mock answers the same)."""
     async def ask() -> httpx.Response:
-        async with _client(target, 1, TIMEOUT_S) as client:
+        async with client_for(target, 1, TIMEOUT_S) as client:
             return await client.post("/v1/chat/completions", json={
                 "model": target.model, "messages": [{"role": "user", "content": QUESTION}]})
 
     answer = asyncio.run(ask())
-    text = _text_of(answer) if answer.status_code == 200 else ""
+    text = text_of(answer) if answer.status_code == 200 else ""
     if not text:
         raise SystemExit(f"agentsite did not answer the question: "
                          f"{_measure.error_reason(answer.status_code, answer.text)}")
@@ -442,7 +217,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     parser.add_argument("--no-litellm", action="store_true",
                         help="do not start LiteLLM: compare with its figures in bench/baseline.json")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     args.levels = [int(level) for level in args.levels.split(",") if level.strip()]
     args.modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
@@ -538,7 +313,7 @@ def measure(args: argparse.Namespace, targets: list[Target]) -> dict[tuple[str, 
     results: dict[tuple[str, int], dict[str, Run]] = {}
     pids = {n: p for t in targets for n, p in t.pids.items() if n != "redis"}
     turn = 0
-    with _measure.profiled("gateway", pids, args.profile, subprocesses=("litellm",)):
+    with _profile.profiled("gateway", pids, args.profile, subprocesses=("litellm",)):
         for mode in args.modes:
             for concurrent in args.levels:
                 requests = args.requests or max(100, 2 * concurrent)

@@ -23,7 +23,7 @@ from agents.runtime.parsing import parse_tool_calls
 from agents.runtime.routing import RoutingRule, classify
 from agents.runtime.sanitize import sanitize_response
 from agents.runtime.scrub import redact_leaks, scrub_credentials, scrub_secrets
-from bench import _django, _measure
+from bench import _django, _measure, _profile
 
 MEGABYTE = 1_000_000
 RUNS = 3
@@ -101,10 +101,10 @@ def _median_s(fn: Callable[[], object], stage: str = "") -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args()
     _django.setup_django(migrate=False)  # tool-argument validation lives in a Django app
-    with _measure.profiled("hostile", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("hostile", {"bench": os.getpid()}, args.profile):
         ok = run()
     per_mb = {stage: CPU_S[stage] / len(TEXTS) * 1000 for stage in STAGES}
     print("CPU per megabyte, mean over the inputs: "

@@ -19,7 +19,7 @@ import time
 from django.test.utils import setup_test_environment
 from django.urls import reverse
 
-from bench import _measure
+from bench import _measure, _profile
 from bench.world import bench_world, timed_get  # configures Django on a scratch database
 from traces.sample import make_sample_trace
 
@@ -32,7 +32,7 @@ PAGE_BYTES_LIMIT = 2 * 1024 * 1024
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
     setup_test_environment()
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             ("next chunk of steps", reverse("trace_steps_chunk", args=[trace.uuid]) + "?after=200"),
             ("one step opened", reverse("step_detail", args=[trace.uuid, steps // 2])),
         ]
-        with _measure.profiled(f"inspector-{steps}", {"bench": os.getpid()}, args.profile):
+        with _profile.profiled(f"inspector-{steps}", {"bench": os.getpid()}, args.profile):
             for what, url in rows:
                 p50, p90, body, cpu = timed_get(client, url, runs=5 if what.startswith("re-sync") else RUNS)
                 size = len(body)

@@ -7,7 +7,7 @@ Starts the whole stack (``agentsite.stack.Stack``: embedded Redis, one daphne, o
 with the thread pool, beat) with production settings (``DEBUG=0``; the client says it came
 through an HTTPS proxy, ``X-Forwarded-Proto: https``, as production runs behind one), on SQLite,
 or with ``--database postgres`` on a throwaway database whose role may hold 30 connections
-(``bench.gateway.postgres_database``, dropped afterwards). alice signs in; her demo agent's model
+(``bench._postgres.postgres_database``, dropped afterwards). alice signs in; her demo agent's model
 takes ``--latency`` seconds per request, so the worker stays busy with the turns the messages
 start (50 threads, each writing its turn's steps) while more messages keep coming.
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import httpx
 
 from agentsite.stack import PASSWORD, Stack
-from bench import _measure
-from bench.gateway import PG_ADMIN_URL, postgres_database
+from bench import _measure, _profile
+from bench._postgres import PG_ADMIN_URL, postgres_database
 
 TARGETS = {"sqlite": 50.0, "postgres": 200.0}
 CONVERSATIONS = 40
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> tuple[Sent, float
 
         conversations = asyncio.run(prepare())
         pids = {"web": stack.pid("web"), "worker": stack.pid("worker")}
-        with _measure.profiled("intake", pids, args.profile):
+        with _profile.profiled("intake", pids, args.profile):
             meter = _measure.CpuMeter(pids).start()
             sent, wall = asyncio.run(send_all(session, conversations, messages=args.messages,
                                               senders=args.senders))
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--senders", type=int, default=20)
     parser.add_argument("--latency", type=float, default=3.0, help="seconds per model request")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     load_line = _measure.print_machine()
     with contextlib.ExitStack() as cleanup:

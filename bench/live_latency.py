@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import _measure, _redis  # noqa: F401 - _redis: an embedded Redis, before Django reads REDIS_URL
+from bench import _measure, _profile, _redis  # noqa: F401 - _redis: an embedded Redis, before Django reads REDIS_URL
 
 # The frames cross processes (this one records, daphne forwards): through Redis.
 os.environ["CHANNEL_LAYER_IN_MEMORY"] = "0"
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--rate", type=float, default=200.0, help="steps per second (default 200)")
     parser.add_argument("--steps", type=int, default=1000)
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
 
     web = None
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         _wait_http(f"http://127.0.0.1:{port}/accounts/login/")
-        with _measure.profiled("live", {"web": web.pid, "recorder": os.getpid()}, args.profile):
+        with _profile.profiled("live", {"web": web.pid, "recorder": os.getpid()}, args.profile):
             return asyncio.run(_run(port, args, web.pid))
     finally:
         if web is not None:

@@ -30,7 +30,7 @@ from agents.runtime.events import Event
 from agents.runtime.loop import TurnConfig, TurnStatus, run_turn
 from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.tools import FunctionTool
-from bench import _measure
+from bench import _measure, _profile
 
 SIZES = (1, 10, 50)
 # Turns measured per size; more for short turns so each size takes a similar time.
@@ -215,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply the number of measured turns (default 1.0)")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
-    with _measure.profiled("loop", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("loop", {"bench": os.getpid()}, args.profile):
         our, their = asyncio.run(collect(args.scale))
     missed = report(our, their)
     _measure.record("loop", {f"ours, {size} iteration{'s' if size > 1 else ''}: CPU µs per iteration": CPU["ours"][size]

@@ -35,19 +35,16 @@ import json
 import logging
 import os
 import secrets
-import select
-import socket
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import _measure
+from bench import _measure, _profile
+from bench._mcp_report import LIST_TOOLS, report
+from bench._mcp_servers import START_TIMEOUT_S, add, http_server, serve_http, serve_stdio
 
 ROOT = Path(__file__).resolve().parent.parent
 HTTP_CALLS, HTTP_WARMUP = 200, 20
@@ -56,103 +53,14 @@ BREAKDOWN_RUNS = {"http": 50, "stdio": 10}
 FIRST_CALL_RUNS = {"http": 20, "stdio": 3}  # first calls of a turn: each on a new connection
 COUNTED_CALLS = 3
 DISCOVER_RUNS, DISCOVER_WARMUP = 20, 3
-LIST_TOOLS = 200
 BIG_CALLS = 50  # add() calls on the 200-tool server
-TARGET_HTTP_ADDED_MS = 5.0
-TARGET_DISCOVER_MS = 50.0
 LOOPBACK = ["127.0.0.0/8", "::1/128"]
-MAX_SERVER_S = 600.0  # a server child exits after this long whatever happens
-START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 30.0
 
 Sample = Callable[[int], Awaitable[None]]
 
 
-# -- the servers (run in child processes) --------------------------------------------------------
-def add(a: int, b: int) -> int:
-    """Adds two integers."""
-    return a + b
-
-
-def build_server(tools: int) -> Any:
-    """An SDK server with ``add`` and ``tools - 1`` generated tools of the same small schema."""
-    from mcp.server.mcpserver import MCPServer
-
-    server = MCPServer("bench", version="1.0")
-    server.add_tool(add, name="add", description="Adds two integers.")
-    for i in range(1, tools):
-        server.add_tool(add, name=f"tool_{i:03d}",
-                        description=f"Generated tool number {i}: adds two integers a and b.")
-    return server
-
-
-def _exit_with_parent() -> None:
-    """Exit when the parent closes our stdin (or dies), or after MAX_SERVER_S."""
-    def watch() -> None:
-        deadline = time.monotonic() + MAX_SERVER_S
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-            if ready and not sys.stdin.buffer.read1(4096):
-                break
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def serve_http(tools: int) -> None:
-    import uvicorn
-
-    _exit_with_parent()
-    logging.getLogger("mcp").setLevel(logging.WARNING)
-    # proto IPPROTO_TCP, as uvicorn's own sockets: asyncio sets TCP_NODELAY only on those, and
-    # without it every keep-alive answer waits ~40 ms for a delayed ACK.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
-    app = build_server(tools).streamable_http_app()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    print(f"READY {sock.getsockname()[1]}", flush=True)
-    server.run(sockets=[sock])
-
-
-def serve_stdio() -> None:
-    # stdin is the MCP channel here; the client's shutdown closes it and the process ends.
-    timer = threading.Timer(MAX_SERVER_S, os._exit, args=(0,))
-    timer.daemon = True  # or the process would outlive its stdin by MAX_SERVER_S
-    timer.start()
-    build_server(1).run("stdio")
-
-
-@contextmanager
-def http_server(tools: int) -> Iterator[str]:
-    """A child process serving ``tools`` tools on 127.0.0.1; yields its MCP URL."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "bench.mcp_overhead", "--serve-http", str(tools)], cwd=ROOT,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], START_TIMEOUT_S)
-        line = child.stdout.readline() if ready else ""
-        if not line.startswith("READY "):
-            raise RuntimeError(f"the MCP server did not start within {START_TIMEOUT_S:g} s")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
-    finally:
-        if child.stdin:
-            child.stdin.close()
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=10)
-
-
 # -- measuring ------------------------------------------------------------------------------------
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 # This process's CPU ms per measured run, by what ``timed`` was told to call it.
 CPU_MS: dict[str, float] = {}
 
@@ -380,93 +288,6 @@ async def collect(scale: float) -> dict[str, Any]:
     return out
 
 
-def _row(label: str, samples: list[float], n: int | str = "") -> str:
-    return (f"  {label:<34} {n!s:>5} {statistics.median(samples):>9.2f} "
-            f"{pct(samples, 0.99):>9.2f}")
-
-
-def _parts(parts: dict[str, list[float]]) -> str:
-    return ", ".join(f"{name} {statistics.median(s):.2f}" for name, s in parts.items()
-                     if name != "transport")
-
-
-def report(out: dict[str, Any]) -> list[str]:
-    """Prints the table; returns the targets that were missed."""
-    missed: list[str] = []
-    calls, n = out["calls"], out["n"]
-    base = calls["built-in"]
-    print("MCP overhead: add(a, b) through Tool.execute, sequential calls (ms per call; CPU: "
-          "this process's, the client's, per call)")
-    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9} {'CPU':>9}")
-    for name in ("built-in", "mcp http", "mcp stdio"):
-        print(_row(name, calls[name], n[name]) + f" {CPU_MS[name]:>9.3f}")
-    print(_row(f"mcp http on the {LIST_TOOLS}-tool server", out["calls_big"], len(out["calls_big"]))
-          + "   (same add(); the server lists 200 tools)")
-    print("Added over the built-in tool (MCP minus built-in, ms)")
-    added: dict[str, tuple[float, float]] = {}
-    for name in ("mcp http", "mcp stdio"):
-        added[name] = (statistics.median(calls[name]) - statistics.median(base),
-                       pct(calls[name], 0.99) - pct(base, 0.99))
-        target = f"   (target p50 <= {TARGET_HTTP_ADDED_MS:g})" if name == "mcp http" else \
-            "   (reported, no target)"
-        print(f"  {name:<34} {'':>5} {added[name][0]:>9.2f} {added[name][1]:>9.2f}{target}")
-
-
-    first = out["first"]
-    print("First call of a turn (opens the kept connection; ms)")
-    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9}")
-    for name in ("http", "stdio"):
-        print(_row(f"mcp {name}, first call", first[name], len(first[name])))
-
-    parts = out["breakdown"]["http"]
-    setup = statistics.median(parts["transport"])
-    print("What opening a connection costs (medians, ms; once per server and turn):")
-    print(f"  http : {_parts(parts)}")
-    print(f"         connect + handshake includes ~{setup:.2f} building the guarded HTTP "
-          "transport (its TLS context is built once per process and shared)")
-    counted = out["requests"]
-    print("         HTTP requests of a turn's calls: "
-          + "; ".join(f"call {i + 1}: {len(r)} ({', '.join(r)})" for i, r in enumerate(counted))
-          + ". The probe and the SDK's tools/list for output schemas happen once per connection")
-    print(f"  stdio: {_parts(out['breakdown']['stdio'])}")
-    bare, sdk = out["process"]
-    print(f"         opening a stdio connection starts a server process: a bare python starts in "
-          f"{bare:.1f}, python + import of the SDK server takes {sdk:.1f}")
-    print("The SDK client alone on one open connection (the floor, ms)")
-    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9}")
-    for name in ("http", "stdio"):
-        samples = out["reused"][name]
-        print(_row(f"mcp {name}, SDK call_tool", samples, len(samples)))
-
-    disc = out["discover"]
-    median = statistics.median(disc)
-    print(f"Discovery: discover() of a {LIST_TOOLS}-tool server over HTTP, each on its own "
-          "connection (ms)")
-    print(f"  {'':<34} {'n':>5} {'p50':>9} {'p99':>9}")
-    print(_row("discover()", disc, len(disc)) + f"   (target p50 <= {TARGET_DISCOVER_MS:g}; "
-          f"{CPU_MS['discover']:.2f} ms of the client's CPU each)")
-    print(f"  breakdown: {_parts(out['discover_breakdown'])}")
-
-    http_added = added["mcp http"][0]
-    if http_added > TARGET_HTTP_ADDED_MS:
-        floor = statistics.median(out["reused"]["http"])
-        missed.append(
-            f"an MCP call over HTTP adds {http_added:.2f} ms at the median "
-            f"(target <= {TARGET_HTTP_ADDED_MS:g} ms). Calls run on the turn's kept connection; "
-            f"the SDK client alone takes {floor:.2f} ms per call on it, so the rest is the "
-            "client's own work (the owner task, the queue) or the machine. Requests per call: "
-            + "; ".join(", ".join(r) for r in counted) + ".")
-    if median > TARGET_DISCOVER_MS:
-        parts = out["discover_breakdown"]
-        missed.append(
-            f"discover() of {LIST_TOOLS} tools takes {median:.2f} ms at the median "
-            f"(target <= {TARGET_DISCOVER_MS:g} ms): {_parts(parts)}; connect + handshake "
-            f"includes ~{statistics.median(parts['transport']):.2f} ms building the HTTP "
-            "transport. A discovery opens its own connection (a new TCP connection and the "
-            "server/discover probe) and lists every page.")
-    return missed
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
@@ -474,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="multiply the number of measured calls (default 1.0)")
     parser.add_argument("--serve-http", type=int, metavar="TOOLS", help=argparse.SUPPRESS)
     parser.add_argument("--serve-stdio", action="store_true", help=argparse.SUPPRESS)
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     if args.serve_http:
         serve_http(args.serve_http)
@@ -489,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     setup_django(migrate=False)
-    with _measure.profiled("mcp", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("mcp", {"bench": os.getpid()}, args.profile):
         out = asyncio.run(collect(args.scale))
-    missed = report(out)
+    missed = report(out, CPU_MS)
     _measure.record("mcp", {"MCP call over HTTP: client CPU ms": CPU_MS["mcp http"],
                             "MCP call over stdio: client CPU ms": CPU_MS["mcp stdio"],
                             "discover() of 200 tools: client CPU ms": CPU_MS["discover"]})

@@ -35,6 +35,7 @@ from agentsite.processes import free_port
 from bench import (
     _django,
     _measure,
+    _profile,
     _redis,  # an embedded Redis, before Django reads REDIS_URL
 )
 from bench.world import bench_world  # configures Django on a scratch database
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--turns", type=int, default=20)
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     return run(parser.parse_args(argv))
 
 
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return turns()
 
     results: dict[str, list[float]] = {}
-    with _measure.profiled("otel", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("otel", {"bench": os.getpid()}, args.profile):
         results["off"] = with_endpoint(None)
         cpu_ms["off"] = turns.cpu_ms
         fast = _Receiver(0.0)

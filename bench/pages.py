@@ -45,6 +45,7 @@ os.environ.setdefault("ALLOWED_HOSTS", "testserver")
 
 from bench import (  # noqa: E402 - after the environment above
     _measure,
+    _profile,
     _redis,  # noqa: F401 - an embedded Redis (the real turns enqueue), before Django reads REDIS_URL
 )
 from bench._django import setup_django  # noqa: E402
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=int, default=TRACES, help=f"traces to generate (default {TRACES:,})")
     parser.add_argument("--runs", type=int, default=RUNS, help=f"requests timed per page (default {RUNS})")
     parser.add_argument("--queries", action="store_true", help="print each page's SQL")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     setup_django()
 
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(f"\n{'page':<26} {'p50 ms':>8} {'p90 ms':>8} {'CPU ms':>8} {'queries':>8}  target")
     figures, missed = {}, []
-    with _measure.profiled("pages", {"bench": os.getpid()}, args.profile):
+    with _profile.profiled("pages", {"bench": os.getpid()}, args.profile):
         for name, url, limit, who in pages:
             timed, queries, sql = _measure_page(who, url, args.runs)
             query_limit = None if name.startswith("costs") else PAGE_QUERIES

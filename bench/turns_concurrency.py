@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import _measure
+from bench import _measure, _profile
 from bench._measure import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=None, help="worker threads (default: --turns)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model request")
     parser.add_argument("--check", action="store_true", help=f"exit 1 unless ratio <= {TARGET_RATIO}")
-    _measure.add_profile_argument(parser)
+    _profile.add_profile_argument(parser)
     args = parser.parse_args(argv)
     _measure.print_machine()
     concurrency = args.concurrency or args.turns
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
         warm = run_batch(membership, conversations[:1], timeout=timeout)
         single = run_batch(membership, conversations[1:2], timeout=timeout)[0]
-        with _measure.profiled("turns", {"worker": worker.pid, "sender": os.getpid()}, args.profile):
+        with _profile.profiled("turns", {"worker": worker.pid, "sender": os.getpid()}, args.profile):
             cpu_before = cpu_seconds(worker.pid)
             batch = run_batch(membership, conversations[2:], timeout=timeout)
             cpu = cpu_seconds(worker.pid) - cpu_before
