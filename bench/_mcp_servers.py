@@ -20,6 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
 ROOT = Path(__file__).resolve().parent.parent
 MAX_SERVER_S = 600.0  # a server child exits after this long whatever happens
 START_TIMEOUT_S = 30.0
@@ -32,8 +35,6 @@ def add(a: int, b: int) -> int:
 
 def build_server(tools: int) -> Any:
     """An SDK server with ``add`` and ``tools - 1`` generated tools of the same small schema."""
-    from mcp.server.mcpserver import MCPServer
-
     server = MCPServer("bench", version="1.0")
     server.add_tool(add, name="add", description="Adds two integers.")
     for i in range(1, tools):
@@ -56,8 +57,6 @@ def _exit_with_parent() -> None:
 
 
 def serve_http(tools: int) -> None:
-    import uvicorn
-
     _exit_with_parent()
     logging.getLogger("mcp").setLevel(logging.WARNING)
     # proto IPPROTO_TCP, as uvicorn's own sockets: asyncio sets TCP_NODELAY only on those, and

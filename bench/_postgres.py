@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import psycopg
+
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -20,8 +22,6 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 def postgres_database(admin_url: str, connections: int) -> Iterator[tuple[str, str]]:
     """A throwaway database owned by a throwaway role limited to ``connections`` connections;
     yields (its URL, the role). Both are dropped afterwards, failure or not."""
-    import psycopg
-
     name = f"agentsite_bench_{os.getpid()}_{int(time.time())}"
     host = admin_url.split("@", 1)[1].rsplit("/", 1)[0]
     created = False
@@ -59,8 +59,6 @@ class ConnectionWatch:
         self._thread.join(timeout=5)
 
     def _poll(self) -> None:
-        import psycopg
-
         with contextlib.suppress(Exception), psycopg.connect(self.admin_url, autocommit=True,
                                                              connect_timeout=5) as conn:
             while not self._stop.wait(0.25):

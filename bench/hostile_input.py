@@ -131,6 +131,7 @@ def run() -> bool:
         seconds = _median_s(lambda rule=rule, text=text: classify(text, [rule]), "routing")
         ok &= seconds <= PATTERN_TARGET_S
         print(f"{pattern:<18} {len(text):>10,} {seconds * 1000:>7.1f} ms  {'ok' if seconds <= PATTERN_TARGET_S else 'MISSED'}")
+    # Imported once Django is set up (main does that first): the tools package loads the models.
     from agents.tools.validation import ArgumentsValidator, argument_problem
 
     print(f"\n{'argument pattern':<18} {'input':>10} {'median':>10}   target <= {PATTERN_TARGET_S:g} s")
