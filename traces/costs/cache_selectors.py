@@ -1,29 +1,25 @@
 """Read queries of the cache explainer: a model request's explanation (the step panel), and
-what cache misses cost per agent (the costs page).
+what a request's cache miss cost, recorded on its step when it is priced (``lost_meta``) and
+summed in the cost ledger, which the costs page reads.
 
-The costs page's figure is computed from the model requests of the latest ``LOSS_SAMPLE`` turns
-of its range and filters, not kept in the roll-ups: it needs each request's predecessor, which the
-recorder does not read on a turn's path, and the sample keeps the page within its targets on any
-ledger. The page says when the figure covers only part of the range.
+A miss is counted against the successful request before it in its conversation: the turn's
+previous one, or the last one of the turn before. The recorder knows the turn's own; the one
+before the turn's first request is read once (``previous_prompt_tokens``), and only when the
+request's price makes a miss cost something.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from agentsite.models import Team
-
-from ..models import ModelPrice, Step, StepPayload, Trace
+from ..models import Step, StepPayload
 from ..record.request_history import full_requests
 from .cache import CACHE_MIN_TOKENS, CacheExplanation, explain, lost_tokens, lost_usd
-from .selectors import CostFilters, Resolved, traces_started_in
+from .pricing import cost_units
 
-LOSS_SAMPLE = 2_000  # turns
 FINISHED_OK = Step.Status.OK
 
 
@@ -100,76 +96,66 @@ def cache_min_tokens(recorded: Any) -> int:
     return recorded if isinstance(recorded, int) and recorded > 0 else CACHE_MIN_TOKENS
 
 
-# -- the costs page ---------------------------------------------------------------------------------
-@dataclass
-class CacheLosses:
-    """Dollars lost to prompt-cache misses per agent id (0: none), over ``requests`` model
-    requests; ``partial`` when the range held more turns than the sample."""
+# -- what a miss cost, kept in the ledger -----------------------------------------------------------
+def lost_meta(*, previous_tokens: int | None, prompt_tokens: int, read_tokens: int,
+              min_tokens: Any, input_per_mtok: Decimal | None,
+              cache_read_per_mtok: Decimal | None) -> dict[str, int]:
+    """The step meta that records what a successful model request lost to a cache miss against
+    the successful request before it in its conversation (``previous_tokens``: its prompt; None
+    when there is none): ``cache_lost_tokens`` and ``cache_lost_units`` (its dollars at the
+    step's price, in 1e-10 USD, which the cost ledger sums: ``rollups.step_share``). Empty when
+    nothing was lost."""
+    if previous_tokens is None:
+        return {}
+    tokens = lost_tokens(previous_tokens=previous_tokens, prompt_tokens=prompt_tokens,
+                         read_tokens=read_tokens, min_tokens=cache_min_tokens(min_tokens))
+    if not tokens:
+        return {}
+    return {"cache_lost_tokens": tokens, "cache_lost_units": lost_units(
+        tokens, input_per_mtok=input_per_mtok, cache_read_per_mtok=cache_read_per_mtok)}
 
-    by_agent: dict[int, Decimal] = field(default_factory=dict)
-    requests: int = 0
-    turns: int = 0
-    partial: bool = False
 
-    @property
-    def total(self) -> Decimal:
-        return sum(self.by_agent.values(), Decimal(0))
+def lost_units(tokens: int, *, input_per_mtok: Decimal | None,
+               cache_read_per_mtok: Decimal | None) -> int:
+    """``tokens`` lost to a miss, in 1e-10 USD at a price's rates."""
+    return cost_units(lost_usd(tokens, input_per_mtok=input_per_mtok,
+                               cache_read_per_mtok=cache_read_per_mtok))
 
 
-def cache_losses(*, team: Team, filters: CostFilters, resolved: Resolved,
-                 limit: int = LOSS_SAMPLE) -> CacheLosses:
-    """Money lost to cache misses by agent, over the successful model requests of the latest
-    ``limit`` turns started in the range (each request compared with the one before it in its
-    turn, or with the last request of the conversation's previous turn when that turn is in the
-    sample too)."""
-    if resolved.impossible:
-        return CacheLosses()
-    traces = traces_started_in(Trace.objects.filter(team=team), filters=filters, resolved=resolved)
-    # The latest turns first, on the (team, -created_at) index; their steps by (trace, seq).
-    traces = traces.order_by("-created_at", "-id")
-    turns = {pk: (conversation_id, agent_id or 0) for pk, conversation_id, agent_id in
-             traces.values_list("pk", "conversation_id", "agent_id")[:limit + 1]}
-    losses = CacheLosses(partial=len(turns) > limit)
-    if losses.partial:
-        turns.pop(next(reversed(turns)))
-    # The sample's traces again, as a subquery: a list of thousands of ids costs more to bind.
-    steps = Step.objects.filter(trace_id__in=traces.values("pk")[:limit], kind=Step.Kind.LLM_REQUEST,
-                                status=FINISHED_OK)
-    if filters.model:
-        steps = steps.filter(model=filters.model)
-    # The price of each request by its id, from a small table of the few prices used (joining
-    # the price per request made its rates into Decimals once per request: most of the time).
-    rows = sorted(steps.values_list("trace_id", "seq", "input_tokens", "cache_write_tokens",
-                                    "cache_read_tokens", "price_id", "meta__cache_min_tokens").order_by(),
-                  key=lambda r: (turns[r[0]][0], r[0], r[1]))
-    rates = {pk: (rate, read_rate) for pk, rate, read_rate in
-             ModelPrice.objects.filter(pk__in={r[5] for r in rows if r[5] is not None})
-             .values_list("pk", "input_per_mtok", "cache_read_per_mtok")} if rows else {}
-    losses.requests, losses.turns = len(rows), len(turns)
-    last_in_conversation: dict[int, int] = {}
-    by_agent: dict[int, Decimal] = {}
-    lost_at: dict[tuple[int, int | None], int] = defaultdict(int)  # (agent, price): tokens
-    for trace_id, _, given, written, read, price_id, minimum in rows:
-        conversation_id, agent_id = turns[trace_id]
-        tokens = (given or 0) + (written or 0) + (read or 0)
-        before = last_in_conversation.get(conversation_id)
-        if before is not None:
-            lost_at[(agent_id, price_id)] += lost_tokens(
-                previous_tokens=before, prompt_tokens=tokens, read_tokens=int(read or 0),
-                min_tokens=cache_min_tokens(minimum))
-        by_agent.setdefault(agent_id, Decimal(0))
-        last_in_conversation[conversation_id] = tokens
-    # A price's dollars are its lost tokens times its rate: summed per price, then priced once
-    # (exact: every term is a whole number of tokens times the same rate).
-    for (agent_id, price_id), tokens in lost_at.items():
+def previous_prompt_tokens(*, conversation_id: int | None, trace_id: int) -> int | None:
+    """The prompt tokens of the latest successful model request of a conversation up to a
+    trace (its own earlier requests, else the turns before it); None when there is none."""
+    steps = Step.objects.filter(kind=Step.Kind.LLM_REQUEST, status=FINISHED_OK)
+    steps = (steps.filter(trace__conversation_id=conversation_id, trace_id__lte=trace_id)
+             if conversation_id else steps.filter(trace_id=trace_id))
+    row = (steps.order_by("-trace_id", "-seq")
+           .values_list("input_tokens", "cache_write_tokens", "cache_read_tokens").first())
+    return _prompt(row) if row is not None else None
+
+
+def losses_backfill(*, step_model: Any, price_model: Any) -> int:
+    """Record on every successful model request stored before the ledger kept cache losses
+    what its miss cost (``lost_meta``), comparing each with the one before it in its
+    conversation; returns the steps written. For the migration that added the column (its
+    historical classes); the ledger's sums follow (``rollups.cache_lost_backfill``)."""
+    rates = {pk: (rate, read) for pk, rate, read in
+             price_model.objects.values_list("pk", "input_per_mtok", "cache_read_per_mtok")}
+    rows = (step_model.objects.filter(kind="llm_request", status="ok")
+            .order_by("trace__conversation_id", "trace_id", "seq")
+            .values_list("pk", "trace_id", "trace__conversation_id", "input_tokens",
+                         "cache_write_tokens", "cache_read_tokens", "price_id", "meta"))
+    last: dict[Any, int] = {}
+    changed = []
+    for pk, trace_id, conversation_id, given, written, read, price_id, meta in rows.iterator(chunk_size=2000):
+        tokens = _prompt((given, written, read))
+        owner = conversation_id or ("trace", trace_id)
+        meta = meta if isinstance(meta, dict) else {}
         rate, read_rate = rates.get(price_id, (None, None))
-        by_agent[agent_id] += lost_usd(tokens, input_per_mtok=rate, cache_read_per_mtok=read_rate)
-    losses.by_agent = by_agent
-    return losses
-
-
-def with_cache_losses(groups: list[Any], losses: CacheLosses) -> list[Any]:
-    """Give each agent's row of the costs page its ``cache_lost`` dollars."""
-    for group in groups:
-        group.cache_lost = losses.by_agent.get(group.key or 0, Decimal(0))
-    return groups
+        lost = lost_meta(previous_tokens=last.get(owner), prompt_tokens=tokens,
+                         read_tokens=int(read or 0), min_tokens=meta.get("cache_min_tokens"),
+                         input_per_mtok=rate, cache_read_per_mtok=read_rate)
+        last[owner] = tokens
+        if lost:
+            changed.append(step_model(pk=pk, meta={**meta, **lost}))
+    step_model.objects.bulk_update(changed, ["meta"], batch_size=500)
+    return len(changed)

@@ -24,6 +24,7 @@ from agentsite.audit import audit_record
 from agentsite.models import AuditEvent, Team
 
 from ..models import Step, Trace
+from .cache_selectors import lost_units
 from .pricing import MatchKind, PriceMatch, PriceRow, PriceTable
 from .rollups import (
     FINISHED,
@@ -299,6 +300,11 @@ def _apply_rows(trace_rows: dict[int, list[StepRow]]) -> Correction:
             step.price_match = row.new.match.kind.value if row.new.match else ""
             step.meta = {**(step.meta or {}), "unpriced": row.new.match is None,
                          "repriced_at": timezone.now().isoformat()}
+            if step.meta.get("cache_lost_tokens"):  # what its cache miss cost, at the new price
+                rates = row.new.match.row.price if row.new.match else None
+                step.meta["cache_lost_units"] = lost_units(
+                    int(step.meta["cache_lost_tokens"]), input_per_mtok=rates and rates.input,
+                    cache_read_per_mtok=rates and rates.cache_read)
             changes.append((before, step_share(step)))
             updated.append(step)
         if not changes:

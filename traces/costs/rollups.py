@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, F, Q, Sum
+from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Round, TruncDate
 from django.utils import timezone
 
@@ -47,6 +48,9 @@ class LedgerAmounts:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
+    # What cache misses cost, recorded on the step (``meta["cache_lost_units"]``) when it was
+    # priced: the costs page reads it here instead of comparing requests.
+    cache_lost_units: int = 0
 
 
 AMOUNT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LedgerAmounts))
@@ -81,6 +85,7 @@ def step_share(step: Step) -> Share | None:
         model=step.model or "", unpriced_calls=1 if meta.get("unpriced") else 0,
         estimated_calls=1 if meta.get("usage_estimated") else 0,
         prefix_calls=1 if step.price_match == "prefix" else 0, cost_units=cost_units(step.cost_usd),
+        cache_lost_units=int(meta.get("cache_lost_units") or 0),
         **{name: int(getattr(step, name) or 0) for name in TOKEN_FIELDS})
 
 
@@ -236,14 +241,20 @@ def _ledger_rows(steps: Any, dims: tuple[str, ...]) -> Any:
                       n_unpriced=Count("id", filter=Q(meta__unpriced=True)),
                       n_estimated=Count("id", filter=Q(meta__usage_estimated=True)),
                       n_units=Coalesce(Sum(units), 0),
+                      n_cache_lost=Coalesce(Sum(Cast(KT("meta__cache_lost_units"), BigIntegerField())), 0),
                       **{f"n_{name}": Coalesce(Sum(name), 0) for name in TOKEN_FIELDS}))
 
 
-def _amounts(row: dict[str, Any]) -> dict[str, int]:
-    return {"calls": row["n_calls"], "unpriced_calls": row["n_unpriced"],
-            "estimated_calls": row["n_estimated"],
-            "cost_units": int(row["n_units"]),
-            **{name: int(row[f"n_{name}"]) for name in TOKEN_FIELDS}}
+def _amounts(row: dict[str, Any], model: Any) -> dict[str, int]:
+    """A rebuilt row's amounts, as the columns of ``model`` (maybe a migration's historical
+    class, without the later ones) hold them."""
+    amounts = {"calls": row["n_calls"], "unpriced_calls": row["n_unpriced"],
+               "estimated_calls": row["n_estimated"],
+               "cost_units": int(row["n_units"]),
+               **{name: int(row[f"n_{name}"]) for name in TOKEN_FIELDS}}
+    if _has_field(model, "cache_lost_units"):
+        amounts["cache_lost_units"] = int(row["n_cache_lost"])
+    return amounts
 
 
 def _has_field(model: Any, name: str) -> bool:
@@ -267,7 +278,7 @@ def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] 
     key_dim = ("trace__api_key_id",) if _has_field(rollup_model, "api_key_id") else ()
     rows = [rollup_model(team_id=r["trace__team_id"], day=r["day"], agent_id=r["trace__agent_id"] or 0,
                        user_id=r["trace__user_id"] or 0, provider=r["provider"][:100],
-                       model=r["model"][:200], **_amounts(r),
+                       model=r["model"][:200], **_amounts(r, rollup_model),
                        **({"api_key_id": r["trace__api_key_id"] or 0} if key_dim else {}))
             for r in _ledger_rows(steps, ("trace__team_id", "trace__agent_id", "trace__user_id",
                                           *key_dim, "provider", "model"))]
@@ -275,7 +286,7 @@ def rollups_rebuild(*, team_id: int | None = None, models: tuple[Any, Any, Any] 
     conv_rows = [conversation_model(
         team_id=r["trace__team_id"], day=r["day"], conversation_id=r["trace__conversation_id"] or 0,
         agent_id=r["trace__agent_id"] or 0, user_id=r["trace__user_id"] or 0,
-        provider=r["provider"][:100], model=r["model"][:200], **_amounts(r))
+        provider=r["provider"][:100], model=r["model"][:200], **_amounts(r, conversation_model))
         for r in _ledger_rows(steps, ("trace__team_id", "trace__conversation_id", "trace__agent_id",
                                       "trace__user_id", "provider", "model"))]
     conversation_model.objects.bulk_create(conv_rows, batch_size=2000)
@@ -304,6 +315,31 @@ def estimated_calls_backfill(*, models: tuple[Any, Any, Any, Any]) -> None:
             agent_id=r["trace__agent_id"] or 0, user_id=r["trace__user_id"] or 0,
             provider=r["provider"][:100], model=r["model"][:200],
         ).update(estimated_calls=r["n_estimated"])
+
+
+@transaction.atomic
+def cache_lost_backfill(*, models: tuple[Any, Any, Any]) -> None:
+    """Add the cache losses recorded on steps stored before the ledger kept them
+    (``cache_selectors.losses_backfill``) to the roll-ups those steps are already in (the
+    migration that added the column; the rest of the ledger is left as it is, deleted
+    conversations' spend included). ``models``: the Step, CostRollup and
+    ConversationCostRollup classes."""
+    step_model, rollup_model, conversation_model = models
+    steps = step_model.objects.filter(kind="llm_request", status__in=FINISHED,
+                                      meta__cache_lost_units__gt=0)
+    dims = ("trace__team_id", "trace__agent_id", "trace__user_id", "provider", "model")
+    for r in _ledger_rows(steps, (*dims, "trace__api_key_id")):
+        rollup_model.objects.filter(
+            team_id=r["trace__team_id"], day=r["day"], agent_id=r["trace__agent_id"] or 0,
+            user_id=r["trace__user_id"] or 0, api_key_id=r["trace__api_key_id"] or 0,
+            provider=r["provider"][:100], model=r["model"][:200],
+        ).update(cache_lost_units=F("cache_lost_units") + r["n_cache_lost"])
+    for r in _ledger_rows(steps, ("trace__conversation_id", *dims)):
+        conversation_model.objects.filter(
+            team_id=r["trace__team_id"], day=r["day"], conversation_id=r["trace__conversation_id"] or 0,
+            agent_id=r["trace__agent_id"] or 0, user_id=r["trace__user_id"] or 0,
+            provider=r["provider"][:100], model=r["model"][:200],
+        ).update(cache_lost_units=F("cache_lost_units") + r["n_cache_lost"])
 
 
 def trace_totals_from_steps(trace_id: int) -> dict[str, Any]:

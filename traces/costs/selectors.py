@@ -193,6 +193,11 @@ class Amounts(LedgerAmounts):
         return units_usd(self.cost_units)
 
     @property
+    def cache_lost(self) -> Decimal:
+        """Dollars lost to prompt-cache misses."""
+        return units_usd(self.cache_lost_units)
+
+    @property
     def prompt_tokens(self) -> int:
         return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
 

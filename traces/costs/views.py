@@ -22,7 +22,6 @@ from ..models import Trace
 from ..record.selectors import trace_get_or_404
 from . import selectors
 from .budgets import request_budget_states
-from .cache_selectors import cache_losses, with_cache_losses
 from .charts import shares, stacked_by_day
 from .end_users import end_user_breakdown
 from .pricing import price_table_for
@@ -57,10 +56,8 @@ def costs(request: HttpRequest) -> HttpResponse:
         membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
     # The end users of the team's keys: shown when any call named one.
     end_users = end_user_breakdown(team=team, filters=filters, resolved=resolved,
-                                             limit=selectors.TOP_CONVERSATIONS)
+                                   limit=selectors.TOP_CONVERSATIONS, total=totals)
     tables["end_user"] = end_users if any(g.key[0] for g in end_users) else None
-    losses = cache_losses(team=team, filters=filters, resolved=resolved)
-    with_cache_losses(tables["agent"], losses)
     shown = tables[filters.split][:SERIES_SHOWN]
     series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
                                     keys=[g.key for g in shown])
@@ -81,7 +78,6 @@ def costs(request: HttpRequest) -> HttpResponse:
         "choices": selectors.cost_filter_choices(team=team, membership=request.membership),
         "can_correct": request.membership.can_configure,
         "today": timezone.localdate(),
-        "cache_losses": losses,
     }
     partial = request.htmx and request.htmx.target == "cost-body"
     return render(request, "costs/costs.html#cost-body" if partial else "costs/costs.html", context)

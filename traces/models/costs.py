@@ -109,7 +109,9 @@ class ModelPrice(Stamped):
 
 class CostAmounts(models.Model):
     """What model requests used and cost. ``cost_units`` is the cost in units of 1e-10 USD (the
-    precision every step cost is kept at): integer sums are exact on every database."""
+    precision every step cost is kept at): integer sums are exact on every database;
+    ``cache_lost_units``, in the same units, what prompt-cache misses cost (``traces.costs.cache``:
+    tokens that could have been read from the cache, billed as input instead)."""
 
     calls = models.PositiveBigIntegerField(default=0)
     unpriced_calls = models.PositiveBigIntegerField(default=0)
@@ -120,6 +122,7 @@ class CostAmounts(models.Model):
     cache_write_tokens = models.BigIntegerField(default=0)
     cache_read_tokens = models.BigIntegerField(default=0)
     reasoning_tokens = models.BigIntegerField(default=0)
+    cache_lost_units = models.BigIntegerField(default=0)
 
     class Meta:
         abstract = True

@@ -39,6 +39,7 @@ from agents.runtime.pricing import Usage
 from agents.runtime.providers.base import Outcome, outcome_of
 from agents.runtime.providers.registry import PROVIDER_CLASSES
 
+from ..costs.cache_selectors import lost_meta, previous_prompt_tokens
 from ..costs.pricing import PriceTable, StepCost, price_table_for
 from ..models import Trace
 from . import live, services
@@ -82,6 +83,13 @@ class TraceRecorder(StepWriter):
         # Prices of the trace's team (and its providers' kinds by name), loaded when the first
         # request finishes, so the others are priced without a query.
         self.prices: PriceTable | None = None
+        # The prompt tokens of the conversation's latest successful model request, which the
+        # next one is compared with for what a cache miss cost (read from the database only
+        # when the turn's first request could lose money to one), and each iteration's
+        # provider's shortest cached prompt.
+        self.cache_previous: int | None = None
+        self.cache_previous_read = False
+        self.cache_min: dict[int, int | None] = {}
         # The provider answering the running request: a failover moves it to a fallback.
         self.answering = ""
         self.streamed = StreamedText(trace_id=trace.pk, db=db, send=self.announce_delta,
@@ -132,6 +140,7 @@ class TraceRecorder(StepWriter):
             self.llm_count[iteration] = self.llm_count.get(iteration, 0) + 1
         key = f"llm:{iteration}:{self.llm_count.get(iteration, 1)}"
         self.answering = event.provider
+        self.cache_min[iteration] = event.cache_min_tokens
         seq = await self._write(key, *values_of.llm_started(event))
         self.llm_open[iteration] = self.llm_last[iteration] = seq
         self.streamed.open(seq)
@@ -147,15 +156,38 @@ class TraceRecorder(StepWriter):
         if self.prices is None:  # read once per turn, when its first request is priced
             self.prices = await self.db(price_table_for, self.trace.team_id, with_providers=True)
         priced = self._price(provider=provider, model=event.model, usage=event.usage)
+        price = price_fields(priced)
         outcome = None
         if event.success:
+            price["meta"].update(await self._cache_lost(event, priced))
             # How the answer ended: a cut-off or refused answer must not read as a whole one,
             # here or in the chat.
             outcome = self.last_outcome = outcome_of(event.stop_reason)
         self.llm_last[iteration] = await self._write(
             f"llm:{iteration}:{count}",
-            *values_of.llm_finished(event, provider=provider, price=price_fields(priced),
-                                    outcome=outcome))
+            *values_of.llm_finished(event, provider=provider, price=price, outcome=outcome))
+
+    async def _cache_lost(self, event: LlmRequestFinished, priced: StepCost) -> dict[str, int]:
+        """What a cache miss of this successful request cost, against the conversation's
+        successful request before it (``cache_selectors.lost_meta``), for the cost ledger."""
+        usage = event.usage
+        prompt = usage.input_tokens + usage.cache_write_tokens + usage.cache_read_tokens
+        previous = self.cache_previous
+        rates = priced.match.row.price if priced.match else None
+        if (previous is None and not self.cache_previous_read and rates is not None
+                and rates.input > rates.cache_read):
+            # The turn's first request that could lose money: the one before it is the turn
+            # before's (or, for a resumed turn, its own earlier request).
+            self.cache_previous_read = True
+            previous = await self.db(previous_prompt_tokens, conversation_id=self.trace.conversation_id,
+                                     trace_id=self.trace.pk)
+        self.cache_previous = prompt
+        if rates is None:
+            return {}
+        return lost_meta(previous_tokens=previous, prompt_tokens=prompt,
+                         read_tokens=usage.cache_read_tokens,
+                         min_tokens=self.cache_min.get(event.iteration),
+                         input_per_mtok=rates.input, cache_read_per_mtok=rates.cache_read)
 
     async def _message_appended(self, event: MessageAppended) -> None:
         """The answer as it went into the history, on its model request's step: what the turn

@@ -29,7 +29,6 @@ from agents.api.rest.conversations import END_USER_PARAM
 from agents.models import Agent, Conversation
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
-from traces.costs.cache_selectors import LOSS_SAMPLE, CacheLosses, cache_losses, with_cache_losses
 from traces.costs.end_users import end_user_breakdown
 from traces.costs.rollups import AMOUNT_FIELDS
 from traces.costs.selectors import (
@@ -61,6 +60,8 @@ class CostAmountsOut(Schema):
     cache_read_tokens: int
     reasoning_tokens: int
     total_tokens: int
+    cache_lost_usd: str = Field(description="What prompt-cache misses cost (a decimal string, in US "
+                                            "dollars), counted as cache_lost is.")
 
 
 class CostGroupOut(CostAmountsOut):
@@ -70,22 +71,19 @@ class CostGroupOut(CostAmountsOut):
                                         "deleted agent, person or key, or someone else's key.")
     label: str
     provider: str | None = Field(None, description="model: the provider that served it.")
-    cache_lost_usd: str | None = Field(None, description="agent: the dollars this agent lost to "
-                                                         "prompt-cache misses, counted as cache_lost is "
-                                                         "(a decimal string). A deleted agent's losses "
-                                                         "count in cache_lost only. Null for the other "
-                                                         "groupings.")
 
 
 class CacheLostOut(Schema):
     usd: str = Field(description="Dollars lost to prompt-cache misses, a decimal string: tokens that "
                                  "could have been read from the cache (the start of the request "
                                  "before it, unchanged) but were billed as input, priced at the input "
-                                 "rate less the cache-read rate.")
-    requests: int = Field(description="The successful model requests it was counted over.")
-    turns: int = Field(description="The turns it was counted over.")
-    partial: bool = Field(description=f"True when the range and filters held more than {LOSS_SAMPLE:,} "
-                                      f"turns: the figure then covers only the latest {LOSS_SAMPLE:,}.")
+                                 "rate less the cache-read rate. Each successful request is compared "
+                                 "with the one before it in its conversation; the loss is recorded "
+                                 "when the request is priced and summed in the cost ledger.")
+    requests: int = Field(description="The model requests of the range and filters it covers.")
+    turns: int | None = Field(None, description="Always null: the figure comes from the cost ledger, "
+                                                "which counts model requests, not turns.")
+    partial: bool = Field(description="Always false: the figure covers the whole range.")
 
 
 class CostReportOut(Schema):
@@ -113,8 +111,10 @@ class CostQuery(Schema):
 
 
 def amounts_out(amounts: Amounts) -> dict[str, Any]:
-    return {**{name: getattr(amounts, name) for name in AMOUNT_FIELDS if name != "cost_units"},
-            "cost_usd": usd(amounts.cost), "total_tokens": amounts.total_tokens}
+    return {**{name: getattr(amounts, name) for name in AMOUNT_FIELDS
+               if name not in ("cost_units", "cache_lost_units")},
+            "cost_usd": usd(amounts.cost), "total_tokens": amounts.total_tokens,
+            "cache_lost_usd": usd(amounts.cache_lost)}
 
 
 def _filters(team: Team, query: CostQuery) -> CostFilters:
@@ -159,16 +159,14 @@ def _by_day(filters: CostFilters, rows: Any) -> list[dict[str, Any]]:
             for day in filters.days]
 
 
-def cache_lost_out(losses: CacheLosses) -> dict[str, Any]:
-    return {"usd": usd(losses.total), "requests": losses.requests, "turns": losses.turns,
-            "partial": losses.partial}
+def cache_lost_out(totals: Amounts) -> dict[str, Any]:
+    return {"usd": usd(totals.cache_lost), "requests": totals.calls, "turns": None, "partial": False}
 
 
 def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, resolved: Resolved,
-                rows: Any, group_by: str, losses: CacheLosses) -> list[dict[str, Any]]:
+                rows: Any, group_by: str) -> list[dict[str, Any]]:
     """The report's groups: every day of the range in order, or the costs page's break-down
-    (largest cost first) with each group's public id; agents carry their cache losses, as on
-    the page."""
+    (largest cost first) with each group's public id."""
     if group_by == "end_user":
         return [{"key": g.key[0] or None, "label": g.label, **amounts_out(g.amounts)}
                 for g in end_user_breakdown(team=team, filters=filters, resolved=resolved)]
@@ -180,9 +178,6 @@ def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, res
         return [{"key": g.key[1], "label": g.label, "provider": g.key[0], **amounts_out(g.amounts)}
                 for g in groups]
     ids = _public_ids(team, membership, group_by, [g.key for g in groups])
-    if group_by == "agent":
-        return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts), "cache_lost_usd": usd(g.cache_lost)}
-                for g in with_cache_losses(groups, losses)]
     return [{"key": ids.get(g.key), "label": g.label, **amounts_out(g.amounts)} for g in groups]
 
 
@@ -191,7 +186,7 @@ def cost_groups(*, team: Team, membership: Membership, filters: CostFilters, res
 def cost_report(request: HttpRequest, query: Query[CostQuery]) -> dict[str, Any]:
     """Totals over the range and one group per day, agent, model, person or API key
     (``group_by``), largest cost first (days in order), with the money lost to prompt-cache
-    misses (in all, and per agent when grouped by agent). With `X-Agentsite-End-User`, that end
+    misses (in all, and per group). With `X-Agentsite-End-User`, that end
     user's costs only (their conversations, from the per-conversation ledger). Scope `costs:read`."""
     caller = scope_check(request, Scope.COSTS)
     team = request.team
@@ -205,10 +200,10 @@ def cost_report(request: HttpRequest, query: Query[CostQuery]) -> dict[str, Any]
         resolved.conversations = end_user_conversations(
             Conversation.objects.filter(team=team), caller, end_user).values("pk")
     rows = rollup_rows(team=team, filters=filters, resolved=resolved)
-    losses = cache_losses(team=team, filters=filters, resolved=resolved)
     groups = cost_groups(team=team, membership=request.membership, filters=filters, resolved=resolved,
-                         rows=rows, group_by=query.group_by, losses=losses)
+                         rows=rows, group_by=query.group_by)
+    totals = cost_totals(rows)
     return {"date_from": filters.date_from, "date_to": filters.date_to, "group_by": query.group_by,
-            "totals": amounts_out(cost_totals(rows)), "cache_lost": cache_lost_out(losses), "data": groups}
+            "totals": amounts_out(totals), "cache_lost": cache_lost_out(totals), "data": groups}
 
 

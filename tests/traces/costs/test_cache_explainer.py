@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -18,9 +19,11 @@ from agents.runtime.providers.demo import DemoProvider
 from agents.runtime.providers.demo_cache import PROMPT_CACHE
 from agents.runtime.tools import ToolSpec
 from traces.costs.cache import CACHE_MIN_TOKENS, explain, first_change
-from traces.costs.cache_selectors import cache_losses, step_cache_explanation
-from traces.costs.selectors import Resolved
-from traces.models import ModelPrice, Step
+from traces.costs.cache_selectors import losses_backfill, step_cache_explanation
+from traces.costs.pricing import price_table_for
+from traces.costs.repricing import trace_reprice_apply
+from traces.costs.rollups import cache_lost_backfill
+from traces.models import ConversationCostRollup, CostRollup, ModelPrice, Step
 
 from ..cost_helpers import EARLY, run
 
@@ -223,20 +226,58 @@ def test_a_turn_reads_its_stable_prefix_and_a_changed_system_prompt_is_named(
     detail = client_for(alice).get(reverse("step_detail", args=[second.uuid, after.seq])).content.decode()
     assert url in detail  # the step's panel loads its "Prompt cache" section
 
+    # The costs page reads what each request's miss cost from the ledger: the explainer's sum.
     costs = client_for(alice).get(reverse("costs"))
-    losses = costs.context["cache_losses"]
     every = [step_cache_explanation(s) for t in (first, second) for s in llm_steps(t)]
-    assert losses.by_agent[cached_agent.pk] == sum((c.lost_usd for c in every), Decimal(0)) > 0
+    lost = sum((c.lost_usd for c in every), Decimal(0))
+    assert costs.context["totals"].cache_lost == lost.quantize(Decimal("1e-10")) > 0
+    assert after.meta["cache_lost_tokens"] == cache.lost_tokens
     agent_row = next(g for g in costs.context["tables"]["agent"] if g.key == cached_agent.pk)
-    assert agent_row.cache_lost == losses.by_agent[cached_agent.pk]
+    assert agent_row.amounts.cache_lost == costs.context["totals"].cache_lost
     assert agent_row.amounts.cache_read_share > 0
     content = costs.content.decode()
     assert "Lost to cache misses" in content and "Cache hit" in content
-    assert client_for(charlie).get(reverse("costs")).context["cache_losses"].by_agent == {}
-    # a range with more turns than the sample says so, and counts the latest only
-    sampled = cache_losses(team=cached_agent.team, filters=costs.context["filters"],
-                           resolved=Resolved(), limit=1)
-    assert (sampled.partial, sampled.turns, sampled.requests) == (True, 1, len(llm_steps(second)))
+    assert client_for(charlie).get(reverse("costs")).context["totals"].cache_lost == 0
+    # the per-conversation ledger keeps the same figure
+    assert sum(g.amounts.cache_lost for g in costs.context["tables"]["conversation"]) == \
+        costs.context["totals"].cache_lost
+
+
+@pytest.mark.django_db(transaction=True)
+def test_losses_stored_before_the_ledger_kept_them_are_backfilled_and_repricing_moves_them(
+        cached_agent, alice, sent_turns, use_redis):
+    chat = Conversation.objects.create(team=cached_agent.team, agent=cached_agent, created_by=alice)
+    run(chat, alice, "hello")
+    cached_agent.system_prompt = "Answer in French. " + LONG_PROMPT
+    cached_agent.save(update_fields=["system_prompt"])
+    second = run(chat, alice, "what is 2+2")
+    recorded = {s.pk: dict(s.meta) for s in Step.objects.filter(kind="llm_request")}
+    ledgers = (CostRollup, ConversationCostRollup)
+
+    def lost() -> list[int]:
+        return [sum(m.objects.values_list("cache_lost_units", flat=True)) for m in ledgers]
+
+    kept = lost()
+    assert kept[0] == kept[1] > 0
+    # as a site that ran before the ledger kept losses left it: no loss on steps or in roll-ups
+    for step in Step.objects.filter(kind="llm_request"):
+        step.meta = {k: v for k, v in step.meta.items() if not k.startswith("cache_lost")}
+        step.save(update_fields=["meta"])
+    for model in ledgers:
+        model.objects.update(cache_lost_units=0)
+    assert losses_backfill(step_model=Step, price_model=ModelPrice) == 1
+    cache_lost_backfill(models=(Step, *ledgers))
+    assert lost() == kept
+    assert {s.pk: s.meta for s in Step.objects.filter(kind="llm_request")} == recorded
+    # a corrected price with a dearer cache read: the same tokens lost cost less
+    old = ModelPrice.objects.get(model="demo-cached")
+    ModelPrice.objects.create(team=old.team, provider_kind="demo", model="demo-cached", version=2,
+                              input_per_mtok=Decimal(3), output_per_mtok=Decimal(16),
+                              cache_read_per_mtok=Decimal(2), effective_from=EARLY + timedelta(seconds=1))
+    trace_reprice_apply(trace=second, table=price_table_for(old.team_id), actor=alice)
+    missed = Step.objects.get(trace=second, kind="llm_request", meta__cache_lost_tokens__gt=0)
+    assert missed.meta["cache_lost_units"] == missed.meta["cache_lost_tokens"] * 10_000  # $1 a million
+    assert lost() == [missed.meta["cache_lost_units"]] * 2
 
 
 # -- the provider's minimum and the reusable prefix -----------------------------------------------------
