@@ -8,8 +8,9 @@ from dataclasses import replace
 from agentsite.models import Team
 
 from ..models import ConversationCostRollup
+from .breakdowns import Group
 from .rollups import AMOUNT_FIELDS
-from .selectors import Amounts, CostFilters, Group, Resolved, ledger_rows, ledger_sums
+from .selectors import Amounts, CostFilters, Resolved, ledger_rows, ledger_sums
 
 NO_END_USER = "No end user named"
 

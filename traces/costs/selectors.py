@@ -10,7 +10,6 @@ ones, only for the people who may see them (``selectors.traces_visible``)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -19,10 +18,9 @@ from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet, Sum
-from django.urls import reverse
 from django.utils import timezone
 
-from agentsite.access import own_or_shared, sees_all_of_team
+from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
 
 from ..models import ConversationCostRollup, CostRollup, Trace
@@ -166,14 +164,14 @@ def ledger_rows(model: Any, *, team: Team, filters: CostFilters, resolved: Resol
     return rows.order_by()
 
 
-def _ledger(resolved: Resolved, by: str = "") -> Any:
+def ledger_of(resolved: Resolved, by: str = "") -> Any:
     """The ledger a figure is read from: the per-conversation one for conversations."""
     conversational = by == "conversation" or resolved.conversations is not None
     return ConversationCostRollup if conversational else CostRollup
 
 
 def rollup_rows(*, team: Team, filters: CostFilters, resolved: Resolved) -> QuerySet[CostRollup]:
-    return ledger_rows(_ledger(resolved), team=team, filters=filters, resolved=resolved)
+    return ledger_rows(ledger_of(resolved), team=team, filters=filters, resolved=resolved)
 
 
 def ledger_sums() -> dict[str, Sum]:
@@ -213,105 +211,6 @@ class Amounts(LedgerAmounts):
 
 def cost_totals(rows: QuerySet[CostRollup]) -> Amounts:
     return Amounts.of(rows.aggregate(**ledger_sums()))
-
-
-@dataclass
-class Group:
-    key: Any
-    label: str
-    amounts: Amounts
-    url: str = ""
-    detail: str = ""
-
-
-def _names(kind: str, ids: Iterable[int], team: Team,
-           membership: Membership | None = None) -> dict[Any, tuple[str, str]]:
-    """Display names (and a link) for roll-up ids; a conversation ``membership`` may not see
-    is named as private, without its title or a link."""
-    ids = [i for i in ids if i]
-    if kind == "agent":
-        return {pk: (name, "") for pk, name in team.agents.filter(pk__in=ids).values_list("pk", "name")}
-    if kind == "user":
-        return {pk: (name, "") for pk, name in
-                get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")}
-    if kind == "conversation":
-        # The conversation's own rule (``agents.access``), on its fields: its owner, shared.
-        visible = own_or_shared(membership, owner="created_by", shared="shared")
-        found = {pk: (PRIVATE_CONVERSATION, "") for pk in team.conversations.filter(pk__in=ids)
-                 .exclude(visible).values_list("pk", flat=True)}
-        for pk, title, code in (team.conversations.filter(pk__in=ids).filter(visible)
-                                .values_list("pk", "title", "uuid")):
-            found[pk] = (title or f"Conversation {code.hex[:8]}", reverse("conversation", args=[code]))
-        return found
-    if kind == "key":
-        # A revoked key keeps its name; one that is gone is "Deleted key" (``_missing``). Names
-        # follow the keys page: someone else's key is named by whose it is, not by its name.
-        keys = {0: (BROWSER_LABEL, "")}
-        rows = (ApiKey.objects.filter(team=team, pk__in=ids)
-                .values_list("pk", "name", "prefix", "revoked_at", "user_id", "user__username"))
-        for pk, name, prefix, revoked_at, user_id, username in rows:
-            named = sees_all_of_team(membership) or (membership is not None and user_id == membership.user_id)
-            label = f"{name} ({prefix}…)" if named else f"A key of {username} ({prefix}…)"
-            keys[pk] = (f"{label}{' — revoked' if revoked_at else ''}", "")
-        return keys
-    return {}
-
-
-def _missing(kind: str) -> str:
-    return {"agent": "(deleted agent)", "user": "(deleted or no user)",
-            "conversation": "(deleted conversation)", "key": "Deleted key"}.get(kind, "—")
-
-
-KEYS = {"agent": ("agent_id",), "user": ("user_id",), "model": ("provider", "model"),
-        "conversation": ("conversation_id",), "key": ("api_key_id",)}
-
-
-def _key(row: dict[str, Any], by: str) -> Any:
-    keys = KEYS[by]
-    return tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]
-
-
-def breakdown(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
-              limit: int | None = None, membership: Membership | None = None) -> list[Group]:
-    """Amounts grouped by agent, model, user, conversation or API key (0: the browser), largest
-    cost first. Conversations and keys ``membership`` may not see keep their amounts but not
-    their names."""
-    model = _ledger(resolved, by)
-    rows = ledger_rows(model, team=team, filters=filters, resolved=resolved)
-    keys = KEYS[by]
-    if limit is not None and len(keys) == 1:
-        # The largest ``limit`` by cost alone first (the conversations' index holds it), then
-        # every amount of those only: summing nine amounts of a month's rows of every
-        # conversation to keep ten took 7-14 ms.
-        top = (rows.values(*keys).annotate(cost_only=Sum("cost_units"))
-               .order_by("-cost_only", *keys).values_list(keys[0], flat=True)[:limit])
-        rows = rows.filter(**{f"{keys[0]}__in": list(top)})
-    grouped = rows.values(*keys).annotate(**ledger_sums()).order_by("-cost_units", *keys)
-    grouped = list(grouped[:limit] if limit is not None else grouped)
-    names = _names(by, [g[keys[0]] for g in grouped], team, membership) if by != "model" else {}
-    groups = []
-    for g in grouped:
-        key = _key(g, by)
-        if by == "model":
-            label, url, detail = g["model"] or "—", "", g["provider"]
-        else:
-            (label, url), detail = names.get(key, (_missing(by), "")), ""
-        groups.append(Group(key, label, Amounts.of(g), url, detail))
-    return groups
-
-
-def daily_series(*, team: Team, filters: CostFilters, resolved: Resolved, by: str,
-                 keys: list[Any]) -> dict[Any, dict[date, Decimal]]:
-    """Cost per day of each of ``keys`` (of grouping ``by``); the rest summed as "other"."""
-    model = _ledger(resolved, by)
-    rows = ledger_rows(model, team=team, filters=filters, resolved=resolved)
-    wanted = set(keys)
-    series: dict[Any, dict[date, Decimal]] = {}
-    for row in rows.values("day", *KEYS[by]).annotate(cost=Sum("cost_units")).order_by():
-        key = _key(row, by)
-        bucket = series.setdefault(key if key in wanted else "other", {})
-        bucket[row["day"]] = bucket.get(row["day"], Decimal(0)) + units_usd(row["cost"])
-    return series
 
 
 def traces_started_in(traces: QuerySet[Trace], *, filters: CostFilters,

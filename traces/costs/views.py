@@ -20,7 +20,7 @@ from agentsite.models import Membership
 
 from ..models import Trace
 from ..record.selectors import trace_get_or_404
-from . import selectors
+from . import breakdowns, selectors
 from .budgets import request_budget_states
 from .charts import shares, stacked_by_day
 from .end_users import end_user_breakdown
@@ -45,13 +45,12 @@ def costs(request: HttpRequest) -> HttpResponse:
     team = request.team
     filters, errors = selectors.CostFilters.from_query(request.GET)
     resolved = selectors.resolve_filters(team=team, filters=filters)
-    rows = selectors.rollup_rows(team=team, filters=filters, resolved=resolved)
-    totals = selectors.cost_totals(rows)
-    tables = {by: selectors.breakdown(team=team, filters=filters, resolved=resolved, by=by,
-                                      membership=request.membership)
-              for by in ("agent", "model", "user", "key")}
+    read = breakdowns.breakdowns(team=team, filters=filters, resolved=resolved,
+                                 by=("agent", "model", "user", "key"), membership=request.membership)
+    totals = read.totals
+    tables: dict[str, Any] = dict(read.groups)
     # The per-conversation ledger is not kept per key: with a key filter there is no table.
-    tables["conversation"] = None if filters.key else selectors.breakdown(
+    tables["conversation"] = None if filters.key else breakdowns.breakdown(
         team=team, filters=filters, resolved=resolved, by="conversation",
         membership=request.membership, limit=selectors.TOP_CONVERSATIONS)
     # The end users of the team's keys: shown when any call named one.
@@ -59,8 +58,8 @@ def costs(request: HttpRequest) -> HttpResponse:
                                    limit=selectors.TOP_CONVERSATIONS, total=totals)
     tables["end_user"] = end_users if any(g.key[0] for g in end_users) else None
     shown = tables[filters.split][:SERIES_SHOWN]
-    series = selectors.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
-                                    keys=[g.key for g in shown])
+    series = breakdowns.daily_series(team=team, filters=filters, resolved=resolved, by=filters.split,
+                                     keys=[g.key for g in shown])
     labels = [(g.key, g.label) for g in shown]
     if "other" in series:
         labels.append(("other", "Other"))

@@ -29,6 +29,7 @@ from agents.api.rest.conversations import END_USER_PARAM
 from agents.models import Agent, Conversation
 from agentsite.access import sees_all_of_team
 from agentsite.models import ApiKey, Membership, Team
+from traces.costs.breakdowns import breakdown
 from traces.costs.end_users import end_user_breakdown
 from traces.costs.rollups import AMOUNT_FIELDS
 from traces.costs.selectors import (
@@ -37,7 +38,6 @@ from traces.costs.selectors import (
     Amounts,
     CostFilters,
     Resolved,
-    breakdown,
     cost_totals,
     resolve_filters,
     rollup_rows,
