@@ -27,6 +27,7 @@ from django.db.models.functions import Cast, Coalesce, Round, TruncDate
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
+from agentsite.db.returning import update_returning
 
 from ..models import ConversationCostRollup, CostRollup, Step, Trace
 from .pricing import cost_units
@@ -168,9 +169,9 @@ def moves_apply(*, trace_id: int, attempt: int | None, moves: dict[tuple[date, s
     rows = Trace.objects.filter(pk=trace_id)
     if attempt is not None:
         rows = rows.filter(status=Trace.Status.RUNNING, attempts=attempt)
-    if rows.update(**changes) != 1:
+    row = update_returning(rows, changes, [*DIM_FIELDS, "event_seq", *TOTAL_FIELDS])
+    if row is None:
         raise LookupError(f"trace {trace_id} is not owned by attempt {attempt}")
-    row = Trace.objects.filter(pk=trace_id).values(*DIM_FIELDS, "event_seq", *TOTAL_FIELDS).get()
     ledger_apply(_dims(row, event_seq=row["event_seq"] if moved else 0), moves)
     return row["event_seq"], {name: row[name] for name in TOTAL_FIELDS} if moved else None
 

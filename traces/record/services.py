@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
+from agentsite.db.returning import update_returning
 
 from ..costs import rollups
 from ..export import pipeline as export_pipeline
@@ -50,47 +50,20 @@ def trace_owned(trace_id: int, attempt: int) -> QuerySet[Trace]:
 
 
 def event_bump(trace_id: int, attempt: int | None = None, *, events: int = 1,
-               new_steps: int = 0) -> int:
-    """The trace's next event number (``events`` numbers taken: the last is returned). With
-    ``attempt``, only while that attempt owns it; ``new_steps`` adds to its step count in the
-    same statement. Call inside a transaction: the row stays locked until it commits."""
-    if _update_returns_rows():
-        return _bump_returning(trace_id, attempt, events=events, new_steps=new_steps)
+               new_steps: int = 0, fields: Mapping[str, Any] | None = None) -> int:
+    """The trace's next event number (``events`` numbers taken: the last is returned), in the
+    statement that writes ``fields`` to the trace. With ``attempt``, only while that attempt
+    owns it; ``new_steps`` adds to its step count. One statement (``UPDATE ... RETURNING``):
+    the hottest write of a turn. Call inside a transaction: the row stays locked until it
+    commits."""
     rows = trace_owned(trace_id, attempt) if attempt is not None else Trace.objects.filter(pk=trace_id)
-    changes: dict[str, Any] = {"event_seq": F("event_seq") + events}
+    changes: dict[str, Any] = {**(fields or {}), "event_seq": F("event_seq") + events}
     if new_steps:
         changes["step_count"] = F("step_count") + new_steps
-    if rows.update(**changes) != 1:
-        raise TraceNotOwned(f"trace {trace_id} is no longer owned by attempt {attempt}")
-    return Trace.objects.filter(pk=trace_id).values_list("event_seq", flat=True).get()
-
-
-def _update_returns_rows() -> bool:
-    # UPDATE ... RETURNING: PostgreSQL, and SQLite from 3.35. One query instead of two on the
-    # hottest write of a turn.
-    if connection.vendor == "postgresql":
-        return True
-    return connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)
-
-
-def _bump_returning(trace_id: int, attempt: int | None, *, events: int = 1, new_steps: int = 0) -> int:
-    table = connection.ops.quote_name(Trace._meta.db_table)
-    sets, params = "event_seq = event_seq + %s", [events]
-    if new_steps:
-        sets += ", step_count = step_count + %s"
-        params.append(new_steps)
-    where = "id = %s"
-    params.append(trace_id)
-    if attempt is not None:
-        where += " AND status = %s AND attempts = %s"
-        params += [Status.RUNNING.value, attempt]
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET {sets} WHERE {where} "  # noqa: S608 - a model's table name, values as parameters
-                       "RETURNING event_seq", params)
-        row = cursor.fetchone()
+    row = update_returning(rows, changes, ["event_seq"])
     if row is None:
         raise TraceNotOwned(f"trace {trace_id} is no longer owned by attempt {attempt}")
-    return int(row[0])
+    return int(row["event_seq"])
 
 
 def reason_sentence(reason: str) -> str:
@@ -140,7 +113,6 @@ def trace_configure(*, trace_id: int, attempt: int, routing: dict[str, Any], pro
     read it at its claim (read here otherwise). Returns the fields written, with the trace's
     new ``event_seq``."""
     with transaction.atomic():
-        event_seq = event_bump(trace_id, attempt)
         if meta is None:
             meta = Trace.objects.filter(pk=trace_id).values_list("meta", flat=True).get()
         meta = dict(meta or {})
@@ -151,7 +123,7 @@ def trace_configure(*, trace_id: int, attempt: int, routing: dict[str, Any], pro
                                   "meta": meta}
         if agent_version is not None:
             fields["agent_version"] = agent_version
-        Trace.objects.filter(pk=trace_id).update(**fields)
+        event_seq = event_bump(trace_id, attempt, fields=fields)
     return {**fields, "event_seq": event_seq}
 
 

@@ -26,14 +26,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 START_QUERIES = 6
 # A turn of the demo model without tools: claim, setup (stamp, role, memory, branch, history),
 # its record (configured, the model request's two writes, the answer's payload, the close).
+# The trace's writes read back what they moved in the same statement (UPDATE ... RETURNING).
 # Redis: its announcements (one round trip each to a group nobody watches), the text's frames
 # and its end signal. PostgreSQL adds the conversation's row lock at the claim and the close
 # (SQLite's writers take their turns without one).
-TURN_QUERIES, TURN_REDIS = 24, 9
+TURN_QUERIES, TURN_REDIS = 22, 9
 ROW_LOCKS = 2
 # A further iteration with one tool call: the call's three writes, a model request's, the
 # trajectory state's.
-ITERATION_QUERIES, ITERATION_REDIS = 18, 6
+ITERATION_QUERIES, ITERATION_REDIS = 17, 6
 
 
 @pytest.fixture
