@@ -98,13 +98,17 @@ def turn_tool_context(*, agent: Agent, trace: Trace, conversation: Conversation,
         timezone=settings.TIME_ZONE,
         memory_recall_limit=agent.memory_recall_limit,
         memory_min_relevance=agent.memory_min_relevance, db=db or run_sync,
-        role=turn_role(team_id=agent.team_id, user_id=trace.user_id))
+        role=turn_role(trace))
 
 
-def turn_role(*, team_id: int, user_id: int | None) -> str:
-    """The role of the turn's person in the team; someone without one counts as a viewer."""
-    role = (Membership.objects.filter(team_id=team_id, user_id=user_id)
-            .values_list("role", flat=True).first() if user_id is not None else None)
+def turn_role(trace: Trace) -> str:
+    """The role of the turn's person in the team (read with the claimed trace,
+    ``lifecycle.claimed_rows``, or here); someone without one counts as a viewer."""
+    if hasattr(trace, "member_role"):
+        role = trace.member_role
+    else:
+        role = (Membership.objects.filter(team_id=trace.team_id, user_id=trace.user_id)
+                .values_list("role", flat=True).first() if trace.user_id is not None else None)
     return role or Membership.Role.VIEWER
 
 

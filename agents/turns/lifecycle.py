@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -28,6 +28,8 @@ from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import app
+from agentsite.db.returning import update_returning
+from agentsite.models import Membership
 from traces.costs.rollups import TOTAL_FIELDS
 from traces.export import pipeline as export_pipeline
 from traces.models import Trace
@@ -176,9 +178,16 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
             return None
         if not _claim(trace_id, worker=worker[:200], now=now):
             return None
-    # What the turn runs with, in one query: its conversation and message (its setup and its
-    # announcements need no query of their own for them).
-    return Trace.objects.select_related(*CLAIM_RELATED).get(pk=trace_id)
+    # What the turn runs with, in one query: its conversation and message, and its person's
+    # role in the team (its setup and its announcements need no query of their own for them).
+    return claimed_rows().get(pk=trace_id)
+
+
+def claimed_rows() -> QuerySet[Trace]:
+    """Traces as a claimed turn reads its own: with its conversation and message, and
+    ``member_role``, its person's role in the team (None when they have none)."""
+    role = Membership.objects.filter(team_id=OuterRef("team_id"), user_id=OuterRef("user_id")).values("role")
+    return Trace.objects.select_related(*CLAIM_RELATED).annotate(member_role=Subquery(role[:1]))
 
 
 # Why a turn may be handed back without it counting against ``TURN_MAX_RESUMES``: its worker
@@ -284,15 +293,16 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
         if outcome.stop_requested_at is not None:
             extra["cancel_requested_at"] = Coalesce(F("cancel_requested_at"),
                                                     Value(outcome.stop_requested_at))
-        closed = trace_owned(trace_id, attempt).update(
-            status=outcome.status, error=outcome.error, error_kind=outcome.error_kind[:32],
-            answer=outcome.answer, iterations=outcome.iterations, finished_at=now,
-            duration_ms=duration_ms(row["started_at"], now), event_seq=F("event_seq") + 1,
-            **extra)
-        if not closed:
+        # What the trace is once closed comes back from the same statement.
+        closed = update_returning(trace_owned(trace_id, attempt), {
+            "status": outcome.status, "error": outcome.error, "error_kind": outcome.error_kind[:32],
+            "answer": outcome.answer, "iterations": outcome.iterations, "finished_at": now,
+            "duration_ms": duration_ms(row["started_at"], now), "event_seq": F("event_seq") + 1,
+            **extra}, CLOSED_FIELDS)
+        if closed is None:
             return None
-        if open_steps is None or open_steps:
-            steps_interrupt(trace_id=trace_id)
+        if (open_steps is None or open_steps) and steps_interrupt(trace_id=trace_id):
+            closed = None  # their ends moved the trace's event number and totals: read it again
         transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
         messages = Message.objects.bulk_create([
             Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
@@ -303,7 +313,9 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
         dispatched = dispatch_next(row["conversation_id"], now)
         if trace is not None:
-            for name, value in Trace.objects.filter(pk=trace_id).values(*CLOSED_FIELDS).get().items():
+            if closed is None:
+                closed = Trace.objects.filter(pk=trace_id).values(*CLOSED_FIELDS).get()
+            for name, value in closed.items():
                 setattr(trace, name, value)
     if trace is None:
         trace = trace_for_live(trace_id)

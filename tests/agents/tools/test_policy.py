@@ -6,15 +6,16 @@ from __future__ import annotations
 import pytest
 
 from agents.chat.services import conversation_create
-from agents.models import Tool
+from agents.models import Conversation, Tool
 from agents.tools import ToolContext
 from agents.tools.registry import runtime_tools, tool_permission
 from agents.turns.builder import turn_role
+from agents.turns.lifecycle import claimed_rows
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.models import Membership
 from tests.members import member_of
-from traces.models import Step, StepPayload
+from traces.models import Step, StepPayload, Trace
 
 
 @pytest.fixture
@@ -66,12 +67,19 @@ def test_a_viewer_can_never_trigger_an_ask_tool(calculator):
     assert tool_permission(row, agent, "member").policy == "ask"
 
 
-def test_the_turns_role_comes_from_the_membership(team_a, alice, bob, vera, charlie):
-    assert turn_role(team_id=team_a.pk, user_id=alice.pk) == Membership.Role.OWNER
-    assert turn_role(team_id=team_a.pk, user_id=bob.pk) == Membership.Role.MEMBER
-    assert turn_role(team_id=team_a.pk, user_id=vera.pk) == Membership.Role.VIEWER
+def test_the_turns_role_comes_from_the_membership(team_a, alice, bob, vera, charlie, make_agent,
+                                                  django_assert_num_queries):
+    agent = make_agent(name="Roles")
     # Someone outside the team counts as a viewer.
-    assert turn_role(team_id=team_a.pk, user_id=charlie.pk) == Membership.Role.VIEWER
+    for user, role in ((alice, Membership.Role.OWNER), (bob, Membership.Role.MEMBER),
+                       (vera, Membership.Role.VIEWER), (charlie, Membership.Role.VIEWER)):
+        assert turn_role(Trace(team_id=team_a.pk, user_id=user.pk)) == role
+        # A claimed turn read its person's role with its trace.
+        conversation = Conversation.objects.create(team=team_a, agent=agent, created_by=alice)
+        claimed = claimed_rows().get(pk=Trace.objects.create(
+            team=team_a, conversation=conversation, agent=agent, user=user).pk)
+        with django_assert_num_queries(0):
+            assert turn_role(claimed) == role
 
 
 def test_the_turns_tools_carry_their_effective_policy(calculator):

@@ -24,13 +24,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # The web process's part of an API turn: the key's row, the team's stamp, the budgets' and the
 # conversation's, message's and trace's writes.
 START_QUERIES = 6
-# A turn of the demo model without tools: claim, setup (stamp, role, memory, branch, history),
-# its record (configured, the model request's two writes, the answer's payload, the close).
-# The trace's writes read back what they moved in the same statement (UPDATE ... RETURNING).
+# A turn of the demo model without tools: claim (the trace read with its person's role), setup
+# (stamp, memory, branch, history), its record (configured, the model request's two writes, the
+# answer's payload, the close). The trace's writes read back what they moved in the same
+# statement (UPDATE ... RETURNING), the close's included.
 # Redis: its announcements (one round trip each to a group nobody watches), the text's frames
 # and its end signal. PostgreSQL adds the conversation's row lock at the claim and the close
 # (SQLite's writers take their turns without one).
-TURN_QUERIES, TURN_REDIS = 22, 9
+TURN_QUERIES, TURN_REDIS = 20, 9
 ROW_LOCKS = 2
 # A further iteration with one tool call: the call's three writes, a model request's, the
 # trajectory state's.
