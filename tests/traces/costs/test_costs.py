@@ -189,6 +189,16 @@ def test_the_page_draws_svg_charts_without_inline_styles_and_with_a_table(priced
     assert set(bad.context["errors"]) == {"date_from", "split", "agent"}
 
 
+def test_the_charts_names_are_escaped(priced_agent, chat, alice, sent_turns, use_redis, client_for):
+    priced_agent.name = '<img src=x onerror="alert(1)"> & co'
+    priced_agent.save(update_fields=["name"])
+    run(chat, alice)
+    body = client_for(alice).get(reverse("costs")).content.decode()
+    svg = body[body.index('<svg class="chart"'):body.index("</svg>", body.index('<svg class="chart"'))]
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; co $" in svg
+    assert "<img" not in body.split("<main", 1)[1]
+
+
 def test_the_page_runs_a_bounded_number_of_queries(team_a, alice, client_for, make_agent, make_member,
                                                   django_assert_max_num_queries):
     agents = [make_agent(name=f"Agent {i}") for i in range(10)]
