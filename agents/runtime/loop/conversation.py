@@ -44,6 +44,10 @@ class Conversation:
         # The compactable part's size at the last threshold check that found it below: (messages,
         # tokens, ``tokens`` then); None once the history is rewritten.
         self.checked: tuple[int, int, int] | None = None
+        # The calls of ``history`` by id, indexed up to its first ``calls_indexed`` messages:
+        # a turn's history only grows between rewrites, so each request indexes what was added.
+        self.calls: dict[str, ToolUseBlock] = {}
+        self.calls_indexed = 0
         self.dispatcher = dispatcher
         self.max_messages = max_messages
         self.compaction = compaction
@@ -81,14 +85,27 @@ class Conversation:
         return f"call_{self.next_call}"
 
     def calls_by_id(self) -> dict[str, ToolUseBlock]:
-        """The calls already in the conversation (its history as kept), by id."""
-        return {use.id: use for message in self.history for use in message.tool_uses}
+        """The calls already in the conversation (its history as kept), by id. Not to be
+        changed: the conversation keeps it up to date (read at every model request, it was
+        rebuilt from the whole history each time)."""
+        if self.calls_indexed > len(self.history):
+            self.calls_forget()
+        for message in self.history[self.calls_indexed:]:
+            for use in message.tool_uses:
+                self.calls[use.id] = use
+        self.calls_indexed = len(self.history)
+        return self.calls
+
+    def calls_forget(self) -> None:
+        """The history was rewritten: index its calls afresh."""
+        self.calls, self.calls_indexed = {}, 0
 
     def use_dispatcher(self, dispatcher: ToolDispatcher) -> None:
         self.dispatcher = dispatcher
         self.rebuild_wire()
 
     def rebuild_wire(self) -> None:
+        self.calls_forget()
         start = 0
         while start < len(self.history) and self.history[start].role is Role.SYSTEM:
             start += 1
@@ -209,6 +226,7 @@ class Conversation:
     def after_history_change(self, *, rebuild_wire: bool = True) -> None:
         close_dangling_tool_uses(self.history, INTERRUPTED_OUTPUT)
         self.checked = None
+        self.calls_forget()
         self.tokens = history_ops.estimate_tokens(self.history)
         if rebuild_wire:
             self.rebuild_wire()
