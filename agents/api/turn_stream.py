@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.urls import NoReverseMatch, reverse
 
 from agents.models import Message
@@ -31,6 +31,7 @@ from agents.turns.signals import ended_signal_wait
 from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
 from agentsite.channel_layer import LayerUnavailable
 from agentsite.db import db_async, rereading
+from agentsite.db.prepared import Prepared
 from traces.models import Step, Trace
 from traces.record.live import trace_group, uuid_hex
 
@@ -48,19 +49,24 @@ class TurnTimeout(Exception):
     """The turn did not end within the time the caller waits."""
 
 
-@db_async
-@rereading  # a request waiting for its turn outlives a dropped connection
-def _trace(trace_id: int) -> Trace:
-    """The trace as its end is told: with its conversation, the outcome of its last answer
-    (``answer_outcome``) and whether a call of it waits for approval (``approval_waits``), in
-    one query."""
+@Prepared
+def _trace_read(trace_id: int) -> QuerySet[Trace]:
     last_answer = (Message.objects.filter(trace_id=OuterRef("pk"), role=Message.Role.ASSISTANT)
                    .order_by("-id").values("outcome")[:1])
     waits = Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.APPROVAL,
                                 status=Step.Status.WAITING)
     return (Trace.objects.select_related("conversation")
             .annotate(answer_outcome=Subquery(last_answer), approval_waits=Exists(waits))
-            .get(pk=trace_id))
+            .filter(pk=trace_id))
+
+
+@db_async
+@rereading  # a request waiting for its turn outlives a dropped connection
+def _trace(trace_id: int) -> Trace:
+    """The trace as its end is told: with its conversation, the outcome of its last answer
+    (``answer_outcome``) and whether a call of it waits for approval (``approval_waits``), in
+    one query, compiled once per process (a request reads it at least twice)."""
+    return _trace_read.get(trace_id)
 
 
 # -- approvals ------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import app
+from agentsite.db.prepared import Prepared
 from agentsite.db.returning import update_returning
 from agentsite.models import Membership
 from traces.costs.rollups import TOTAL_FIELDS
@@ -152,12 +153,17 @@ def trace_enqueue(*, trace: Trace, now: datetime | None = None, marked: bool = F
 def next_queued(conversation_id: int) -> Trace | None:
     """The conversation's trace that runs next: its oldest queued one, when nothing of it runs.
     Call inside a transaction that holds the conversation's lock."""
-    waiting = list(Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
-                   .values_list("pk", "status").order_by("created_at", "id"))
+    waiting = _active_of_conversation(conversation_id)
     queued = [pk for pk, status in waiting if status == Status.QUEUED]
     if not queued or len(queued) < len(waiting):  # none waits, or one runs
         return None
-    return Trace.objects.select_related("agent").get(pk=queued[0])
+    return _with_agent.get(queued[0])
+
+
+_active_of_conversation = Prepared(
+    lambda conversation_id: Trace.objects.filter(conversation_id=conversation_id, status__in=Trace.ACTIVE)
+    .values_list("pk", "status").order_by("created_at", "id"))
+_with_agent = Prepared(lambda trace_id: Trace.objects.select_related("agent").filter(pk=trace_id))
 
 
 def dispatch_next(conversation_id: int, now: datetime) -> Trace | None:
@@ -180,7 +186,7 @@ def trace_claim(*, trace_id: int, worker: str, now: datetime | None = None) -> T
             return None
     # What the turn runs with, in one query: its conversation and message, and its person's
     # role in the team (its setup and its announcements need no query of their own for them).
-    return claimed_rows().get(pk=trace_id)
+    return _claimed.get(trace_id)
 
 
 def claimed_rows() -> QuerySet[Trace]:
@@ -188,6 +194,9 @@ def claimed_rows() -> QuerySet[Trace]:
     ``member_role``, its person's role in the team (None when they have none)."""
     role = Membership.objects.filter(team_id=OuterRef("team_id"), user_id=OuterRef("user_id")).values("role")
     return Trace.objects.select_related(*CLAIM_RELATED).annotate(member_role=Subquery(role[:1]))
+
+
+_claimed = Prepared(lambda trace_id: claimed_rows().filter(pk=trace_id))
 
 
 # Why a turn may be handed back without it counting against ``TURN_MAX_RESUMES``: its worker

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Conversation, Message
 from agents.turns.branches import TurnNode, TurnTree
+from agentsite.db.prepared import Prepared
 from traces.models import Step, Trace
 
 
@@ -55,12 +56,21 @@ def conversation_history_rows(*, trace: Trace, limit: int, branch: list[int] | N
     path = branch[-limit:] if limit > 0 else branch  # every turn holds at least its user message
     rows = path_messages(trace.conversation_id, path, _user_messages(path)) if path else []
     if limit <= 0 or len(rows) < limit:
-        loose = (Message.objects.filter(conversation_id=trace.conversation_id, trace__isnull=True)
-                 .exclude(pk=trace.user_message_id).order_by("-id"))
-        if limit > 0:
-            loose = loose[:limit - len(rows)]
-        rows = [*reversed(list(loose)), *rows]
+        loose = _loose_read(trace.conversation_id, trace.user_message_id or 0,
+                            at_most=limit - len(rows) if limit > 0 else None)
+        rows = [*reversed(loose), *rows]
     return rows[-limit:] if limit > 0 else rows
+
+
+def _loose_messages(conversation_id: int, user_message_id: int, *, at_most: int | None) -> QuerySet[Message]:
+    """The conversation's messages that belong to no turn but ``user_message_id``, newest
+    first, ``at_most`` of them."""
+    loose = (Message.objects.filter(conversation_id=conversation_id, trace__isnull=True)
+             .exclude(pk=user_message_id).order_by("-id"))
+    return loose[:at_most] if at_most is not None else loose
+
+
+_loose_read = Prepared(_loose_messages)
 
 
 def _user_messages(path: list[int]) -> dict[int, int | None]:
@@ -74,9 +84,11 @@ def turn_branch_before(*, trace: Trace) -> list[int]:
 
 
 def _tree_rows(conversation_id: int) -> list[TurnNode]:
-    return [TurnNode(pk, message, parent) for pk, message, parent in
-            Trace.objects.filter(conversation_id=conversation_id)
-            .values_list("id", "user_message_id", "user_message__parent_turn_id").order_by("id")]
+    return [TurnNode(pk, message, parent) for pk, message, parent in _tree_read(conversation_id)]
+
+
+_tree_read = Prepared(lambda conversation_id: Trace.objects.filter(conversation_id=conversation_id)
+                      .values_list("id", "user_message_id", "user_message__parent_turn_id").order_by("id"))
 
 
 def turn_tree(nodes: Iterable[TurnNode]) -> TurnTree:
