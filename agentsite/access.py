@@ -142,6 +142,13 @@ def sees_all_of_team(membership: Membership | None) -> bool:
     return membership is not None and membership.has_role(Role.ADMIN)
 
 
+def viewer_standin(team_id: int, user_id: int, *, sees_all: bool) -> Membership:
+    """A membership as the visibility rules (``own_or_shared``) read one: its team, its person
+    and whether it sees the whole team. For a read compiled once per kind of viewer
+    (``agentsite.db.prepared``)."""
+    return Membership(team_id=team_id, user_id=user_id, role=Membership.Role.ADMIN if sees_all else Membership.Role.MEMBER)
+
+
 def own_or_shared(membership: Membership | None, *, owner: str, shared: str) -> Q:
     """The filter for the rows ``membership`` may see among its team's rows that belong to one
     person (the user at lookup ``owner``) and are shown to the whole team when lookup ``shared``

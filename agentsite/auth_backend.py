@@ -16,7 +16,9 @@ from typing import Any
 
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 
+from .db.prepared import Prepared
 from .models import Membership
 
 # The attribute that carries the memberships read with the person.
@@ -32,8 +34,9 @@ class MembershipBackend(ModelBackend):
         return user
 
     def get_user(self, user_id: Any) -> Any:
-        memberships = list(Membership.objects.filter(user_id=user_id)
-                           .select_related("user", "team").order_by("team__name", "team_id"))
+        # Every signed-in request reads this: compiled once per process.
+        memberships = _memberships_with_user(user_id) if type(user_id) is int else list(  # noqa: E721
+            _memberships_query(user_id))
         if not memberships:
             return super().get_user(user_id)
         user = memberships[0].user
@@ -43,6 +46,13 @@ class MembershipBackend(ModelBackend):
             membership.user = user
         setattr(user, MEMBERSHIPS_ATTR, memberships)
         return user
+
+
+def _memberships_query(user_id: int) -> QuerySet[Membership]:
+    return Membership.objects.filter(user_id=user_id).select_related("user", "team").order_by("team__name", "team_id")
+
+
+_memberships_with_user = Prepared(_memberships_query)
 
 
 def memberships_read_with(user: Any) -> list[Membership] | None:

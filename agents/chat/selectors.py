@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.http import Http404
 from django.utils import timezone
 
 from agents.access import conversations_visible
@@ -22,6 +24,8 @@ from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
 from agents.turns.windows import context_window
+from agentsite.access import sees_all_of_team, viewer_standin
+from agentsite.db.prepared import Prepared
 from agentsite.fragments import kept_key
 from agentsite.models import Membership, Team
 from traces.models import Feedback, Step, StepPayload, Trace
@@ -42,18 +46,55 @@ def conversation_list(*, membership: Membership, query: str = "", scope: str = "
     archived or not, newest first (the person's pinned ones first). ``query`` matches the title
     or the text of any message. A stateless API request's conversation (``ephemeral``) is
     never listed: it is the record of one request, reached from its trace."""
-    rows = (conversations_visible(membership)
-            .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent", "created_by"))
-    if scope != "team":
-        rows = rows.filter(created_by_id=membership.user_id)
     query = " ".join((query or "").split())[:200]
+    if not query:  # every page's sidebar: compiled once per process
+        return _listed_read(membership.team_id, membership.user_id, sees_all=sees_all_of_team(membership),
+                            team_scope=scope == "team", archived=archived, limit=limit)
+    return list(_listed(membership.team_id, membership.user_id, sees_all=sees_all_of_team(membership),
+                        team_scope=scope == "team", archived=archived, limit=limit, query=query))
+
+
+# A conversation as its pages read it: its agent, the agent's provider, its author and team.
+PAGE_COLUMNS = ("agent", "agent__provider", "created_by", "team")
+
+
+def conversation_for_page(membership: Membership, conversation_uuid: uuid.UUID) -> Conversation:
+    """A conversation ``membership`` may see (its own, a shared one, or any as an admin), not
+    deleted, with ``PAGE_COLUMNS``; 404 otherwise, whether it is another team's or a teammate's
+    private one. Every request of a conversation's pages reads it: compiled once per process."""
+    try:
+        return _page_conversation_read.get(membership.team_id, membership.user_id, conversation_uuid,
+                                           sees_all=sees_all_of_team(membership))
+    except (Conversation.DoesNotExist, TypeError) as exc:  # TypeError: not a UUID
+        raise Http404("Not found.") from exc
+
+
+def _page_conversation(team_id: int, user_id: int, conversation_uuid: uuid.UUID, *,
+                       sees_all: bool) -> QuerySet[Conversation]:
+    return (conversations_visible(viewer_standin(team_id, user_id, sees_all=sees_all),
+                                  Conversation.objects.select_related(*PAGE_COLUMNS))
+            .filter(uuid=conversation_uuid, deleted_at__isnull=True))
+
+
+_page_conversation_read = Prepared(_page_conversation)
+
+
+def _listed(team_id: int, user_id: int, *, sees_all: bool, team_scope: bool, archived: bool, limit: int,
+            query: str = "") -> QuerySet[Conversation]:
+    rows = (conversations_visible(viewer_standin(team_id, user_id, sees_all=sees_all))
+            .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent", "created_by"))
+    if not team_scope:
+        rows = rows.filter(created_by_id=user_id)
     if query:
         in_messages = Message.objects.filter(conversation_id=OuterRef("pk"), text__icontains=query)
         rows = rows.filter(Q(title__icontains=query) | Exists(in_messages))
-    order = ("-updated_at", "-id") if scope == "team" else ("-pinned", "-updated_at", "-id")
-    return list(rows.only("uuid", "title", "updated_at", "archived", "shared", "pinned",
-                          "created_by_id", "agent__name", "created_by__username")
-                .order_by(*order)[:limit])
+    order = ("-updated_at", "-id") if team_scope else ("-pinned", "-updated_at", "-id")
+    return (rows.only("uuid", "title", "updated_at", "archived", "shared", "pinned",
+                      "created_by_id", "agent__name", "created_by__username")
+            .order_by(*order)[:limit])
+
+
+_listed_read = Prepared(_listed)
 
 
 def conversation_groups(conversations: Iterable[Conversation], *, today: Any = None
@@ -192,7 +233,11 @@ def with_streamed_text(turns: list[TurnView]) -> None:
 def _traces(conversation_id: int, reader_id: int | None = None) -> list[Trace]:
     """The conversation's turns, each with what its model counted on its last request
     (``last_request_tokens``, for the meter) and, for ``reader_id``, their own rating of its
-    answer (``my_rating``, ``my_comment``): one query."""
+    answer (``my_rating``, ``my_comment``): one query, compiled once per process."""
+    return _traces_read(conversation_id, reader_id or 0, for_reader=reader_id is not None)
+
+
+def _traces_query(conversation_id: int, reader_id: int, *, for_reader: bool) -> QuerySet[Trace]:
     last_request = (Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.LLM_REQUEST, success=True)
                     .order_by("-seq").annotate(tokens=F("input_tokens") + F("output_tokens")
                                                + F("cache_write_tokens") + F("cache_read_tokens"))
@@ -200,11 +245,14 @@ def _traces(conversation_id: int, reader_id: int | None = None) -> list[Trace]:
     rows = (Trace.objects.filter(conversation_id=conversation_id)
             .annotate(parent_turn_id=F("user_message__parent_turn_id"),
                       last_request_tokens=Subquery(last_request)))
-    if reader_id is not None:
+    if for_reader:
         mine = Feedback.objects.filter(trace_id=OuterRef("pk"), user_id=reader_id)
         rows = rows.annotate(my_rating=Subquery(mine.values("rating")[:1]),
                              my_comment=Subquery(mine.values("comment")[:1]))
-    return list(rows.only(*TRACE_FIELDS).order_by("id"))
+    return rows.only(*TRACE_FIELDS).order_by("id")
+
+
+_traces_read = Prepared(_traces_query)
 
 
 def _with_feedback(turns: list[TurnView], reader_id: int | None) -> None:

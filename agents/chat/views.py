@@ -15,7 +15,6 @@ from agents.access import (
     can_act_in,
     conversation_act_check,
     conversation_acting_or_404,
-    conversation_get_or_404,
 )
 from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
@@ -94,15 +93,13 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     return redirect("conversation", conversation_uuid=conversation.uuid)
 
 
-CONVERSATION_COLUMNS = ("agent", "agent__provider", "created_by", "team")
+CONVERSATION_COLUMNS = selectors.PAGE_COLUMNS
 
 
 def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
     """A conversation the person may see (their own, a shared one, or any as an admin); 404
     otherwise, whether it is another team's or a teammate's private one."""
-    return conversation_get_or_404(
-        request.membership, Conversation.objects.select_related(*CONVERSATION_COLUMNS),
-        uuid=conversation_uuid, deleted_at__isnull=True)
+    return selectors.conversation_for_page(request.membership, conversation_uuid)
 
 
 def _acting(request: HttpRequest, conversation_uuid: Any, action: str) -> Acting:

@@ -26,6 +26,8 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentsite.db.prepared import Prepared
+
 from ..models import Budget, CostRollup
 from .pricing import units_usd
 
@@ -175,20 +177,32 @@ def budget_states(*, team_id: int, user_id: int | None, api_key_id: int | None =
     one query (each budget's spend a subquery over the month's roll-ups). ``related``: with
     the rows a turn acts on (the key, the cheaper route's provider, the person); a page that
     only shows the budgets goes without."""
-    budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
-               .filter(budget_scope(user_id=user_id, api_key_id=api_key_id))
-               .annotate(spent_units=_spent_in_scope(today or timezone.localdate()))
-               .order_by("period", "-user_id"))
-    if related:
-        budgets = budgets.select_related("user", "api_key", "route_down_provider")
+    today = today or timezone.localdate()
+    budgets = _states_read(team_id, user_id or 0, api_key_id or 0, today.replace(day=1), today,
+                           of_user=bool(user_id), of_key=bool(api_key_id), related=related)
     return [BudgetState(budget, units_usd(budget.spent_units)) for budget in budgets]
 
 
-def _spent_in_scope(today: date) -> RawSQL:
+def _states(team_id: int, user_id: int, api_key_id: int, month: date, today: date, *,
+            of_user: bool, of_key: bool, related: bool) -> QuerySet[Budget]:
+    budgets = (Budget.objects.filter(team_id=team_id, enabled=True)
+               .filter(budget_scope(user_id=user_id if of_user else None, api_key_id=api_key_id if of_key else None))
+               .annotate(spent_units=_spent_in_scope(month, today))
+               .order_by("period", "-user_id"))
+    if related:
+        budgets = budgets.select_related("user", "api_key", "route_down_provider")
+    return budgets
+
+
+# Every page reads it for the banner, and every turn's start: compiled once per process.
+_states_read = Prepared(_states)
+
+
+def _spent_in_scope(month: date, today: date) -> RawSQL:
     """A budget's spend in its scope (its API key's, else its person's, else the team's) and
-    its current period (today, or this month), as ``with_spend`` counts it: a correlated sum over
-    the month's roll-ups. Written out: every page reads it for the banner, and building it from
-    the ORM's expressions cost four times what running it does."""
+    its current period (today, or this month from ``month``, its first day), as ``with_spend``
+    counts it: a correlated sum over the month's roll-ups. Written out: building it from the
+    ORM's expressions cost four times what running it does."""
     budget, rollup = f'"{Budget._meta.db_table}"', f'"{CostRollup._meta.db_table}"'
     return RawSQL(  # noqa: S611 - the models' table names, values as parameters
         f"COALESCE((SELECT SUM(r.cost_units) FROM {rollup} r"  # noqa: S608 - the same
@@ -197,7 +211,7 @@ def _spent_in_scope(today: date) -> RawSQL:
         f" AND ({budget}.api_key_id IS NULL OR r.api_key_id = {budget}.api_key_id)"
         f" AND ({budget}.user_id IS NULL OR {budget}.api_key_id IS NOT NULL"
         f" OR r.user_id = {budget}.user_id)), 0)",
-        (today.replace(day=1), today, today, Period.DAY), output_field=BigIntegerField())
+        (month, today, today, Period.DAY), output_field=BigIntegerField())
 
 
 def request_budget_states(request: Any) -> list[BudgetState]:

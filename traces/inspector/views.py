@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,7 +19,7 @@ from agentsite.models import Membership
 from agentsite.redirects import redirect_back
 
 from ..export.records import trace_export_chunks
-from ..models import Feedback, Step, StepPayload, Trace
+from ..models import Step, StepPayload, Trace
 from ..record import live, selectors
 from ..record.feedback import feedback_set
 from ..record.presentation import (
@@ -38,9 +37,7 @@ LIST_PAGE_SIZE = 25
 def _trace(request: HttpRequest, trace_uuid) -> Trace:
     """A trace the person may see (every one of the team for admins; else those of their own
     and of shared conversations); 404 otherwise."""
-    return selectors.trace_get_or_404(
-        request.membership, Trace.objects.select_related("agent", "conversation", "user", "user_message", "api_key"),
-        uuid=trace_uuid)
+    return selectors.page_trace_or_404(request.membership, trace_uuid)
 
 
 @team_required()
@@ -76,11 +73,7 @@ def _trace_with_flags(request: HttpRequest, trace_uuid) -> Trace:
     """``_trace``, with whether it has failovers, forks and ratings to show (``has_retries``,
     ``has_forks``, ``has_feedback``): most traces have none, and the page then does not read
     them."""
-    rows = Trace.objects.select_related("agent", "conversation", "user", "user_message", "api_key").annotate(
-        has_retries=Exists(Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.RETRY)),
-        has_forks=Exists(Trace.objects.filter(forked_from_id=OuterRef("pk"))),
-        has_feedback=Exists(Feedback.objects.filter(trace_id=OuterRef("pk"))))
-    return selectors.trace_get_or_404(request.membership, rows, uuid=trace_uuid)
+    return selectors.page_trace_or_404(request.membership, trace_uuid, flags=True)
 
 
 @team_required()

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404
 from django.utils import timezone
 
 from agentsite.access import (
@@ -25,8 +26,10 @@ from agentsite.access import (
     may_act_for,
     own_or_shared,
     sees_all_of_team,
+    viewer_standin,
     visible_by_uuid,
 )
+from agentsite.db.prepared import Prepared
 from agentsite.models import Membership, Team
 
 from ..models import Feedback, Step, StepPayload, Trace, TrajectoryState
@@ -72,21 +75,58 @@ def recent_turns(membership: Membership, *, limit: int) -> tuple[list[Trace], li
     see, for a list of links, in one query: each active status's newest from the (team, status,
     -created_at) index, the newest finished from (team, -created_at). (SQLite answers "status IN
     (queued, running) ORDER BY created_at" by walking every trace of the team.)"""
-    visible = traces_visible(membership).order_by("-created_at", "-id")
+    rows = _recent_read(membership.team_id, membership.user_id, sees_all=sees_every_trace(membership), limit=limit)
+    running = [t for t in rows if t.status in Trace.ACTIVE][:limit]
+    return running, [t for t in rows if t.status not in Trace.ACTIVE][:limit]
+
+
+def _recent(team_id: int, user_id: int, *, sees_all: bool, limit: int) -> QuerySet[Trace]:
+    visible = traces_visible(viewer_standin(team_id, user_id, sees_all=sees_all)).order_by("-created_at", "-id")
     newest = Q(pk__in=visible.exclude(status__in=Trace.ACTIVE).values("pk")[:limit])
     for status in Trace.ACTIVE:
         newest |= Q(pk__in=visible.filter(status=status).values("pk")[:limit])
-    rows = list(Trace.objects.filter(newest).select_related("agent", "user_message")
-                .only("uuid", "status", "created_at", "cost_usd", "agent__name", "user_message__text")
-                .order_by("-created_at", "-id"))
-    running = [t for t in rows if t.status in Trace.ACTIVE][:limit]
-    return running, [t for t in rows if t.status not in Trace.ACTIVE][:limit]
+    return (Trace.objects.filter(newest).select_related("agent", "user_message")
+            .only("uuid", "status", "created_at", "cost_usd", "agent__name", "user_message__text")
+            .order_by("-created_at", "-id"))
+
+
+_recent_read = Prepared(_recent)  # the home page's: compiled once per process
 
 
 def trace_get_or_404(membership: Membership, queryset: QuerySet[Trace] | None = None, **lookup: Any) -> Trace:
     """One trace of the membership's team that it may see; any other is a 404."""
     qs = Trace.objects.all() if queryset is None else queryset
     return get_for_team_or_404(qs.filter(trace_visibility(membership)), membership.team, **lookup)
+
+
+PAGE_RELATED = ("agent", "conversation", "user", "user_message", "api_key")
+
+
+def _page_trace(team_id: int, user_id: int, trace_uuid: uuid.UUID, *, sees_all: bool,
+                flags: bool) -> QuerySet[Trace]:
+    viewer = viewer_standin(team_id, user_id, sees_all=sees_all)
+    rows = Trace.objects.select_related(*PAGE_RELATED)
+    if flags:
+        rows = rows.annotate(
+            has_retries=Exists(Step.objects.filter(trace_id=OuterRef("pk"), kind=Step.Kind.RETRY)),
+            has_forks=Exists(Trace.objects.filter(forked_from_id=OuterRef("pk"))),
+            has_feedback=Exists(Feedback.objects.filter(trace_id=OuterRef("pk"))))
+    return traces_visible(viewer, rows).filter(uuid=trace_uuid)
+
+
+_page_trace_read = Prepared(_page_trace)
+
+
+def page_trace_or_404(membership: Membership, trace_uuid: uuid.UUID, *, flags: bool = False) -> Trace:
+    """The trace a page of the inspector shows, with its agent, conversation, person, message
+    and key, if ``membership`` may see it (``traces_visible``); else 404. ``flags``: with
+    whether it has failovers, forks and ratings to show (``has_retries``, ``has_forks``,
+    ``has_feedback``). Every inspector request reads it: compiled once per process."""
+    try:
+        return _page_trace_read.get(membership.team_id, membership.user_id, trace_uuid,
+                                    sees_all=sees_every_trace(membership), flags=flags)
+    except Trace.DoesNotExist as exc:
+        raise Http404("Not found.") from exc
 
 
 def trace_visible_to(user: Any, trace_uuid: Any) -> bool:
