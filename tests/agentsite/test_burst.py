@@ -19,7 +19,7 @@ import pytest
 
 from agentsite.stack import Stack
 
-pytestmark = pytest.mark.worker
+pytestmark = [pytest.mark.worker, pytest.mark.own_stack]
 
 BURST = 200
 POOL_MAX = 4

@@ -17,7 +17,7 @@ from agentsite.processes import EmbeddedRedis, Printer, free_port, pid_alive
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_stack]
 
 
 def dev_env(tmp_path: Path) -> dict[str, str]:

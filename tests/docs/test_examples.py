@@ -27,7 +27,7 @@ import pytest
 from agentsite.stack import Stack
 from tests.e2e.clients import openai_agents
 
-pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.worker, pytest.mark.own_stack, pytest.mark.timeout(300)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 AGENT = "Demo assistant"  # slug demo-assistant, the agent of `make run` the examples call

@@ -16,7 +16,7 @@ import pytest
 
 from agentsite.stack import ROOT, Stack
 
-pytestmark = [pytest.mark.worker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.worker, pytest.mark.own_stack, pytest.mark.timeout(300)]
 AGENT = "Keeper"
 GIVE_MEMORY_TOOLS = f"""
 from agents.models import Agent, Tool
