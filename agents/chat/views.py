@@ -14,7 +14,6 @@ from agents.access import (
     Acting,
     can_act_in,
     conversation_act_check,
-    conversation_acting_or_404,
 )
 from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
@@ -93,9 +92,6 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     return redirect("conversation", conversation_uuid=conversation.uuid)
 
 
-CONVERSATION_COLUMNS = selectors.PAGE_COLUMNS
-
-
 def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
     """A conversation the person may see (their own, a shared one, or any as an admin); 404
     otherwise, whether it is another team's or a teammate's private one."""
@@ -105,9 +101,7 @@ def _conversation(request: HttpRequest, conversation_uuid: Any) -> Conversation:
 def _acting(request: HttpRequest, conversation_uuid: Any, action: str) -> Acting:
     """A conversation the person may see, as ``_conversation``, and act in (PermissionDenied
     naming ``action`` otherwise), in one look at the access rules."""
-    return conversation_acting_or_404(
-        request.membership, action, Conversation.objects.select_related(*CONVERSATION_COLUMNS),
-        uuid=conversation_uuid, deleted_at__isnull=True)
+    return conversation_act_check(request.membership, _conversation(request, conversation_uuid), action)
 
 
 def _parent(convo: Conversation, value: str) -> Trace | Any:

@@ -22,6 +22,29 @@ def conversation_active_traces(*, conversation: Conversation | int) -> QuerySet[
             .order_by("created_at", "id"))
 
 
+def _active(conversation_id: int) -> QuerySet[Trace]:
+    return conversation_active_traces(conversation=conversation_id)
+
+
+# Every send reads them (what the new turn waits behind): compiled once per process.
+active_traces_read = Prepared(_active)
+
+
+def _sent_message(conversation_id: int, client_id: str) -> QuerySet[Message]:
+    return Message.objects.filter(conversation_id=conversation_id, client_id=client_id).values_list("pk", flat=True)[:1]
+
+
+def _newest_turn(conversation_id: int) -> QuerySet[Trace]:
+    # With its public id, which the message's announcement names (the rest is deferred).
+    return Trace.objects.filter(conversation_id=conversation_id).only("id", "uuid").order_by("-id")[:1]
+
+
+# A send's reads before its writes: whether the browser sent this message before (its
+# ``client_id``), and the turn it continues by default.
+sent_message_read = Prepared(_sent_message)
+newest_turn_read = Prepared(_newest_turn)
+
+
 def running_turns_time_left(*, worker_prefix: str = "", now: datetime | None = None) -> tuple[int, float]:
     """How many traces run on workers whose name begins with ``worker_prefix``, and the most
     seconds one of them may still run: up to its agent's hard time limit, counted from its

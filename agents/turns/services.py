@@ -32,7 +32,12 @@ from agents.turns.lifecycle import (
 )
 from agents.turns.providers import TurnSetupError, runtime_provider
 from agents.turns.quotas import turn_admit
-from agents.turns.selectors import conversation_active_traces
+from agents.turns.selectors import (
+    active_traces_read,
+    conversation_active_traces,
+    newest_turn_read,
+    sent_message_read,
+)
 from agents.turns.windows import ESTIMATE_MARGIN, agent_window
 from agentsite.models import ApiKey, Membership
 from traces.export.ids import parse_traceparent
@@ -213,9 +218,7 @@ def turn_send(*, acting: Acting, text: str,
                 return SentTurn(sent, resent=True)
         parent_turn = None
         if parent is LATEST and not new_conversation:
-            # With its public id, which the message's announcement names (the rest is deferred).
-            parent_turn = (Trace.objects.filter(conversation_id=conversation.pk).only("id", "uuid")
-                           .order_by("-id").first())
+            parent_turn = newest_turn_read.first(conversation.pk)
         elif parent is not LATEST and _parent_in(conversation, parent) is not None:
             parent_turn = parent
         blocks = RuntimeMessage.user(text).to_dict()["blocks"] + [image_block(a).to_dict() for a in images]
@@ -271,8 +274,7 @@ def _sent_before(conversation: Conversation, client_id: str) -> Trace | None:
     new, so the message is looked for first in a query of one column; the turn only when it was
     sent before. (Asking for the trace with its message, two tables' every column, cost 0.75 ms
     of CPU in Django's compiler each time, a send asks twice, and SQLite answers in 0.02.)"""
-    message_id = (Message.objects.filter(conversation_id=conversation.pk, client_id=client_id)
-                  .values_list("pk", flat=True).first())
+    message_id = sent_message_read.first(conversation.pk, client_id)
     if message_id is None:
         return None
     return (Trace.objects.filter(user_message_id=message_id).select_related("user_message")
@@ -299,7 +301,7 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user_id: int, mess
     a transaction that holds the conversation's lock. ``new_conversation``: the conversation
     was created in this transaction (nothing of it is in flight)."""
     now = timezone.now()
-    earlier = [] if new_conversation else list(conversation_active_traces(conversation=conversation))
+    earlier = [] if new_conversation else active_traces_read(conversation.pk)
     trace = Trace.objects.create(
         team_id=conversation.team_id, conversation=conversation, agent=agent,
         agent_version=agent.version, user_id=user_id, user_message=message,

@@ -9,12 +9,13 @@ and each call swaps its own values into the kept parameters and runs it through 
 iteration (model instances, ``select_related`` objects, annotations, converters, ``values()``
 rows, as the query would have made them).
 
-Values are integers (ids, counts), UUIDs and dates, as the build function's annotations say
-(integers when it has none); each is adapted for the database as the ORM adapts a field's
+Values are integers (ids, counts), UUIDs, dates and text, as the build function's annotations
+say (integers when it has none); each is adapted for the database as the ORM adapts a field's
 value. A value must reach the SQL as a parameter: the read is compiled twice with different
 stand-ins, and one whose SQL differs (a value inlined, as a slice's bound is, or one the build
 branches on) is refused. A value the SQL does not use in a shape (an admin's read that does not
-filter by person) is simply not sent.
+filter by person) is simply not sent. Text must reach the SQL as it is (an exact match): one
+that a lookup rewrites (``icontains`` wraps and escapes it) is refused.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ M = TypeVar("M")
 _INT_STANDINS = (2_093_151_977, 2_071_290_112)  # odd and even
 _UUID_STANDINS = (0x5F1E_0D2C_9A4B_4C33_8E7D_6B5A_4938_2716, 0x2A3B_4C5D_6E7F_4081_9293_A4B5_C6D7_E8F9)
 _DATE_STANDINS = (date(2093, 5, 7), date(2087, 9, 13))
-KINDS = (int, uuid.UUID, date)
+_TEXT_STANDINS = ("\x1fprepared-standin-a-", "\x1fprepared-standin-b-")
+KINDS = (int, uuid.UUID, date, str)
 
 
 def _standin(kind: type, index: int, which: int) -> Any:
@@ -50,6 +52,8 @@ def _standin(kind: type, index: int, which: int) -> Any:
         return uuid.UUID(int=_UUID_STANDINS[which] + index)
     if kind is date:
         return _DATE_STANDINS[which] + timedelta(days=index)
+    if kind is str:
+        return f"{_TEXT_STANDINS[which]}{index}"
     return _INT_STANDINS[which] + index
 
 
@@ -85,6 +89,10 @@ class _Compiled:
     params: tuple[Any, ...]
     # (position in params, index of the caller's value, what makes it a parameter)
     slots: tuple[tuple[int, int, Callable[[Any], Any]], ...]
+    # The rows' converters (the columns' from the database's types), as ``results_iter`` asks
+    # for them: one per column, found once.
+    columns: int
+    converters: dict[int, Any]
 
 
 class Prepared(Generic[M]):
@@ -106,22 +114,31 @@ class Prepared(Generic[M]):
         self._kinds = tuple(int if p.annotation is p.empty else p.annotation for p in parameters)
         unknown = [kind for kind in self._kinds if kind not in KINDS]
         if unknown:
-            raise ImproperlyConfigured(f"{build.__qualname__}: values are int, UUID or date, not {unknown}")
+            raise ImproperlyConfigured(f"{build.__qualname__}: values are int, UUID, date or str, not {unknown}")
         self._compiled: dict[tuple[Any, ...], _Compiled] = {}
         self._lock = threading.Lock()
 
     def __call__(self, *values: Any, using: str | None = None, **shape: Any) -> list[M]:
+        compiled = self._compiled_for(using, shape)
+        return list(_bound(compiled, self._params(compiled, values)))
+
+    def sql(self, *values: Any, using: str | None = None, **shape: Any) -> tuple[str, tuple[Any, ...]]:
+        """The read's SQL and parameters for ``values``, as ``Query.sql_with_params`` gives
+        them: for a raw statement that embeds it (a subquery)."""
+        compiled = self._compiled_for(using, shape)
+        return compiled.sql, self._params(compiled, values)
+
+    def _params(self, compiled: _Compiled, values: tuple[Any, ...]) -> tuple[Any, ...]:
         if len(values) != len(self._kinds):
             raise TypeError(f"{self._build.__qualname__} takes {len(self._kinds)} value(s), not {len(values)}")
         for index, (value, kind) in enumerate(zip(values, self._kinds, strict=True)):
             if type(value) is not kind:  # bool for int, datetime for date, str for UUID: refused
                 raise TypeError(f"{self._build.__qualname__}: value {index} is {type(value).__name__}, "
                                 f"not {kind.__name__}")
-        compiled = self._compiled_for(using, shape)
         params = list(compiled.params)
         for position, index, make in compiled.slots:
             params[position] = make(values[index])
-        return list(_bound(compiled, tuple(params)))
+        return tuple(params)
 
     def get(self, *values: Any, using: str | None = None, **shape: Any) -> M:
         """The one row (the model's ``DoesNotExist`` or ``MultipleObjectsReturned`` otherwise,
@@ -169,11 +186,18 @@ class Prepared(Generic[M]):
                 if any(not _same(other_params[position], standins[1]) for position in positions):
                     raise ImproperlyConfigured(f"{self._build.__qualname__}: value {index} is not a "
                                                "parameter of its own")
+                if kind is str and any(isinstance(param, str) and standins[0] in param and param != standins[0]
+                                       for param in params):
+                    raise ImproperlyConfigured(
+                        f"{self._build.__qualname__}: text value {index} does not reach the SQL as it "
+                        "is (a lookup rewrites it, as icontains does)")
                 for position in positions:
                     wrap = type(params[position])  # psycopg's typed int, or the value's own type
                     make = adapt if wrap is type(standins[0]) else (lambda value, a=adapt, w=wrap: w(a(value)))
                     slots.append((position, index, make))
-        return _Compiled(queryset=queryset, compiler=compiler, sql=sql, params=params, slots=tuple(slots))
+        columns = [selected[0] for selected in compiler.select[0:compiler.col_count]]
+        return _Compiled(queryset=queryset, compiler=compiler, sql=sql, params=params, slots=tuple(slots),
+                         columns=len(columns), converters=compiler.get_converters(columns))
 
     def _compiled_with(self, which: int, using: str | None, shape: dict[str, Any]
                        ) -> tuple[QuerySet, str, tuple[Any, ...], SQLCompiler]:
@@ -192,6 +216,9 @@ def _bound(compiled: _Compiled, params: tuple[Any, ...]) -> QuerySet:
     compiler = copy.copy(compiled.compiler)
     compiler.connection = connections[kept.db]
     compiler.as_sql = lambda *args, **kwargs: (compiled.sql, params)  # type: ignore[method-assign]
+    compiler.get_converters = lambda expressions: (  # type: ignore[method-assign]
+        compiled.converters if len(expressions) == compiled.columns
+        else SQLCompiler.get_converters(compiler, expressions))
     query = copy.copy(kept.query)  # a shallow copy: only its compiler is its own
     query.get_compiler = lambda *args, **kwargs: compiler  # type: ignore[method-assign]
     # As ``QuerySet._clone``, without cloning the query (``copy.copy`` of a queryset would

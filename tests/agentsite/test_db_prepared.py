@@ -164,3 +164,35 @@ def test_uuids_and_dates_are_adapted_as_the_orm_adapts_them_and_a_shape_may_leav
         read(first.team_id, alice.pk, str(first.uuid), today, everyone=True)
     with pytest.raises(TypeError, match="is datetime, not date"):
         read(first.team_id, alice.pk, first.uuid, first.created_at, everyone=True)
+
+
+def _titled(conversation_id: int, title: str) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(pk=conversation_id, title=title).values_list("title", flat=True)
+
+
+def test_text_is_matched_exactly_and_a_lookup_that_rewrites_it_is_refused(conversations):
+    read = Prepared(_titled)
+    first = conversations[0]
+    assert read(first.pk, "c2") == ["c2"]
+    # Text the SQL would treat specially stays a value: no wildcard, no quote breaks out.
+    for hostile in ("c%", "c_", "c2' OR '1'='1", "\x1fprepared-standin-a-1"):
+        assert read(first.pk, hostile) == []
+    with pytest.raises(TypeError, match="is int, not str"):
+        read(first.pk, 2)
+    def containing(conversation_id: int, text: str) -> QuerySet[Conversation]:
+        return Conversation.objects.filter(pk=conversation_id, title__icontains=text)
+
+    with pytest.raises(ImproperlyConfigured, match="does not reach the SQL as it is"):
+        Prepared(containing)(first.pk, "c")
+
+
+def test_the_sql_for_a_raw_statement_is_the_orms_with_the_calls_values(conversations):
+    read = Prepared(_titled)
+    first, second = conversations
+    for conversation in (first, second):
+        sql, params = read.sql(conversation.pk, conversation.title)
+        expected_sql, expected_params = _titled(conversation.pk, conversation.title).query.sql_with_params()
+        assert (sql, list(params)) == (expected_sql, list(expected_params))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            assert cursor.fetchall() == [(conversation.title,)]
