@@ -37,10 +37,10 @@ from traces.models import Trace
 from traces.record.live import announce_sync
 from traces.record.services import (
     duration_ms,
+    owned_where,
     reason_sentence,
     steps_interrupt,
     trace_for_live,
-    trace_owned,
 )
 
 logger = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             extra["cancel_requested_at"] = Coalesce(F("cancel_requested_at"),
                                                     Value(outcome.stop_requested_at))
         # What the trace is once closed comes back from the same statement.
-        closed = update_returning(trace_owned(trace_id, attempt), {
+        closed = update_returning(Trace, owned_where(trace_id, attempt), {
             "status": outcome.status, "error": outcome.error, "error_kind": outcome.error_kind[:32],
             "answer": outcome.answer, "iterations": outcome.iterations, "finished_at": now,
             "duration_ms": duration_ms(row["started_at"], now), "event_seq": F("event_seq") + 1,

@@ -1,17 +1,33 @@
 """``UPDATE ... RETURNING`` through the ORM: a write that also reads back what it wrote, in one
 statement instead of an update and a select (PostgreSQL; SQLite from 3.35). Django compiles the
 update (its expressions, its adaptation of values) and converts what comes back; only the
-``RETURNING`` clause is added."""
+``RETURNING`` clause is added.
+
+The hot writes of a turn (a step's event number, the trace's totals, its close) repeat a few
+shapes thousands of times, and building and compiling the update cost several times running it.
+So each shape (the model, the filter's fields, which values are set, added to or NULL, what
+comes back) is compiled by the ORM once per process; later calls adapt their values as the
+ORM adapts them (a field's ``get_db_prep_save``, an exact lookup's ``get_db_prep_value``) into
+the kept SQL. The first compile checks that adaptation against the ORM's own parameters, and a
+shape whose parameters it cannot reproduce (an expression, a model instance, a value the
+backend adapts differently) is compiled by the ORM at every call, as before.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import F, Model, Value
+from django.db.models.expressions import CombinedExpression
 from django.db.models.sql import UpdateQuery
+
+# Shapes kept per process: a turn's writes have a handful; past this, the ORM compiles.
+SHAPES = 256
 
 
 def update_returns_rows(using: str = "default") -> bool:
@@ -20,32 +36,144 @@ def update_returns_rows(using: str = "default") -> bool:
     return vendor == "postgresql" or (vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 35))
 
 
-def update_returning(rows: QuerySet, values: Mapping[str, Any],
-                     returning: Sequence[str]) -> dict[str, Any] | None:
-    """``rows.update(**values)``, returning the named fields of the updated row as they are
-    after it (None when no row matched). For an update of one row of one table, as a filter on
-    the model's own columns makes; with a database that cannot (``update_returns_rows``), an
-    update and then a read of that row."""
-    if not update_returns_rows(rows.db):
-        matched = list(rows.values_list("pk", flat=True)[:2])
-        if len(matched) != 1 or not rows.update(**values):
+@dataclass(frozen=True)
+class _Kept:
+    sql: str
+    # Per parameter, the backend's own type for it where it is not the adapted value's (psycopg's
+    # typed ints), else None.
+    wraps: tuple[type | None, ...]
+    converters: tuple[tuple[int, list[Any], Any], ...]
+
+
+_kept: dict[tuple[Any, ...], _Kept | None] = {}
+_lock = threading.Lock()
+
+
+def update_returning(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
+                     returning: Sequence[str], *, using: str = "default") -> dict[str, Any] | None:
+    """``model.objects.filter(**where).update(**values)``, returning the named fields of the
+    updated row as they are after it (None when no row matched; more than one is a
+    ``ValueError``). For an update of one row of one table, by a filter of equalities on the
+    model's own columns. With a database that cannot (``update_returns_rows``), an update and
+    then a read of that row."""
+    rows = model._base_manager.using(using)
+    if not update_returns_rows(using):
+        matched = list(rows.filter(**where).values_list("pk", flat=True)[:2])
+        if len(matched) != 1 or not rows.filter(pk=matched[0], **where).update(**values):
             return None
-        return rows.model._base_manager.using(rows.db).filter(pk=matched[0]).values(*returning).get()
-    connection = connections[rows.db]
-    model = rows.model
-    query = rows.query.chain(UpdateQuery)
-    query.add_update_values(values)
-    sql, params = query.get_compiler(rows.db).as_sql()
-    fields = [model._meta.get_field(name) for name in returning]
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+        return rows.filter(pk=matched[0]).values(*returning).get()
+    connection = connections[using]
+    shape = _shape(model, where, values, returning, using)
+    kept = _kept.get(shape) if shape is not None else None
+    if kept is not None:
+        params = [param if wrap is None else wrap(param)
+                  for param, wrap in zip(_params(model, where, values, connection), kept.wraps, strict=True)]
+        sql, converters = kept.sql, kept.converters
+    else:
+        sql, params, converters = _compiled(model, where, values, returning, using)
+        if shape is not None and shape not in _kept:
+            _keep(shape, model, where, values, connection, sql, params, converters)
     with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {columns}", params)
+        cursor.execute(sql, params)
         found = cursor.fetchall()
     if not found:
         return None
     if len(found) > 1:
         raise ValueError(f"update_returning updated {len(found)} rows of {model.__name__}, not one")
-    reading = rows.query.get_compiler(rows.db)
-    converters = reading.get_converters([field.get_col(model._meta.db_table) for field in fields])
-    row = next(reading.apply_converters(found, converters)) if converters else found[0]
+    row = list(found[0])
+    for position, functions, expression in converters:
+        for convert in functions:
+            row[position] = convert(row[position], expression, connection)
     return dict(zip(returning, row, strict=True))
+
+
+def _added(name: str, value: Any) -> Any:
+    """The amount of ``F(name) + amount``, or None when ``value`` is not that."""
+    if (isinstance(value, CombinedExpression) and value.connector == "+" and isinstance(value.lhs, F)
+            and value.lhs.name == name and isinstance(value.rhs, Value)):
+        return value.rhs.value
+    return None
+
+
+def _shape(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
+           returning: Sequence[str], using: str) -> tuple[Any, ...] | None:
+    """What the SQL depends on, or None when a value is one this module does not adapt itself."""
+    filters = []
+    for name, value in where.items():
+        if value is not None and (hasattr(value, "resolve_expression") or isinstance(value, Model | list | tuple)):
+            return None
+        filters.append((name, value is None))
+    changes = []
+    for name, value in values.items():
+        amount = _added(name, value)
+        if amount is not None:
+            changes.append((name, "add", type(amount)))
+        elif value is None:
+            changes.append((name, "null", None))
+        elif hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
+            return None
+        else:
+            changes.append((name, "set", None))
+    return (using, model, tuple(sorted(filters)), tuple(changes), tuple(returning))
+
+
+def _params(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
+            connection: Any) -> list[Any]:
+    """The update's parameters as the ORM adapts them: the values set, in their order, then
+    the filter's (the ORM sorts a filter's keywords)."""
+    meta = model._meta
+    params = []
+    for name, value in values.items():
+        amount = _added(name, value)
+        if amount is not None:
+            params.append(Value(amount).output_field.get_db_prep_value(amount, connection=connection))
+        elif value is not None:
+            params.append(meta.get_field(name).get_db_prep_save(value, connection=connection))
+    for name in sorted(where):
+        value = where[name]
+        if value is not None:
+            field = meta.pk if name == "pk" else meta.get_field(name)
+            params.append(field.get_db_prep_value(field.get_prep_value(value), connection, prepared=True))
+    return params
+
+
+def _compiled(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
+              returning: Sequence[str], using: str) -> tuple[str, list[Any], tuple[Any, ...]]:
+    """The ORM's SQL and parameters for the update, with its ``RETURNING`` clause, and the
+    converters of what comes back."""
+    connection = connections[using]
+    rows = model._base_manager.using(using).filter(**where)
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(using).as_sql()
+    fields = [model._meta.get_field(name) for name in returning]
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    reading = rows.query.get_compiler(using)
+    converters = reading.get_converters([field.get_col(model._meta.db_table) for field in fields])
+    return (f"{sql} RETURNING {columns}", list(params),
+            tuple((position, functions, expression) for position, (functions, expression) in converters.items()))
+
+
+def _keep(shape: tuple[Any, ...], model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
+          connection: Any, sql: str, params: list[Any], converters: tuple[Any, ...]) -> None:
+    """Keep the shape's SQL when this module's adaptation gives the ORM's own parameters; mark
+    it as the ORM's to compile otherwise."""
+    kept: _Kept | None = None
+    try:
+        mine = _params(model, where, values, connection)
+    except Exception:  # noqa: BLE001 - whatever fails here is the ORM's to do, at every call
+        mine = None
+    if mine is not None and len(mine) == len(params):
+        wraps: list[type | None] = []
+        for ours, theirs in zip(mine, params, strict=True):
+            wrap = None if type(ours) is type(theirs) else type(theirs)
+            if wrap is not None and (isinstance(ours, bool) or not isinstance(ours, int)):
+                break  # only an int may take the backend's own int type
+            if (ours if wrap is None else wrap(ours)) != theirs:
+                break
+            wraps.append(wrap)
+        else:
+            kept = _Kept(sql=sql, wraps=tuple(wraps), converters=converters)
+    with _lock:
+        if len(_kept) < SHAPES:
+            _kept[shape] = kept

@@ -6,9 +6,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from agents.models import Conversation
+from agentsite.db import returning
 from agentsite.db.returning import update_returning
 from tests.helpers import work_counted
 from traces.models import Trace
@@ -26,7 +29,7 @@ def trace(make_agent, alice):
 
 def test_the_row_comes_back_as_written_in_one_statement(trace):
     with work_counted() as work:
-        row = update_returning(Trace.objects.filter(pk=trace.pk, status=trace.status),
+        row = update_returning(Trace, {"pk": trace.pk, "status": trace.status},
                                {"cost_usd": F("cost_usd") + Decimal("0.0000000001"),
                                 "event_seq": F("event_seq") + 2, "meta": {"b": [2]}},
                                ["event_seq", "cost_usd", "meta", "conversation_id"])
@@ -38,7 +41,7 @@ def test_the_row_comes_back_as_written_in_one_statement(trace):
 
 
 def test_nothing_matched_is_none_and_nothing_is_written(trace):
-    assert update_returning(Trace.objects.filter(pk=trace.pk, status="finished-long-ago"),
+    assert update_returning(Trace, {"pk": trace.pk, "status": "finished-long-ago"},
                             {"event_seq": F("event_seq") + 1}, ["event_seq"]) is None
     assert Trace.objects.get(pk=trace.pk).event_seq == 3
 
@@ -46,4 +49,53 @@ def test_nothing_matched_is_none_and_nothing_is_written(trace):
 def test_more_than_one_row_is_refused(trace):
     Trace.objects.create(team=trace.team, conversation=trace.conversation, agent=trace.agent, user=trace.user)
     with pytest.raises(ValueError, match="updated 2 rows"):
-        update_returning(Trace.objects.filter(conversation=trace.conversation), {"event_seq": 9}, ["event_seq"])
+        update_returning(Trace, {"conversation": trace.conversation}, {"event_seq": 9}, ["event_seq"])
+    with pytest.raises(ValueError, match="updated 2 rows"):  # by its id, as a kept shape runs it
+        update_returning(Trace, {"conversation_id": trace.conversation_id}, {"event_seq": 9}, ["event_seq"])
+
+
+orm_compiled = returning._compiled
+
+
+def _owned_update(trace, *, attempts, cost, seq, answer, finished):
+    return update_returning(
+        Trace, {"pk": trace.pk, "status": Trace.Status.RUNNING, "attempts": attempts},
+        {"cost_usd": F("cost_usd") + cost, "event_seq": F("event_seq") + seq, "answer": answer,
+         "finished_at": finished},
+        ["event_seq", "cost_usd", "answer", "finished_at"])
+
+
+def test_a_shape_compiled_once_writes_and_reads_each_calls_values_as_the_orm_does(trace, monkeypatch):
+    """The first call of a shape is the ORM's; the later ones adapt their own values into its
+    SQL, and what they write and read back is what the ORM writes and reads."""
+    Trace.objects.filter(pk=trace.pk).update(status=Trace.Status.RUNNING, attempts=2)
+    compiled = []
+    monkeypatch.setattr(returning, "_compiled", lambda *args, **kw: compiled.append(args) or orm_compiled(*args, **kw))
+    later = timezone.now()
+    calls = [(Decimal("0.5"), 1, "first", None), (Decimal("0.0000000003"), 2, "it's \"quoted\" %s", later),
+             (Decimal("1"), 3, "", later)]
+    expected_seq, expected_cost = 3, Decimal("0.25")
+    for cost, seq, answer, finished in calls:
+        with work_counted() as work:
+            row = _owned_update(trace, attempts=2, cost=cost, seq=seq, answer=answer, finished=finished)
+        expected_seq, expected_cost = expected_seq + seq, expected_cost + cost
+        assert work.queries == 1
+        assert row == {"event_seq": expected_seq, "cost_usd": expected_cost, "answer": answer,
+                       "finished_at": finished}
+        stored = Trace.objects.get(pk=trace.pk)
+        assert (stored.event_seq, stored.cost_usd, stored.answer, stored.finished_at) == (
+            expected_seq, expected_cost, answer, finished)
+    # Another attempt's values match no row, through the same kept SQL.
+    assert _owned_update(trace, attempts=1, cost=Decimal("1"), seq=1, answer="x", finished=None) is None
+    assert Trace.objects.get(pk=trace.pk).event_seq == expected_seq
+    # Two shapes (finished_at NULL, and set), each compiled by the ORM once per process.
+    assert len(compiled) <= 2
+
+
+def test_an_expression_or_an_instance_is_compiled_by_the_orm_at_every_call(trace, alice):
+    for _ in range(2):
+        row = update_returning(Trace, {"pk": trace.pk, "user": alice},
+                               {"cancel_requested_at": Coalesce(F("cancel_requested_at"), Value(timezone.now())),
+                                "event_seq": F("event_seq") * 1 + 1}, ["event_seq", "cancel_requested_at"])
+        assert row is not None and row["cancel_requested_at"] is not None
+    assert Trace.objects.get(pk=trace.pk).event_seq == 5

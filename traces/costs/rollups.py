@@ -166,10 +166,10 @@ def moves_apply(*, trace_id: int, attempt: int | None, moves: dict[tuple[date, s
     changes["event_seq"] = F("event_seq") + (2 if moved else 1)
     if new_steps:
         changes["step_count"] = F("step_count") + new_steps
-    rows = Trace.objects.filter(pk=trace_id)
+    where: dict[str, Any] = {"pk": trace_id}
     if attempt is not None:
-        rows = rows.filter(status=Trace.Status.RUNNING, attempts=attempt)
-    row = update_returning(rows, changes, [*DIM_FIELDS, "event_seq", *TOTAL_FIELDS])
+        where.update(status=Trace.Status.RUNNING, attempts=attempt)
+    row = update_returning(Trace, where, changes, [*DIM_FIELDS, "event_seq", *TOTAL_FIELDS])
     if row is None:
         raise LookupError(f"trace {trace_id} is not owned by attempt {attempt}")
     ledger_apply(_dims(row, event_seq=row["event_seq"] if moved else 0), moves)

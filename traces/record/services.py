@@ -46,7 +46,14 @@ class TraceNotOwned(Exception):  # noqa: N818 - a state, not a programming error
 
 # -- helpers ------------------------------------------------------------------------------------
 def trace_owned(trace_id: int, attempt: int) -> QuerySet[Trace]:
-    return Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
+    return Trace.objects.filter(**owned_where(trace_id, attempt))
+
+
+def owned_where(trace_id: int, attempt: int | None) -> dict[str, Any]:
+    """The filter of ``trace_owned`` (without ``attempt``: the trace, whoever runs it)."""
+    if attempt is None:
+        return {"pk": trace_id}
+    return {"pk": trace_id, "status": Status.RUNNING, "attempts": attempt}
 
 
 def event_bump(trace_id: int, attempt: int | None = None, *, events: int = 1,
@@ -56,11 +63,10 @@ def event_bump(trace_id: int, attempt: int | None = None, *, events: int = 1,
     owns it; ``new_steps`` adds to its step count. One statement (``UPDATE ... RETURNING``):
     the hottest write of a turn. Call inside a transaction: the row stays locked until it
     commits."""
-    rows = trace_owned(trace_id, attempt) if attempt is not None else Trace.objects.filter(pk=trace_id)
     changes: dict[str, Any] = {**(fields or {}), "event_seq": F("event_seq") + events}
     if new_steps:
         changes["step_count"] = F("step_count") + new_steps
-    row = update_returning(rows, changes, ["event_seq"])
+    row = update_returning(Trace, owned_where(trace_id, attempt), changes, ["event_seq"])
     if row is None:
         raise TraceNotOwned(f"trace {trace_id} is no longer owned by attempt {attempt}")
     return int(row["event_seq"])
