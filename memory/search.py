@@ -24,6 +24,8 @@ SQLite and PostgreSQL alike. Equal scores are ordered by the back-end's rank.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -83,21 +85,24 @@ def coverage(terms: list[str], text: str) -> float:
 
 class SearchBackend:
     """Finds the entries of ``queryset`` that match any of ``terms``: ``(id, rank)`` pairs,
-    best first, at most ``limit``."""
+    best first, at most ``limit``. ``ids``: the SQL and parameters of the queryset's ids, when
+    the caller has them compiled already (a backend that embeds them uses them)."""
 
     vendor = ""
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+               ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         raise NotImplementedError
 
 
 class Fts5Search(SearchBackend):
     vendor = "sqlite"
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+               ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         # The subquery is the ORM's own SQL for ``queryset``, with its values as parameters.
-        subquery, params = queryset.values("id").query.sql_with_params()
+        subquery, params = ids or queryset.values("id").query.sql_with_params()
         sql = ("SELECT rowid, -bm25(memory_entry_fts) FROM memory_entry_fts "  # noqa: S608
                f"WHERE memory_entry_fts MATCH %s AND rowid IN ({subquery}) "
                "ORDER BY bm25(memory_entry_fts) LIMIT %s")
@@ -109,7 +114,8 @@ class Fts5Search(SearchBackend):
 class PostgresSearch(SearchBackend):
     vendor = "postgresql"
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
+    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+               ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         from django.contrib.postgres.search import SearchQuery, SearchRank
 
         vector = search_vector()
@@ -124,8 +130,8 @@ class PostgresSearch(SearchBackend):
 class LikeSearch(SearchBackend):
     """For databases without a full-text engine here: rank = the number of matching words."""
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int) -> list[tuple[int, float]]:
-
+    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+               ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         condition = Q()
         for term in terms:
             condition |= Q(content__icontains=term) | Q(key__icontains=term)

@@ -40,6 +40,7 @@ from agents.runtime.memory_context import (
     conversation_memory_key,
     is_autosave_noise,
 )
+from agentsite.db.prepared import Prepared
 
 from .models import MemoryEntry
 from .search import backend_for, coverage, search_terms
@@ -89,6 +90,27 @@ def entries_for(owner: MemoryOwner, scopes: tuple[str, ...] = ALL_SCOPES) -> Que
     if not condition:
         return MemoryEntry.objects.none()
     return MemoryEntry.objects.filter(condition, team_id=owner.team_id, agent_id=owner.agent_id)
+
+
+def _entry_ids(team_id: int, agent_id: int, user_id: int, conversation_id: int, end_user: str, *,
+               scopes: tuple[str, ...], user: bool, conversation: bool) -> QuerySet[MemoryEntry]:
+    owner = MemoryOwner(team_id, agent_id, user_id if user else None, conversation_id if conversation else None,
+                        end_user)
+    return entries_for(owner, scopes).values("id")
+
+
+# The ids a recall searches among, at every turn's start: compiled once per process.
+_entry_ids_read = Prepared(_entry_ids)
+
+
+def _entry_ids_sql(owner: MemoryOwner, scopes: tuple[str, ...]) -> tuple[str, tuple[Any, ...]] | None:
+    """``entries_for(owner, scopes)``'s ids as SQL and parameters; None when it is empty."""
+    user, conversation = owner.user_id is not None, owner.conversation_id is not None
+    if Scope.AGENT not in scopes and not (Scope.USER in scopes and user) and not (
+            Scope.CONVERSATION in scopes and conversation):
+        return None
+    return _entry_ids_read.sql(owner.team_id, owner.agent_id, owner.user_id or 0, owner.conversation_id or 0,
+                               owner.end_user, scopes=tuple(scopes), user=user, conversation=conversation)
 
 
 def _owner_lookup(owner: MemoryOwner, scope: str, key: str) -> dict[str, Any]:
@@ -155,7 +177,10 @@ def memory_recall(*, owner: MemoryOwner, query: str, limit: int = 5, min_relevan
     terms = search_terms(query)
     if not terms:
         return []
-    ranked = backend_for().search(entries, terms, limit * CANDIDATES_PER_RESULT)
+    ids = _entry_ids_sql(owner, scopes)
+    if ids is None:
+        return []
+    ranked = backend_for().search(entries, terms, limit * CANDIDATES_PER_RESULT, ids=ids)
     if not ranked:
         return []
     rank = dict(ranked)
