@@ -86,23 +86,30 @@ def coverage(terms: list[str], text: str) -> float:
 class SearchBackend:
     """Finds the entries of ``queryset`` that match any of ``terms``: ``(id, rank)`` pairs,
     best first, at most ``limit``. ``ids``: the SQL and parameters of the queryset's ids, when
-    the caller has them compiled already (a backend that embeds them uses them)."""
+    the caller has them compiled already (a backend that embeds them uses them, and is given
+    no ``queryset`` then: ``filters_queryset`` False)."""
 
     vendor = ""
+    filters_queryset = True
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+    def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         raise NotImplementedError
 
 
 class Fts5Search(SearchBackend):
     vendor = "sqlite"
+    filters_queryset = False
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+    def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         # The subquery is the ORM's own SQL for ``queryset``, with its values as parameters.
-        subquery, params = ids or queryset.values("id").query.sql_with_params()
+        if ids is None:
+            if queryset is None:
+                raise ValueError("FTS5 search needs the entries' ids or their queryset")
+            ids = queryset.values("id").query.sql_with_params()
+        subquery, params = ids
         sql = ("SELECT rowid, -bm25(memory_entry_fts) FROM memory_entry_fts "  # noqa: S608
                f"WHERE memory_entry_fts MATCH %s AND rowid IN ({subquery}) "
                "ORDER BY bm25(memory_entry_fts) LIMIT %s")
@@ -114,7 +121,7 @@ class Fts5Search(SearchBackend):
 class PostgresSearch(SearchBackend):
     vendor = "postgresql"
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+    def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         from django.contrib.postgres.search import SearchQuery, SearchRank
 
@@ -130,7 +137,7 @@ class PostgresSearch(SearchBackend):
 class LikeSearch(SearchBackend):
     """For databases without a full-text engine here: rank = the number of matching words."""
 
-    def search(self, queryset: QuerySet, terms: list[str], limit: int,
+    def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         condition = Q()
         for term in terms:

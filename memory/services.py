@@ -171,21 +171,24 @@ def memory_recall(*, owner: MemoryOwner, query: str, limit: int = 5, min_relevan
     those scoring below ``min_relevance`` dropped. An empty query lists the newest entries
     (score None); a query of stop words only finds nothing."""
     limit = max(1, min(int(limit), MAX_RECALL_LIMIT))
-    entries = entries_for(owner, scopes)
     if not (query or "").strip():
-        return [Recalled(e, None) for e in entries.order_by("-updated_at", "-id")[:limit]]
+        return [Recalled(e, None) for e in entries_for(owner, scopes).order_by("-updated_at", "-id")[:limit]]
     terms = search_terms(query)
     if not terms:
         return []
     ids = _entry_ids_sql(owner, scopes)
     if ids is None:
         return []
-    ranked = backend_for().search(entries, terms, limit * CANDIDATES_PER_RESULT, ids=ids)
+    # Every turn recalls, and most find nothing: the entries are built as a queryset only
+    # for a backend that filters one, and for what was found.
+    backend = backend_for()
+    searched = entries_for(owner, scopes) if backend.filters_queryset else None
+    ranked = backend.search(searched, terms, limit * CANDIDATES_PER_RESULT, ids=ids)
     if not ranked:
         return []
     rank = dict(ranked)
     found = []
-    for entry in entries.filter(id__in=list(rank)):
+    for entry in entries_for(owner, scopes).filter(id__in=list(rank)):
         score = coverage(terms, f"{entry.key} {entry.content}")
         if score >= min_relevance:
             found.append(Recalled(entry, round(score, 4)))

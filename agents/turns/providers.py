@@ -65,7 +65,7 @@ def reliable_provider(*, agent: Agent, primary: Provider,
     entries = agent.fallbacks if isinstance(agent.fallbacks, list) else []
     names = {str(e.get("provider", "")) for e in entries if isinstance(e, dict)}
     rows = {p.name: p for p in Provider.objects.filter(team_id=agent.team_id, name__in=names)
-            .prefetch_related("model_settings")}
+            .prefetch_related("model_settings")} if names else {}  # most agents have no fallbacks
     for entry in entries:
         if not isinstance(entry, dict):
             continue
