@@ -39,6 +39,7 @@ from agents.turns.selectors import (
     sent_message_read,
 )
 from agents.turns.windows import ESTIMATE_MARGIN, agent_window
+from agentsite.db.returning import create
 from agentsite.models import ApiKey, Membership
 from traces.export.ids import parse_traceparent
 from traces.models import Trace
@@ -60,10 +61,10 @@ def conversation_create(*, membership: Membership, agent: Agent, title: str = ""
     if agent.team_id != membership.team_id:
         raise PermissionDenied("That agent belongs to another team.")
     fields = {"uuid": conversation_uuid} if conversation_uuid is not None else {}
-    return Conversation.objects.create(team_id=membership.team_id, agent=agent,
-                                       created_by_id=membership.user_id, api_key=api_key,
-                                       ephemeral=ephemeral, title=(title or "").strip()[:200],
-                                       end_user=end_user, **fields)
+    return create(Conversation, team_id=membership.team_id, agent=agent,
+                  created_by_id=membership.user_id, api_key=api_key,
+                  ephemeral=ephemeral, title=(title or "").strip()[:200],
+                  end_user=end_user, **fields)
 
 
 def message_text_clean(text: str, *, images: int = 0) -> str:
@@ -222,8 +223,8 @@ def turn_send(*, acting: Acting, text: str,
         elif parent is not LATEST and _parent_in(conversation, parent) is not None:
             parent_turn = parent
         blocks = RuntimeMessage.user(text).to_dict()["blocks"] + [image_block(a).to_dict() for a in images]
-        message = Message.objects.create(
-            conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author_id=membership.user_id,
+        message = create(
+            Message, conversation=conversation, role=Message.Role.USER, blocks=blocks, text=text, author_id=membership.user_id,
             parent_turn=parent_turn, client_id=client_id)
         if images:
             Attachment.objects.filter(pk__in=[a.pk for a in images]).update(message=message)
@@ -302,8 +303,8 @@ def _turn_create(*, conversation: Conversation, agent: Agent, user_id: int, mess
     was created in this transaction (nothing of it is in flight)."""
     now = timezone.now()
     earlier = [] if new_conversation else active_traces_read(conversation.pk)
-    trace = Trace.objects.create(
-        team_id=conversation.team_id, conversation=conversation, agent=agent,
+    trace = create(
+        Trace, team_id=conversation.team_id, conversation=conversation, agent=agent,
         agent_version=agent.version, user_id=user_id, user_message=message,
         status=Trace.Status.QUEUED, enqueued_at=None if earlier else now, **fields)
     trace.user_message = message

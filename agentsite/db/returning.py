@@ -11,20 +11,26 @@ ORM adapts them (a field's ``get_db_prep_save``, an exact lookup's ``get_db_prep
 the kept SQL. The first compile checks that adaptation against the ORM's own parameters, and a
 shape whose parameters it cannot reproduce (an expression, a model instance, a value the
 backend adapts differently) is compiled by the ORM at every call, as before.
+
+New rows go the same way (``insert``, ``create``): an ``INSERT ... RETURNING`` compiled once per
+model and set of columns, the values adapted as ``Model.save`` adapts them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connections
-from django.db.models import F, Model, Value
+from django.db import connections, transaction
+from django.db.models import F, Field, Model, Value, signals
 from django.db.models.expressions import CombinedExpression
-from django.db.models.sql import UpdateQuery
+from django.db.models.sql import InsertQuery, UpdateQuery
+
+M = TypeVar("M", bound=Model)
 
 # Shapes kept per process: a turn's writes have a handful; past this, the ORM compiles.
 SHAPES = 256
@@ -158,22 +164,111 @@ def _keep(shape: tuple[Any, ...], model: type[Model], where: Mapping[str, Any], 
           connection: Any, sql: str, params: list[Any], converters: tuple[Any, ...]) -> None:
     """Keep the shape's SQL when this module's adaptation gives the ORM's own parameters; mark
     it as the ORM's to compile otherwise."""
-    kept: _Kept | None = None
     try:
         mine = _params(model, where, values, connection)
     except Exception:  # noqa: BLE001 - whatever fails here is the ORM's to do, at every call
         mine = None
-    if mine is not None and len(mine) == len(params):
-        wraps: list[type | None] = []
-        for ours, theirs in zip(mine, params, strict=True):
-            wrap = None if type(ours) is type(theirs) else type(theirs)
-            if wrap is not None and (isinstance(ours, bool) or not isinstance(ours, int)):
-                break  # only an int may take the backend's own int type
-            if (ours if wrap is None else wrap(ours)) != theirs:
-                break
-            wraps.append(wrap)
-        else:
-            kept = _Kept(sql=sql, wraps=tuple(wraps), converters=converters)
+    wraps = _wraps(mine, params)
+    kept = None if wraps is None else _Kept(sql=sql, wraps=wraps, converters=converters)
     with _lock:
         if len(_kept) < SHAPES:
             _kept[shape] = kept
+
+
+def _wraps(mine: Sequence[Any] | None, theirs: Sequence[Any]) -> tuple[type | None, ...] | None:
+    """Per parameter, the backend's own type that the ORM gave it where ours differs (psycopg's
+    typed ints), or None; None for all when ``mine`` is not the ORM's ``theirs``."""
+    if mine is None or len(mine) != len(theirs):
+        return None
+    wraps: list[type | None] = []
+    for ours, orms in zip(mine, theirs, strict=True):
+        wrap = None if type(ours) is type(orms) else type(orms)
+        if wrap is not None and (isinstance(ours, bool) or not isinstance(ours, int)):
+            return None  # only an int may take the backend's own int type
+        if not _equal(ours if wrap is None else wrap(ours), orms):
+            return None
+        wraps.append(wrap)
+    return tuple(wraps)
+
+
+def _equal(ours: Any, orms: Any) -> bool:
+    # psycopg's JSON adapter (``Jsonb``) has no equality of its own: its object and dumper are it.
+    if type(ours) is type(orms) and hasattr(orms, "obj") and hasattr(orms, "dumps"):
+        return bool(ours.obj == orms.obj and ours.dumps is orms.dumps)
+    return bool(ours == orms)
+
+
+# -- INSERT ... RETURNING -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _KeptInsert:
+    sql: str
+    wraps: tuple[type | None, ...]
+    returning_params: tuple[Any, ...]
+    returning: tuple[Field, ...]
+    converters: tuple[tuple[int, list[Any], Any], ...]
+
+
+_kept_inserts: dict[tuple[Any, ...], _KeptInsert | None] = {}
+
+
+def insert(obj: Model, *, using: str = "default") -> None:
+    """``obj.save(force_insert=True)`` for a new row of one table (its primary key and the
+    database's defaults set on ``obj`` from the same statement), compiled by the ORM once per
+    model and set of columns. A model with parents, with ``pre_save`` or ``post_save``
+    receivers, or a database that cannot return columns from an insert, is saved by the ORM."""
+    model = type(obj)
+    meta = model._meta
+    connection = connections[using]
+    if (meta.parents or meta.order_with_respect_to or not connection.features.can_return_columns_from_insert
+            or signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model)):
+        obj.save(force_insert=True, using=using)
+        return
+    obj._prepare_related_fields_for_save(operation_name="save")
+    if not obj._is_pk_set(meta):
+        setattr(obj, meta.pk.attname, meta.pk.get_pk_value_on_save(obj))
+    pk_set = obj._is_pk_set(meta)
+    fields = [f for f in meta.local_concrete_fields if not f.generated and (pk_set or f is not meta.auto_field)]
+    values = [f.pre_save(obj, True) for f in fields]  # as the ORM's insert does (auto_now_add ...)
+    if any(hasattr(value, "resolve_expression") for value in values):
+        obj.save(force_insert=True, using=using)
+        return
+    key = (using, model, tuple(f.attname for f in fields))
+    kept = _kept_inserts.get(key)
+    params = [f.get_db_prep_save(value, connection=connection) for f, value in zip(fields, values, strict=True)]
+    if kept is None:
+        query = InsertQuery(model)
+        query.insert_values(fields, [obj], raw=True)  # the values pre_save gave, not new ones
+        compiler = query.get_compiler(using=using)
+        compiler.returning_fields = meta.db_returning_fields
+        [(sql, orms)] = compiler.as_sql()
+        returning = tuple(meta.db_returning_fields)
+        converters = compiler.get_converters([f.get_col(meta.db_table) for f in returning])
+        candidate = _KeptInsert(sql=sql, wraps=(), returning_params=tuple(compiler.returning_params),
+                                returning=returning, converters=tuple(
+                                    (position, functions, expression)
+                                    for position, (functions, expression) in converters.items()))
+        if key not in _kept_inserts:
+            wraps = _wraps(params, orms)
+            with _lock:
+                if len(_kept_inserts) < SHAPES:
+                    _kept_inserts[key] = None if wraps is None else dataclasses.replace(candidate, wraps=wraps)
+        kept, params = candidate, list(orms)
+    else:
+        params = [param if wrap is None else wrap(param) for param, wrap in zip(params, kept.wraps, strict=True)]
+    with transaction.mark_for_rollback_on_error(using=using), connection.cursor() as cursor:
+        cursor.execute(kept.sql, params)
+        row = list(connection.ops.fetch_returned_insert_columns(cursor, kept.returning_params))
+    for position, functions, expression in kept.converters:
+        for convert in functions:
+            row[position] = convert(row[position], expression, connection)
+    for field, value in zip(kept.returning, row, strict=True):
+        setattr(obj, field.attname, value)
+    obj._state.adding = False
+    obj._state.db = using
+
+
+def create(model: type[M], **values: Any) -> M:
+    """``model.objects.create(**values)`` through ``insert``."""
+    obj = model(**values)
+    insert(obj)
+    return obj

@@ -6,11 +6,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.db.models import F, Value
+from django.db.models import F, Value, signals
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.models import Conversation
+from agents.models import Conversation, Message
 from agentsite.db import returning
 from agentsite.db.returning import update_returning
 from tests.helpers import work_counted
@@ -99,3 +99,48 @@ def test_an_expression_or_an_instance_is_compiled_by_the_orm_at_every_call(trace
                                 "event_seq": F("event_seq") * 1 + 1}, ["event_seq", "cancel_requested_at"])
         assert row is not None and row["cancel_requested_at"] is not None
     assert Trace.objects.get(pk=trace.pk).event_seq == 5
+
+
+def test_a_new_row_is_stored_as_the_orms_create_stores_it_compiled_once(trace, monkeypatch):
+    compiles = []
+
+    class Counted(returning.InsertQuery):
+        def get_compiler(self, *args, **kwargs):
+            compiles.append(self.model)
+            return super().get_compiler(*args, **kwargs)
+
+    monkeypatch.setattr(returning, "InsertQuery", Counted)
+    made = []
+    for text in ("first", "it's \"quoted\" %s", "third"):
+        with work_counted() as work:
+            message = returning.create(Message, conversation=trace.conversation, role=Message.Role.USER,
+                                       blocks=[{"type": "text", "text": text}], text=text, trace=trace,
+                                       usage={"input_tokens": len(text)})
+        assert work.queries == 1
+        assert message.pk is not None and not message._state.adding and message._state.db == "default"
+        made.append(message)
+    # Compiled once (none if an earlier test kept this set of columns already).
+    assert len(compiles) <= 1
+    by_orm = Message.objects.create(conversation=trace.conversation, role=Message.Role.USER,
+                                    blocks=[{"type": "text", "text": "orm"}], text="orm", trace=trace)
+    stored = {m.pk: m for m in Message.objects.filter(pk__in=[m.pk for m in [*made, by_orm]])}
+    for message in made:
+        again = stored[message.pk]
+        assert (again.uuid, again.text, again.blocks, again.usage, again.created_at, again.trace_id) == (
+            message.uuid, message.text, message.blocks, message.usage, message.created_at, trace.pk)
+        assert again.created_at is not None and again.uuid != by_orm.uuid
+    assert [m.pk for m in made] == sorted(m.pk for m in made) and made[-1].pk < by_orm.pk
+
+
+def test_a_model_with_save_receivers_is_saved_by_the_orm(trace):
+    heard = []
+
+    def receiver(sender, instance, created, **kwargs):
+        heard.append((instance.pk, created))
+
+    signals.post_save.connect(receiver, sender=Conversation, dispatch_uid="test-insert-receiver")
+    try:
+        conversation = returning.create(Conversation, team=trace.team, agent=trace.agent, created_by=trace.user)
+    finally:
+        signals.post_save.disconnect(dispatch_uid="test-insert-receiver", sender=Conversation)
+    assert heard == [(conversation.pk, True)]

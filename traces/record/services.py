@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
-from agentsite.db.returning import update_returning
+from agentsite.db.returning import insert, update_returning
 
 from ..costs import rollups
 from ..export import pipeline as export_pipeline
@@ -251,16 +251,19 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
         else:
             step.event_seq = event_bump(trace_id, attempt, new_steps=int(created))
         if created:
-            step.save(force_insert=True)
+            insert(step)
         else:
             step.save(update_fields=[*changed, "event_seq"])  # only what moved
-        if payloads:
-            StepPayload.objects.bulk_create(
-                [StepPayload(step=step, kind=kind, content=content, content_type=content_type,
-                             size=len(content.encode()))
-                 for kind, (content, content_type) in payloads.items()],
-                **({} if created else {"update_conflicts": True, "unique_fields": ["step", "kind"],
-                                       "update_fields": ["content", "content_type", "size"]}))
+        made = [StepPayload(step=step, kind=kind, content=content, content_type=content_type,
+                            size=len(content.encode()))
+                for kind, (content, content_type) in payloads.items()]
+        if created and len(made) == 1:
+            insert(made[0])
+        elif created:
+            StepPayload.objects.bulk_create(made)
+        elif made:
+            StepPayload.objects.bulk_create(made, update_conflicts=True, unique_fields=["step", "kind"],
+                                            update_fields=["content", "content_type", "size"])
         if was_open and step.status in (Step.Status.OK, Step.Status.ERROR):
             # Its span leaves once the step is committed (traces.export), off this thread.
             transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, seq))
