@@ -29,7 +29,7 @@ from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import app
 from agentsite.db.prepared import Prepared
-from agentsite.db.returning import update_returning
+from agentsite.db.returning import insert, update_returning
 from agentsite.models import Membership
 from traces.costs.rollups import TOTAL_FIELDS
 from traces.export import pipeline as export_pipeline
@@ -313,11 +313,13 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
         if (open_steps is None or open_steps) and steps_interrupt(trace_id=trace_id):
             closed = None  # their ends moved the trace's event number and totals: read it again
         transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
-        messages = Message.objects.bulk_create([
-            Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
-                    text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
-            for m in outcome.messages
-        ])
+        messages = [Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
+                            text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
+                    for m in outcome.messages]
+        if len(messages) == 1:  # a plain answer: the insert compiled once
+            insert(messages[0])
+        elif messages:
+            Message.objects.bulk_create(messages)
         if not row["ephemeral"]:  # a stateless request's conversation is listed nowhere
             Conversation.objects.filter(pk=row["conversation_id"]).update(updated_at=now)
         dispatched = dispatch_next(row["conversation_id"], now)

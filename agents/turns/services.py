@@ -39,7 +39,7 @@ from agents.turns.selectors import (
     sent_message_read,
 )
 from agents.turns.windows import ESTIMATE_MARGIN, agent_window
-from agentsite.db.returning import create
+from agentsite.db.returning import create, save_fields
 from agentsite.models import ApiKey, Membership
 from traces.export.ids import parse_traceparent
 from traces.models import Trace
@@ -235,7 +235,7 @@ def turn_send(*, acting: Acting, text: str,
                              message=message, new_conversation=new_conversation, uuid=trace_uuid, api_key=api_key,
                              quota_keys=quota_keys, **({"meta": trace_meta} if trace_meta else {}))
         message.trace = trace
-        message.save(update_fields=["trace"])
+        save_fields(message, ["trace"])
         if not conversation.title:
             conversation.title = _title_from(text)
             Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)

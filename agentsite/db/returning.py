@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Field, Model, Value, signals
 from django.db.models.expressions import CombinedExpression
 from django.db.models.sql import InsertQuery, UpdateQuery
@@ -265,6 +265,22 @@ def insert(obj: Model, *, using: str = "default") -> None:
         setattr(obj, field.attname, value)
     obj._state.adding = False
     obj._state.db = using
+
+
+def save_fields(obj: M, names: Sequence[str], *, using: str = "default") -> None:
+    """``obj.save(update_fields=names)`` as one ``update_returning`` of its row (compiled once
+    per model and set of fields); a model with parents or save receivers is saved by the ORM."""
+    model = type(obj)
+    meta = model._meta
+    if meta.parents or signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model):
+        obj.save(update_fields=names, using=using)
+        return
+    values = {}
+    for name in names:
+        field = meta.get_field(name)
+        values[field.attname] = field.pre_save(obj, False)
+    if update_returning(model, {"pk": obj.pk}, values, [meta.pk.attname], using=using) is None:
+        raise DatabaseError("Save with update_fields did not affect any rows.")
 
 
 def create(model: type[M], **values: Any) -> M:

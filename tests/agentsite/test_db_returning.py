@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.db import DatabaseError
 from django.db.models import F, Value, signals
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -144,3 +145,17 @@ def test_a_model_with_save_receivers_is_saved_by_the_orm(trace):
     finally:
         signals.post_save.disconnect(dispatch_uid="test-insert-receiver", sender=Conversation)
     assert heard == [(conversation.pk, True)]
+
+
+def test_saving_some_fields_writes_only_those_and_a_missing_row_is_an_error(trace):
+    Trace.objects.filter(pk=trace.pk).update(error="written by another")
+    trace.answer, trace.meta, trace.event_seq = "written", {"kept": True}, 11
+    with work_counted() as work:
+        returning.save_fields(trace, ["answer", "meta", "event_seq"])
+    assert work.queries == 1
+    stored = Trace.objects.get(pk=trace.pk)
+    assert (stored.answer, stored.meta, stored.event_seq, stored.error) == (
+        "written", {"kept": True}, 11, "written by another")
+    Trace.objects.filter(pk=trace.pk).delete()
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        returning.save_fields(trace, ["answer"])

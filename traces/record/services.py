@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
-from agentsite.db.returning import insert, update_returning
+from agentsite.db.returning import insert, save_fields, update_returning
 
 from ..costs import rollups
 from ..export import pipeline as export_pipeline
@@ -253,7 +253,7 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
         if created:
             insert(step)
         else:
-            step.save(update_fields=[*changed, "event_seq"])  # only what moved
+            save_fields(step, [*changed, "event_seq"])  # only what moved
         made = [StepPayload(step=step, kind=kind, content=content, content_type=content_type,
                             size=len(content.encode()))
                 for kind, (content, content_type) in payloads.items()]
@@ -365,7 +365,7 @@ def steps_interrupt(*, trace_id: int) -> list[int]:
         step.status, step.success = Step.Status.ERROR, False
         step.error = step.error or STEP_INTERRUPTED
         step.event_seq = event_bump(trace_id)
-        step.save(update_fields=["status", "success", "error", "event_seq"])
+        save_fields(step, ["status", "success", "error", "event_seq"])
         # An interrupted model request still counts as a call in the ledger (at its cost).
         rollups.share_moved(trace_id=trace_id, before=before, after=rollups.step_share(step),
                             bump=False)
