@@ -18,7 +18,6 @@ model and set of columns, the values adapted as ``Model.save`` adapts them.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
@@ -228,33 +227,22 @@ def insert(obj: Model, *, using: str = "default") -> None:
         setattr(obj, meta.pk.attname, meta.pk.get_pk_value_on_save(obj))
     pk_set = obj._is_pk_set(meta)
     fields = [f for f in meta.local_concrete_fields if not f.generated and (pk_set or f is not meta.auto_field)]
+    key = (using, model, tuple(f.attname for f in fields))
+    kept = _kept_inserts.get(key)
+    if kept is None and key in _kept_inserts:  # the ORM's to compile: its values are not ours
+        obj.save(force_insert=True, using=using)
+        return
     values = [f.pre_save(obj, True) for f in fields]  # as the ORM's insert does (auto_now_add ...)
     if any(hasattr(value, "resolve_expression") for value in values):
         obj.save(force_insert=True, using=using)
         return
-    key = (using, model, tuple(f.attname for f in fields))
-    kept = _kept_inserts.get(key)
     params = [f.get_db_prep_save(value, connection=connection) for f, value in zip(fields, values, strict=True)]
     if kept is None:
-        query = InsertQuery(model)
-        query.insert_values(fields, [obj], raw=True)  # the values pre_save gave, not new ones
-        compiler = query.get_compiler(using=using)
-        compiler.returning_fields = meta.db_returning_fields
-        [(sql, orms)] = compiler.as_sql()
-        returning = tuple(meta.db_returning_fields)
-        converters = compiler.get_converters([f.get_col(meta.db_table) for f in returning])
-        candidate = _KeptInsert(sql=sql, wraps=(), returning_params=tuple(compiler.returning_params),
-                                returning=returning, converters=tuple(
-                                    (position, functions, expression)
-                                    for position, (functions, expression) in converters.items()))
-        if key not in _kept_inserts:
-            wraps = _wraps(params, orms)
-            with _lock:
-                if len(_kept_inserts) < SHAPES:
-                    _kept_inserts[key] = None if wraps is None else dataclasses.replace(candidate, wraps=wraps)
-        kept, params = candidate, list(orms)
-    else:
-        params = [param if wrap is None else wrap(param) for param, wrap in zip(params, kept.wraps, strict=True)]
+        kept = _insert_kept(obj, key, fields, params, using)
+        if kept is None:
+            obj.save(force_insert=True, using=using)
+            return
+    params = [param if wrap is None else wrap(param) for param, wrap in zip(params, kept.wraps, strict=True)]
     with transaction.mark_for_rollback_on_error(using=using), connection.cursor() as cursor:
         cursor.execute(kept.sql, params)
         row = list(connection.ops.fetch_returned_insert_columns(cursor, kept.returning_params))
@@ -265,6 +253,28 @@ def insert(obj: Model, *, using: str = "default") -> None:
         setattr(obj, field.attname, value)
     obj._state.adding = False
     obj._state.db = using
+
+
+def _insert_kept(obj: Model, key: tuple[Any, ...], fields: list[Field], params: list[Any],
+                 using: str) -> _KeptInsert | None:
+    """The ORM's insert of ``obj``, compiled from the values ``pre_save`` gave (``raw``), kept
+    for ``key`` when ``params`` are its parameters; None, and marked, otherwise."""
+    meta = type(obj)._meta
+    query = InsertQuery(type(obj))
+    query.insert_values(fields, [obj], raw=True)
+    compiler = query.get_compiler(using=using)
+    compiler.returning_fields = meta.db_returning_fields
+    [(sql, orms)] = compiler.as_sql()
+    returning = tuple(meta.db_returning_fields)
+    converters = compiler.get_converters([f.get_col(meta.db_table) for f in returning])
+    wraps = _wraps(params, orms)
+    kept = None if wraps is None else _KeptInsert(
+        sql=sql, wraps=wraps, returning_params=tuple(compiler.returning_params), returning=returning,
+        converters=tuple((position, functions, expression) for position, (functions, expression) in converters.items()))
+    with _lock:
+        if len(_kept_inserts) < SHAPES:
+            _kept_inserts[key] = kept
+    return kept
 
 
 def save_fields(obj: M, names: Sequence[str], *, using: str = "default") -> None:

@@ -159,3 +159,9 @@ def test_saving_some_fields_writes_only_those_and_a_missing_row_is_an_error(trac
     Trace.objects.filter(pk=trace.pk).delete()
     with pytest.raises(DatabaseError, match="did not affect any rows"):
         returning.save_fields(trace, ["answer"])
+
+
+def test_a_value_given_as_an_expression_is_inserted_by_the_orm(trace):
+    message = returning.create(Message, conversation=trace.conversation, role=Message.Role.USER,
+                               text=Value("from an expression"), blocks=[])
+    assert Message.objects.get(pk=message.pk).text == "from an expression"
