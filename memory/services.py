@@ -78,14 +78,23 @@ class Recalled:
                           category=self.entry.category, timestamp=self.entry.updated_at)
 
 
+def _visible_scopes(owner: MemoryOwner, scopes: tuple[str, ...]) -> list[str]:
+    """Of ``scopes``, those ``owner`` has entries in: user memory needs a user, conversation
+    memory a conversation."""
+    return [scope for scope in scopes if scope == Scope.AGENT
+            or (scope == Scope.USER and owner.user_id is not None)
+            or (scope == Scope.CONVERSATION and owner.conversation_id is not None)]
+
+
 def entries_for(owner: MemoryOwner, scopes: tuple[str, ...] = ALL_SCOPES) -> QuerySet[MemoryEntry]:
     """The entries ``owner`` may see, in ``scopes``."""
     condition = Q()
-    if Scope.AGENT in scopes:
+    visible = _visible_scopes(owner, scopes)
+    if Scope.AGENT in visible:
         condition |= Q(scope=Scope.AGENT)
-    if Scope.USER in scopes and owner.user_id is not None:
+    if Scope.USER in visible:
         condition |= Q(scope=Scope.USER, user_id=owner.user_id, end_user=owner.end_user)
-    if Scope.CONVERSATION in scopes and owner.conversation_id is not None:
+    if Scope.CONVERSATION in visible:
         condition |= Q(scope=Scope.CONVERSATION, conversation_id=owner.conversation_id)
     if not condition:
         return MemoryEntry.objects.none()
@@ -105,10 +114,9 @@ _entry_ids_read = Prepared(_entry_ids)
 
 def _entry_ids_sql(owner: MemoryOwner, scopes: tuple[str, ...]) -> tuple[str, tuple[Any, ...]] | None:
     """``entries_for(owner, scopes)``'s ids as SQL and parameters; None when it is empty."""
-    user, conversation = owner.user_id is not None, owner.conversation_id is not None
-    if Scope.AGENT not in scopes and not (Scope.USER in scopes and user) and not (
-            Scope.CONVERSATION in scopes and conversation):
+    if not _visible_scopes(owner, scopes):
         return None
+    user, conversation = owner.user_id is not None, owner.conversation_id is not None
     return _entry_ids_read.sql(owner.team_id, owner.agent_id, owner.user_id or 0, owner.conversation_id or 0,
                                owner.end_user, scopes=tuple(scopes), user=user, conversation=conversation)
 
