@@ -9,10 +9,14 @@ import time
 
 import psycopg
 import pytest
+from django.apps import apps
+from django.core.management.color import no_style
+from django.core.management.sql import sql_flush
 from django.db import OperationalError, connection, connections, transaction
 
 from agentsite.db import connection_lost, connection_release, releasing
 from agentsite.models import Team
+from traces.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 sqlite_only = pytest.mark.skipif("connection.vendor != 'sqlite'", reason="SQLite's one writer per process")
@@ -140,3 +144,14 @@ def test_a_query_that_failed_on_a_working_connection_is_not_a_lost_connection(ca
 
 def test_only_database_errors_can_mean_a_lost_connection():
     assert not connection_lost(_django_error(psycopg.errors.AdminShutdown("x"), kind=ValueError))
+
+
+def test_the_flush_between_transactional_tests_empties_every_table_with_rows_that_refer_to_each_other(sample_trace):
+    """The flush that runs between ``transaction=True`` tests (on PostgreSQL a ``DELETE`` of each
+    table instead of one ``TRUNCATE``, tests/conftest.py) leaves no row behind, whatever the
+    order of the tables and the foreign keys between them."""
+    assert Step.objects.filter(trace=sample_trace).count() == 12
+    connection.ops.execute_sql_flush(sql_flush(no_style(), connection))
+    left = {model._meta.label: model._base_manager.count() for model in apps.get_models()
+            if model._meta.managed and not model._meta.proxy}
+    assert {label: n for label, n in left.items() if n} == {}
