@@ -114,8 +114,10 @@ def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> bool:
         options = {"soft_time_limit": hard_limit_s,
                    "time_limit": hard_limit_s + CELERY_HARD_MARGIN_S}
     try:
+        # ignore_result: a turn's result is its trace (and without it Celery makes a result
+        # backend for every thread that sends, which is every web request).
         app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns",
-                      retry=True, retry_policy=SEND_RETRY_POLICY, **options)
+                      ignore_result=True, retry=True, retry_policy=SEND_RETRY_POLICY, **options)
     except BROKER_ERRORS as exc:
         logger.warning("could not send the turn task of trace %s, the broker is unreachable (%s); "
                        "it stays queued and the reaper sends it once the broker answers",

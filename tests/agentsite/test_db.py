@@ -155,3 +155,18 @@ def test_the_flush_between_transactional_tests_empties_every_table_with_rows_tha
     left = {model._meta.label: model._base_manager.count() for model in apps.get_models()
             if model._meta.managed and not model._meta.proxy}
     assert {label: n for label, n in left.items() if n} == {}
+
+
+@sqlite_only
+def test_a_statement_converted_once_runs_with_each_calls_own_values():
+    """SQLite's ``%s`` -> ``?`` conversion is kept per statement text: the same text runs again
+    with other values, a literal ``%%`` stays a ``%``, and a statement too long to keep is
+    converted each time the same way."""
+    with connection.cursor() as cursor:
+        for value in ("a", "b", "%s"):
+            cursor.execute("SELECT %s || '%%'", [value])
+            assert cursor.fetchone() == (f"{value}%",)
+        long = "SELECT %s IN (" + ", ".join(["%s"] * 3000) + ") || '%%'"  # not kept: too long
+        for value, listed in ((7, 7), (8, 7)):
+            cursor.execute(long, [value, *[listed] * 3000])
+            assert cursor.fetchone() == (f"{int(value == listed)}%",)

@@ -14,11 +14,16 @@ wait sleeps in growing steps and loses every race to a process that writes back 
 worker running hundreds of turns kept the web process's sends waiting 50 ms each). A writer
 that waits longer than the busy timeout for its process's turn gets the same
 ``OperationalError`` SQLite would give.
+
+Each statement's text is turned from Django's ``%s`` placeholders into SQLite's ``?`` once, not
+at every execution (Django runs a regular expression over it each time; the same few statements
+make up a turn).
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import threading
 from typing import Any
@@ -31,6 +36,8 @@ WRITER = threading.Lock()
 # The file each database's writers lock across processes, opened once per process: path -> fd.
 _LOCK_FILES: dict[str, int] = {}
 _LOCK_FILES_LOCK = threading.Lock()
+# Statements longer than this (a bulk insert's) are converted each time rather than kept.
+KEPT_STATEMENT_CHARS = 8192
 
 
 def _lock_file(database: str) -> int | None:
@@ -44,9 +51,26 @@ def _lock_file(database: str) -> int | None:
         return fd
 
 
+@functools.lru_cache(maxsize=2048)
+def _qmark(query: str) -> str:
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
+class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
+    """Django's cursor, with a statement's ``%s`` -> ``?`` conversion kept per text."""
+
+    def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:
+        if param_names is None and len(query) <= KEPT_STATEMENT_CHARS:
+            return _qmark(query)
+        return super().convert_query(query, param_names=param_names)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     holds_writer = False
     holds_file = None
+
+    def create_cursor(self, name: str | None = None) -> SQLiteCursorWrapper:
+        return self.connection.cursor(factory=SQLiteCursorWrapper)
 
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
