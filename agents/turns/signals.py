@@ -115,7 +115,8 @@ async def ended_signal_wait(*, trace_uuid: Any, timeout_s: float) -> bool:
     started = time.monotonic()
     try:
         # The socket's own deadline: the pop's, and a moment more for a Redis that hangs.
-        got = await asyncio.wait_for(client.blpop([key], timeout=max(timeout_s, 0.01)), timeout_s + 2)
+        async with asyncio.timeout(timeout_s + 2):
+            got = await client.blpop([key], timeout=max(timeout_s, 0.01))
         return got is not None
     except (redis.RedisError, OSError, TimeoutError) as exc:
         _warn_unreachable(key, exc)

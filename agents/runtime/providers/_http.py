@@ -323,7 +323,8 @@ class HttpProvider(Provider):
                 if first or not idle:
                     line = await anext(lines)
                 else:
-                    line = await asyncio.wait_for(anext(lines), idle)
+                    async with asyncio.timeout(idle):  # in this task: no task per line
+                        line = await anext(lines)
             except StopAsyncIteration:
                 return
             except TimeoutError as exc:
