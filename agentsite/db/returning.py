@@ -13,7 +13,8 @@ shape whose parameters it cannot reproduce (an expression, a model instance, a v
 backend adapts differently) is compiled by the ORM at every call, as before.
 
 New rows go the same way (``insert``, ``create``): an ``INSERT ... RETURNING`` compiled once per
-model and set of columns, the values adapted as ``Model.save`` adapts them.
+model and set of columns, the values adapted as ``Model.save`` adapts them; and a row stored or
+updated where it exists (``upsert``: ``bulk_create``'s ``update_conflicts``) likewise.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Field, Model, Value, signals
+from django.db.models.constants import OnConflict
 from django.db.models.expressions import CombinedExpression
 from django.db.models.sql import InsertQuery, UpdateQuery
 
@@ -216,36 +218,63 @@ def insert(obj: Model, *, using: str = "default") -> None:
     model and set of columns. A model with parents, with ``pre_save`` or ``post_save``
     receivers, or a database that cannot return columns from an insert, is saved by the ORM."""
     model = type(obj)
-    meta = model._meta
     connection = connections[using]
-    if (meta.parents or meta.order_with_respect_to or not connection.features.can_return_columns_from_insert
+    if (model._meta.parents or model._meta.order_with_respect_to
+            or not connection.features.can_return_columns_from_insert
             or signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model)):
         obj.save(force_insert=True, using=using)
         return
-    obj._prepare_related_fields_for_save(operation_name="save")
-    if not obj._is_pk_set(meta):
-        setattr(obj, meta.pk.attname, meta.pk.get_pk_value_on_save(obj))
+    _insert(obj, using, None, lambda: obj.save(force_insert=True, using=using))
+
+
+def upsert(obj: Model, *, unique: Sequence[str], update: Sequence[str], using: str = "default") -> None:
+    """``bulk_create([obj], update_conflicts=True, unique_fields=unique, update_fields=update)``:
+    a new row, or the ``update`` columns of the row it conflicts with on ``unique``; compiled by
+    the ORM once per model and set of columns. As ``bulk_create``, it sends no signals and sets
+    no primary key on ``obj``."""
+    model = type(obj)
+
+    def by_the_orm() -> None:
+        model._base_manager.using(using).bulk_create([obj], update_conflicts=True, unique_fields=unique,
+                                                     update_fields=update)
+
+    if model._meta.parents or not connections[using].features.supports_update_conflicts_with_target:
+        by_the_orm()
+        return
+    obj._prepare_related_fields_for_save(operation_name="bulk_create")
+    _insert(obj, using, (tuple(unique), tuple(update)), by_the_orm)
+
+
+def _insert(obj: Model, using: str, conflict: tuple[tuple[str, ...], tuple[str, ...]] | None,
+            by_the_orm: Any) -> None:
+    meta = type(obj)._meta
+    connection = connections[using]
+    if conflict is None:
+        obj._prepare_related_fields_for_save(operation_name="save")
+        if not obj._is_pk_set(meta):
+            setattr(obj, meta.pk.attname, meta.pk.get_pk_value_on_save(obj))
     pk_set = obj._is_pk_set(meta)
     fields = [f for f in meta.local_concrete_fields if not f.generated and (pk_set or f is not meta.auto_field)]
-    key = (using, model, tuple(f.attname for f in fields))
+    key = (using, type(obj), tuple(f.attname for f in fields), conflict)
     kept = _kept_inserts.get(key)
     if kept is None and key in _kept_inserts:  # the ORM's to compile: its values are not ours
-        obj.save(force_insert=True, using=using)
+        by_the_orm()
         return
     values = [f.pre_save(obj, True) for f in fields]  # as the ORM's insert does (auto_now_add ...)
     if any(hasattr(value, "resolve_expression") for value in values):
-        obj.save(force_insert=True, using=using)
+        by_the_orm()
         return
     params = [f.get_db_prep_save(value, connection=connection) for f, value in zip(fields, values, strict=True)]
     if kept is None:
-        kept = _insert_kept(obj, key, fields, params, using)
+        kept = _insert_kept(obj, key, fields, params, using, conflict)
         if kept is None:
-            obj.save(force_insert=True, using=using)
+            by_the_orm()
             return
     params = [param if wrap is None else wrap(param) for param, wrap in zip(params, kept.wraps, strict=True)]
     with transaction.mark_for_rollback_on_error(using=using), connection.cursor() as cursor:
         cursor.execute(kept.sql, params)
-        row = list(connection.ops.fetch_returned_insert_columns(cursor, kept.returning_params))
+        row = list(connection.ops.fetch_returned_insert_columns(cursor, kept.returning_params)
+                   if kept.returning else ())
     for position, functions, expression in kept.converters:
         for convert in functions:
             row[position] = convert(row[position], expression, connection)
@@ -255,18 +284,26 @@ def insert(obj: Model, *, using: str = "default") -> None:
     obj._state.db = using
 
 
-def _insert_kept(obj: Model, key: tuple[Any, ...], fields: list[Field], params: list[Any],
-                 using: str) -> _KeptInsert | None:
-    """The ORM's insert of ``obj``, compiled from the values ``pre_save`` gave (``raw``), kept
-    for ``key`` when ``params`` are its parameters; None, and marked, otherwise."""
+def _insert_kept(obj: Model, key: tuple[Any, ...], fields: list[Field], params: list[Any], using: str,
+                 conflict: tuple[tuple[str, ...], tuple[str, ...]] | None) -> _KeptInsert | None:
+    """The ORM's insert of ``obj`` (its upsert with ``conflict``: the unique and updated
+    fields), compiled from the values ``pre_save`` gave (``raw``), kept for ``key`` when
+    ``params`` are its parameters; None, and marked, otherwise."""
     meta = type(obj)._meta
-    query = InsertQuery(type(obj))
+    if conflict is None:
+        query = InsertQuery(type(obj))
+    else:
+        unique, update = ([meta.get_field(meta.pk.name if name == "pk" else name) for name in names]
+                          for names in conflict)
+        query = InsertQuery(type(obj), on_conflict=OnConflict.UPDATE, update_fields=update, unique_fields=unique)
     query.insert_values(fields, [obj], raw=True)
     compiler = query.get_compiler(using=using)
-    compiler.returning_fields = meta.db_returning_fields
+    returning: tuple[Field, ...] = ()
+    if conflict is None:
+        compiler.returning_fields = meta.db_returning_fields
+        returning = tuple(meta.db_returning_fields)
     [(sql, orms)] = compiler.as_sql()
-    returning = tuple(meta.db_returning_fields)
-    converters = compiler.get_converters([f.get_col(meta.db_table) for f in returning])
+    converters = compiler.get_converters([f.get_col(meta.db_table) for f in returning]) if returning else {}
     wraps = _wraps(params, orms)
     kept = None if wraps is None else _KeptInsert(
         sql=sql, wraps=wraps, returning_params=tuple(compiler.returning_params), returning=returning,

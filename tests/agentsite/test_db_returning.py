@@ -15,7 +15,7 @@ from agents.models import Conversation, Message
 from agentsite.db import returning
 from agentsite.db.returning import update_returning
 from tests.helpers import work_counted
-from traces.models import Trace
+from traces.models import Step, StepPayload, Trace
 
 pytestmark = pytest.mark.django_db
 
@@ -165,3 +165,35 @@ def test_a_value_given_as_an_expression_is_inserted_by_the_orm(trace):
     message = returning.create(Message, conversation=trace.conversation, role=Message.Role.USER,
                                text=Value("from an expression"), blocks=[])
     assert Message.objects.get(pk=message.pk).text == "from an expression"
+
+
+def test_an_upsert_stores_a_new_row_or_replaces_the_conflicting_ones_columns_compiled_once(trace, monkeypatch):
+    compiles = []
+
+    class Counted(returning.InsertQuery):
+        def get_compiler(self, *args, **kwargs):
+            compiles.append(self.model)
+            return super().get_compiler(*args, **kwargs)
+
+    monkeypatch.setattr(returning, "InsertQuery", Counted)
+    step = Step.objects.create(trace=trace, seq=1, kind=Step.Kind.LLM_REQUEST, started_at=timezone.now())
+    other = Step.objects.create(trace=trace, seq=2, kind=Step.Kind.LLM_REQUEST, started_at=timezone.now())
+    StepPayload.objects.create(step=other, kind="response", content="another step's", content_type="text/plain", size=14)
+    for content in ("first", "it's \"quoted\" %s", "{\"json\": true}"):
+        with work_counted() as work:
+            returning.upsert(StepPayload(step=step, kind="response", content=content, content_type="text/plain",
+                                         size=len(content)), unique=("step", "kind"), update=("content", "size"))
+        assert work.queries == 1
+        assert StepPayload.objects.filter(step=step).values_list("kind", "content", "size").get() == (
+            "response", content, len(content))
+    returning.upsert(StepPayload(step=step, kind="request", content="a second kind", content_type="x", size=1),
+                     unique=("step", "kind"), update=("content", "size"))
+    assert sorted(StepPayload.objects.filter(step=step).values_list("kind", "content")) == [
+        ("request", "a second kind"), ("response", "{\"json\": true}")]
+    # The other step's row is untouched; the statement was compiled once for its columns (none if
+    # an earlier test kept them already).
+    assert StepPayload.objects.get(step=other).content == "another step's"
+    assert len(compiles) <= 1
+    kept = [kept for (_, model, _, conflict), kept in returning._kept_inserts.items()
+            if model is StepPayload and conflict == (("step", "kind"), ("content", "size"))]
+    assert len(kept) == 1 and kept[0] is not None  # run from the kept statement, not by the ORM

@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.runtime.pricing import TOKEN_FIELDS
-from agentsite.db.returning import insert, save_fields, update_returning
+from agentsite.db.returning import insert, save_fields, update_returning, upsert
 
 from ..costs import rollups
 from ..export import pipeline as export_pipeline
@@ -33,6 +33,8 @@ from .live import LIVE_RELATED
 logger = logging.getLogger(__name__)
 Status = Trace.Status
 
+# A step's payload is one per kind: stored anew, or replaced.
+PAYLOAD_KEY, PAYLOAD_VALUES = ("step", "kind"), ("content", "content_type", "size")
 # Step columns a recorder may write (the rest belong to the row's creation).
 STEP_FIELDS = frozenset({
     "kind", "name", "iteration", "status", "success", "duration_ms", "error", "provider",
@@ -261,9 +263,11 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
             insert(made[0])
         elif created:
             StepPayload.objects.bulk_create(made)
+        elif len(made) == 1:
+            upsert(made[0], unique=PAYLOAD_KEY, update=PAYLOAD_VALUES)
         elif made:
-            StepPayload.objects.bulk_create(made, update_conflicts=True, unique_fields=["step", "kind"],
-                                            update_fields=["content", "content_type", "size"])
+            StepPayload.objects.bulk_create(made, update_conflicts=True, unique_fields=PAYLOAD_KEY,
+                                            update_fields=PAYLOAD_VALUES)
         if was_open and step.status in (Step.Status.OK, Step.Status.ERROR):
             # Its span leaves once the step is committed (traces.export), off this thread.
             transaction.on_commit(functools.partial(export_pipeline.step_finished, trace_id, seq))
@@ -280,11 +284,8 @@ def step_payload_put(*, trace_id: int, seq: int, kind: str, content: str, conten
         step_id = Step.objects.filter(trace_id=trace_id, seq=seq).values_list("pk", flat=True).first()
     if step_id is None:
         return False
-    StepPayload.objects.bulk_create(
-        [StepPayload(step_id=step_id, kind=kind, content=content, content_type=content_type,
-                     size=len(content.encode()))],
-        update_conflicts=True, unique_fields=["step", "kind"],
-        update_fields=["content", "content_type", "size"])
+    upsert(StepPayload(step_id=step_id, kind=kind, content=content, content_type=content_type,
+                       size=len(content.encode())), unique=PAYLOAD_KEY, update=PAYLOAD_VALUES)
     return True
 
 
