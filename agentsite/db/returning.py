@@ -23,6 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections, transaction
@@ -207,8 +208,13 @@ class _KeptInsert:
     returning_params: tuple[Any, ...]
     returning: tuple[Field, ...]
     converters: tuple[tuple[int, list[Any], Any], ...]
+    # Per column, its field's default (a constant, not a callable) and that value adapted, so
+    # that a column left at its default is not adapted again at every insert.
+    defaults: tuple[tuple[Any, Any], ...]
 
 
+_NO_DEFAULT = object()
+_IMMUTABLE = frozenset({type(None), bool, int, float, str, bytes, Decimal})
 _kept_inserts: dict[tuple[Any, ...], _KeptInsert | None] = {}
 
 
@@ -264,12 +270,15 @@ def _insert(obj: Model, using: str, conflict: tuple[tuple[str, ...], tuple[str, 
     if any(hasattr(value, "resolve_expression") for value in values):
         by_the_orm()
         return
-    params = [f.get_db_prep_save(value, connection=connection) for f, value in zip(fields, values, strict=True)]
     if kept is None:
+        params = [f.get_db_prep_save(value, connection=connection) for f, value in zip(fields, values, strict=True)]
         kept = _insert_kept(obj, key, fields, params, using, conflict)
         if kept is None:
             by_the_orm()
             return
+    else:
+        params = [adapted if value is default else f.get_db_prep_save(value, connection=connection)
+                  for f, value, (default, adapted) in zip(fields, values, kept.defaults, strict=True)]
     params = [param if wrap is None else wrap(param) for param, wrap in zip(params, kept.wraps, strict=True)]
     with transaction.mark_for_rollback_on_error(using=using), connection.cursor() as cursor:
         cursor.execute(kept.sql, params)
@@ -307,11 +316,23 @@ def _insert_kept(obj: Model, key: tuple[Any, ...], fields: list[Field], params: 
     wraps = _wraps(params, orms)
     kept = None if wraps is None else _KeptInsert(
         sql=sql, wraps=wraps, returning_params=tuple(compiler.returning_params), returning=returning,
-        converters=tuple((position, functions, expression) for position, (functions, expression) in converters.items()))
+        converters=tuple((position, functions, expression) for position, (functions, expression) in converters.items()),
+        defaults=tuple(_default(field, connections[using]) for field in fields))
     with _lock:
         if len(_kept_inserts) < SHAPES:
             _kept_inserts[key] = kept
     return kept
+
+
+def _default(field: Field, connection: Any) -> tuple[Any, Any]:
+    """The field's constant default and its adapted value (``_NO_DEFAULT`` for none, or for a
+    default that could be changed in place, as a shared list could)."""
+    if not field.has_default() or type(field.default) not in _IMMUTABLE:
+        return _NO_DEFAULT, None
+    try:
+        return field.default, field.get_db_prep_save(field.default, connection=connection)
+    except Exception:  # noqa: BLE001 - a default the field cannot adapt alone is adapted at each call
+        return _NO_DEFAULT, None
 
 
 def save_fields(obj: M, names: Sequence[str], *, using: str = "default") -> None:

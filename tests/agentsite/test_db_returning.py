@@ -197,3 +197,22 @@ def test_an_upsert_stores_a_new_row_or_replaces_the_conflicting_ones_columns_com
     kept = [kept for (_, model, _, conflict), kept in returning._kept_inserts.items()
             if model is StepPayload and conflict == (("step", "kind"), ("content", "size"))]
     assert len(kept) == 1 and kept[0] is not None  # run from the kept statement, not by the ORM
+
+
+def test_columns_left_at_their_default_and_columns_given_a_value_are_stored_alike(trace):
+    """A column at its field's constant default reuses the default adapted once; any other value
+    (the same as the default but another object, or a different one) is adapted at each insert."""
+    base = {"team": trace.team, "conversation": trace.conversation, "agent": trace.agent, "user": trace.user}
+    defaults = returning.create(Trace, **base)
+    again = returning.create(Trace, **base)  # from the kept statement
+    given = returning.create(Trace, **base, event_seq=7, cost_usd=Decimal("1.5"), provider_name="a provider",
+                             input_tokens=int("0"), status=Trace.Status.RUNNING)
+    by_orm = Trace.objects.create(**base, event_seq=7, cost_usd=Decimal("1.5"), provider_name="a provider",
+                                  status=Trace.Status.RUNNING)
+    columns = ("event_seq", "cost_usd", "provider_name", "input_tokens", "status", "answer", "meta")
+    stored = {row["pk"]: row for row in Trace.objects.filter(
+        pk__in=[defaults.pk, again.pk, given.pk, by_orm.pk]).values("pk", *columns)}
+    plain = Trace.objects.filter(pk=Trace.objects.create(**base).pk).values(*columns).get()
+    assert {k: stored[defaults.pk][k] for k in columns} == {k: stored[again.pk][k] for k in columns} == plain
+    assert {k: stored[given.pk][k] for k in columns} == {k: stored[by_orm.pk][k] for k in columns}
+    assert stored[given.pk]["cost_usd"] == Decimal("1.5") and stored[given.pk]["event_seq"] == 7
