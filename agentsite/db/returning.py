@@ -125,6 +125,18 @@ def _shape(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     return (using, model, tuple(sorted(filters)), tuple(changes), tuple(returning))
 
 
+_VALUE_FIELDS: dict[type, Field] = {}
+
+
+def _value_field(value: Any) -> Field:
+    """The field ``Value(value)`` is adapted as: its output field, which depends on the value's
+    type only (made once per type, not per call)."""
+    field = _VALUE_FIELDS.get(type(value))
+    if field is None:
+        field = _VALUE_FIELDS[type(value)] = Value(value).output_field
+    return field
+
+
 def _params(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
             connection: Any) -> list[Any]:
     """The update's parameters as the ORM adapts them: the values set, in their order, then
@@ -134,7 +146,7 @@ def _params(model: type[Model], where: Mapping[str, Any], values: Mapping[str, A
     for name, value in values.items():
         amount = _added(name, value)
         if amount is not None:
-            params.append(Value(amount).output_field.get_db_prep_value(amount, connection=connection))
+            params.append(_value_field(amount).get_db_prep_value(amount, connection=connection))
         elif value is not None:
             params.append(meta.get_field(name).get_db_prep_save(value, connection=connection))
     for name in sorted(where):
