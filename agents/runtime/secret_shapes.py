@@ -131,10 +131,13 @@ _HEADER_WORDS = ("authorization", "api-key", "auth-token", "access-token", "cook
 _BEARER_WORDS = ("bearer", "basic")
 _NAMED_WORDS = ("secret", "token", "passw", "passphrase", "pwd", "key", "credential", "session",
                 "cookie", "sig")
+# Whether any of the words is in a text: one search instead of a test per word.
+_HEADER_WORDS_RE, _BEARER_WORDS_RE, _NAMED_WORDS_RE = (
+    re.compile("|".join(map(re.escape, words))) for words in (_HEADER_WORDS, _BEARER_WORDS, _NAMED_WORDS))
 
 
 def _lowered(text: str) -> str:
-    if any(c in text for c in _FOLDS):
+    if not text.isascii() and any(c in text for c in _FOLDS):
         text = text.translate(_FOLD)
     return text.lower()
 
@@ -148,12 +151,12 @@ def scrub_shapes(text: str) -> str:
     lowered = _lowered(text)
     if "hooks.slack.com/" in lowered:
         text = _SLACK_WEBHOOK.sub(lambda m: f"{m.group(1)}{SECRET_MARKER}", text)
-    if any(word in lowered for word in _HEADER_WORDS):
+    if _HEADER_WORDS_RE.search(lowered):
         text = _HEADER.sub(_header_value, text)
-    if any(word in lowered for word in _BEARER_WORDS):
+    if _BEARER_WORDS_RE.search(lowered):
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET_MARKER}", text)
     text = _PREFIXED.sub(KEY_MARKER, text)
-    if any(word in lowered for word in _NAMED_WORDS):
+    if _NAMED_WORDS_RE.search(lowered):
         text = _named_values(text)
     return text
 
