@@ -62,7 +62,7 @@ from agents.turns.windows import answer_reserve, context_window
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
 from traces.costs.budgets import budget_scope
-from traces.costs.pricing import price_table_for
+from traces.costs.pricing import PriceTable, price_table_for
 from traces.export.config import export_on
 from traces.export.ids import parse_traceparent, tool_traceparent
 from traces.models import Budget, Trace, TrajectoryState
@@ -279,6 +279,7 @@ class TurnSetup:
     tool_hooks: ToolHooks | None = None
     received_hooks: list[RuntimeHook] = field(default_factory=list)
     sending_hooks: list[RuntimeHook] = field(default_factory=list)
+    prices: PriceTable | None = None  # the team's: the budgets and the recorder price with them
 
 
 def _message_hook_fields(agent: Agent) -> dict[str, list[RuntimeHook]]:
@@ -341,7 +342,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
         agent=agent, trace=trace, conversation=conversation, db=db),
                                          names=version_tools if isinstance(version_tools, list) else None)
     routing = {**choice.routing, "fallbacks": fallbacks}
-    hooks = None
+    hooks, prices = None, price_table_for(agent.team_id, with_providers=True)
     budgets = kept(agent.team_id, ("budgets", trace.user_id, trace.api_key_id), lambda: list(
         Budget.objects.filter(team_id=agent.team_id, enabled=True)
         .filter(budget_scope(user_id=trace.user_id, api_key_id=trace.api_key_id))
@@ -357,7 +358,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
         hooks = BudgetHooks(
             max_tokens=agent.max_tokens_per_turn, max_cost=agent.max_cost_per_turn,
             provider_kind=choice.provider.kind, model=choice.model,
-            prices=price_table_for(agent.team_id, with_providers=True), team_id=agent.team_id,
+            prices=prices, team_id=agent.team_id,
             user_id=trace.user_id, api_key_id=trace.api_key_id, budgets=bool(budgets), routes=routes, trace_id=trace.pk,
             attempt=trace.attempts, db=db,
             prompt_tokens=estimate_tokens([{"role": "system", "content": agent.system_prompt},
@@ -394,7 +395,6 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
         provider=provider, config=config, tools=tools,
         history=turn_history(trace=trace, agent=agent, branch=branch), user_text=user_text, hooks=hooks,
         routing=routing, provider_name=choice.provider.name, provider_kind=choice.provider.kind,
-        model=choice.model,
-        warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
+        model=choice.model, warnings=[*choice.warnings, *fallback_warnings, *tool_warnings, *budget_warnings],
         agent_version=agent.version, user_images=_message_images(message), agent=agent,
-        tool_hooks=tool_hooks, **message_hooks)
+        tool_hooks=tool_hooks, prices=prices, **message_hooks)

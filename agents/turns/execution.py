@@ -170,7 +170,7 @@ class TurnRun:
             return await self._fail(SETUP_ERROR_MESSAGE, "internal")
         setup = prepared.setup
         assert setup is not None
-        self.agent = setup.agent or self.agent
+        self.agent, self.recorder.prices = setup.agent or self.agent, setup.prices or self.recorder.prices
         if prepared.configured is None:  # the trace was taken from this attempt
             await _aclose(setup.provider)
             return "lost"
