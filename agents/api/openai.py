@@ -43,6 +43,7 @@ from agents.api.openai_start import (
     agent_for,
     chat_commit,
     chat_prepare,
+    chat_prepare_commit,
     turn_stop,
 )
 from agents.api.turn_stream import (
@@ -154,20 +155,22 @@ def completion_body(request: HttpRequest, started: Started, trace: Trace) -> dic
                                  "`data: [DONE]`."),
                  "content": {"text/event-stream": {"schema": {"type": "string"}}}}}})
 async def chat_completions(request: HttpRequest, body: ChatCompletionIn) -> HttpResponse:
-    prepared = await db_async(chat_prepare)(request, body)
-    timeout = prepared.agent.hard_time_limit_s + WAIT_MARGIN_S
     if body.stream:
+        prepared = await db_async(chat_prepare)(request, body)
         # The answer starts now; the turn is stored and queued by the stream itself, so the
         # first byte never waits for the database's write lock behind a burst of requests.
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return event_stream(_stream(request, prepared, timeout_s=timeout, include_usage=include_usage),
-                            prepared)
+        return event_stream(_stream(request, prepared, timeout_s=prepared.agent.hard_time_limit_s + WAIT_MARGIN_S,
+                                    include_usage=include_usage), prepared)
+    # Checked, stored and queued in one trip to the database thread.
+    prepared, started = await db_async(chat_prepare_commit)(request, body)
 
     async def answer(started: Started, trace: Trace) -> dict[str, Any]:
         # The trace was read with its conversation and its answer's outcome: no query here.
         return completion_body(request, started, trace)
 
-    return await turn_answered(prepared, timeout_s=timeout, body_of=answer)
+    return await turn_answered(prepared, timeout_s=prepared.agent.hard_time_limit_s + WAIT_MARGIN_S,
+                               body_of=answer, started=started)
 
 
 def event_stream(events: AsyncIterator[bytes], prepared: Prepared) -> HttpResponse:
@@ -179,11 +182,14 @@ def event_stream(events: AsyncIterator[bytes], prepared: Prepared) -> HttpRespon
 
 
 async def turn_answered(prepared: Prepared, *, timeout_s: float,
-                        body_of: Callable[[Started, Trace], Awaitable[dict[str, Any]]]) -> HttpResponse:
-    """Store and queue the prepared turn, wait for its end, and answer ``body_of`` its trace
-    when it completed, else its error (504 when it ran out of time and was stopped). A turn
-    that ran is never to be sent again: its errors say ``X-Should-Retry: false``."""
-    started = await db_async(chat_commit)(prepared)
+                        body_of: Callable[[Started, Trace], Awaitable[dict[str, Any]]],
+                        started: Started | None = None) -> HttpResponse:
+    """Store and queue the prepared turn (unless it was: ``started``), wait for its end, and
+    answer ``body_of`` its trace when it completed, else its error (504 when it ran out of time
+    and was stopped). A turn that ran is never to be sent again: its errors say
+    ``X-Should-Retry: false``."""
+    if started is None:
+        started = await db_async(chat_commit)(prepared)
     try:
         trace = await turn_wait(started.trace, timeout_s=timeout_s, fresh=True)
     except TurnTimeout:

@@ -250,7 +250,13 @@ def chat_commit(prepared: Prepared) -> Started:
 
 def chat_start(request: HttpRequest, body: ChatCompletionIn) -> Started:
     """``chat_prepare`` then ``chat_commit``."""
-    return chat_commit(chat_prepare(request, body))
+    return chat_prepare_commit(request, body)[1]
+
+
+def chat_prepare_commit(request: HttpRequest, body: ChatCompletionIn) -> tuple[Prepared, Started]:
+    """``chat_prepare`` then ``chat_commit``, with what each gave."""
+    prepared = chat_prepare(request, body)
+    return prepared, chat_commit(prepared)
 
 
 def turn_stop(trace: Trace, membership: Membership) -> None:
