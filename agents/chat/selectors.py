@@ -115,6 +115,14 @@ def conversation_groups(conversations: Iterable[Conversation], *, today: Any = N
     return list(groups.items())
 
 
+def sidebar_key(groups: list[tuple[str, list[Conversation]]], current: Conversation | None) -> str | None:
+    """The key of the sidebar's list as it shows ``groups`` with ``current`` marked, for its
+    ``{% cache %}`` (``agentsite.fragments``)."""
+    current_pk = current.pk if current is not None else None
+    return kept_key([(label, [(c.uuid, str(c), c.agent.name, c.pk == current_pk) for c in items])
+                     for label, items in groups])
+
+
 # -- one conversation, as the chat shows it ------------------------------------------------------
 TRACE_FIELDS = (
     "id", "uuid", "status", "conversation_id", "user_message_id", "created_at", "started_at",

@@ -65,10 +65,11 @@ def _sidebar_list(request: HttpRequest, query: str) -> HttpResponse:
     if request.GET.get("since") == version:
         return HttpResponse(status=204)
     current = request.GET.get("current", "")
+    shown = next((c for c in conversations if c.uuid.hex == current), None)
+    groups = selectors.conversation_groups(conversations)
     return render(request, "chat/_sidebar.html#sidebar-list", {
-        "sidebar": selectors.conversation_groups(conversations), "sidebar_version": version,
-        "query": query, "membership": request.membership,
-        "conversation": next((c for c in conversations if c.uuid.hex == current), None)})
+        "sidebar": groups, "sidebar_version": version, "sidebar_key": selectors.sidebar_key(groups, shown),
+        "query": query, "membership": request.membership, "conversation": shown})
 
 
 @team_required(Role.MEMBER, action="start conversations")
@@ -127,10 +128,11 @@ def _version(conversation: Conversation) -> str:
     return str(conversation.updated_at.timestamp())
 
 
-def _sidebar(request: HttpRequest) -> dict[str, Any]:
+def _sidebar(request: HttpRequest, current: Conversation) -> dict[str, Any]:
     conversations = selectors.conversation_list(membership=request.membership, limit=SIDEBAR_SIZE)
-    return {"sidebar": selectors.conversation_groups(conversations),
-            "sidebar_version": list_version(conversations)}
+    groups = selectors.conversation_groups(conversations)
+    return {"sidebar": groups, "sidebar_version": list_version(conversations),
+            "sidebar_key": selectors.sidebar_key(groups, current)}
 
 
 @team_required()
@@ -151,7 +153,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         # The owner and the team's admins send, edit, stop, approve and manage; others read.
         "can_act": can_act_in(request.membership, convo),
         "max_chars": turns.MAX_MESSAGE_CHARS,
-        **_sidebar(request),
+        **_sidebar(request, convo),
         "commands": command_list(),
         "md_policy": streaming_policy(),
         "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,

@@ -59,6 +59,29 @@ def test_the_sidebar_lists_the_persons_conversations_pinned_first_then_by_day(cl
     assert pinned.pinned
 
 
+def test_the_kept_sidebar_follows_a_rename_an_agents_new_name_and_the_conversation_on_screen(
+        client_for, alice, agent):
+    """The sidebar's list is kept rendered (``{% cache %}``) under what it shows: a renamed
+    conversation, its agent renamed, or another conversation opened shows at once."""
+    first, second = titled(agent, alice, "First title"), titled(agent, alice, "Second title")
+    client = client_for(alice)
+
+    def sidebar(conversation) -> str:
+        html = page(client, conversation)
+        return html[html.index('id="chat-sidebar"'):html.index("</aside>")]
+
+    def current(conversation) -> str:
+        return f'href="{reverse("conversation", args=[conversation.uuid])}" aria-current="page"'
+
+    assert current(first) in sidebar(first) and current(second) not in sidebar(first)
+    assert current(second) in sidebar(second) and current(first) not in sidebar(second)
+    Conversation.objects.filter(pk=second.pk).update(title="Renamed")
+    assert "Renamed" in sidebar(first) and "Second title" not in sidebar(first)
+    agent.name = "Renamed agent"
+    agent.save()
+    assert "Renamed · Renamed agent" in sidebar(first)
+
+
 def test_the_sidebar_search_answers_with_its_list_only(client_for, alice, agent):
     titled(agent, alice, "Kubernetes upgrade")
     titled(agent, alice, "Holiday plans")
