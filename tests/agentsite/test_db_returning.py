@@ -102,7 +102,9 @@ def test_an_expression_or_an_instance_is_compiled_by_the_orm_at_every_call(trace
     assert Trace.objects.get(pk=trace.pk).event_seq == 5
 
 
-def test_a_new_row_is_stored_as_the_orms_create_stores_it_compiled_once(trace, monkeypatch):
+@pytest.fixture
+def insert_compiles(monkeypatch) -> list:
+    """The models whose inserts ``returning`` compiles from now on, one entry per compile."""
     compiles = []
 
     class Counted(returning.InsertQuery):
@@ -111,6 +113,11 @@ def test_a_new_row_is_stored_as_the_orms_create_stores_it_compiled_once(trace, m
             return super().get_compiler(*args, **kwargs)
 
     monkeypatch.setattr(returning, "InsertQuery", Counted)
+    return compiles
+
+
+def test_a_new_row_is_stored_as_the_orms_create_stores_it_compiled_once(trace, insert_compiles):
+    compiles = insert_compiles
     made = []
     for text in ("first", "it's \"quoted\" %s", "third"):
         with work_counted() as work:
@@ -167,15 +174,8 @@ def test_a_value_given_as_an_expression_is_inserted_by_the_orm(trace):
     assert Message.objects.get(pk=message.pk).text == "from an expression"
 
 
-def test_an_upsert_stores_a_new_row_or_replaces_the_conflicting_ones_columns_compiled_once(trace, monkeypatch):
-    compiles = []
-
-    class Counted(returning.InsertQuery):
-        def get_compiler(self, *args, **kwargs):
-            compiles.append(self.model)
-            return super().get_compiler(*args, **kwargs)
-
-    monkeypatch.setattr(returning, "InsertQuery", Counted)
+def test_an_upsert_stores_a_new_row_or_replaces_the_conflicting_ones_columns_compiled_once(trace, insert_compiles):
+    compiles = insert_compiles
     step = Step.objects.create(trace=trace, seq=1, kind=Step.Kind.LLM_REQUEST, started_at=timezone.now())
     other = Step.objects.create(trace=trace, seq=2, kind=Step.Kind.LLM_REQUEST, started_at=timezone.now())
     StepPayload.objects.create(step=other, kind="response", content="another step's", content_type="text/plain", size=14)
