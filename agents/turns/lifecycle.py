@@ -63,16 +63,37 @@ def _row_locks() -> bool:
 
 def conversation_lock(conversation_id: int) -> None:
     if _row_locks():
-        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk"))
+        _in_transaction()
+        _conversation_locked_read(conversation_id)
 
 
 def trace_conversation_lock(trace_id: int) -> int | None:
     """Lock the conversation of trace ``trace_id`` (``conversation_lock``) and return its id;
     None when the trace is gone. Call inside a transaction. One query."""
     if _row_locks():
-        return (Conversation.objects.select_for_update(of=("self",)).filter(traces__id=trace_id)
-                .values_list("pk", flat=True).first())
+        _in_transaction()
+        return _trace_conversation_locked_read.first(trace_id)
     return Trace.objects.filter(pk=trace_id).values_list("conversation_id", flat=True).first()
+
+
+def _in_transaction() -> None:
+    # The ORM says so when it compiles a locking read; a prepared one is compiled only once.
+    if connection.get_autocommit():
+        raise transaction.TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+
+
+def _conversation_locked(conversation_id: int) -> QuerySet:
+    return Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk")
+
+
+def _trace_conversation_locked(trace_id: int) -> QuerySet:
+    return (Conversation.objects.select_for_update(of=("self",)).filter(traces__id=trace_id)
+            .values_list("pk", flat=True).order_by("pk"))
+
+
+# Every claim and close takes them (PostgreSQL): compiled once per process.
+_conversation_locked_read = Prepared(_conversation_locked)
+_trace_conversation_locked_read = Prepared(_trace_conversation_locked)
 
 
 def _claim(trace_id: int, *, worker: str, now: datetime) -> bool:
