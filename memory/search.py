@@ -23,6 +23,7 @@ SQLite and PostgreSQL alike. Equal scores are ordered by the back-end's rank.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -120,18 +121,44 @@ class Fts5Search(SearchBackend):
 
 class PostgresSearch(SearchBackend):
     vendor = "postgresql"
+    filters_queryset = False
 
     def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
-        from django.contrib.postgres.search import SearchQuery, SearchRank
+        if ids is None:
+            if queryset is None:
+                raise ValueError("PostgreSQL search needs the entries' ids or their queryset")
+            ids = queryset.values("id").query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(*self.statement(terms, limit, ids))
+            return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
 
-        vector = search_vector()
-        # Terms are letters and digits only, so joining them with | is a safe raw tsquery.
-        query = SearchQuery(" | ".join(terms), config="english", search_type="raw")
-        rows = (queryset.annotate(search=vector).filter(search=query)
-                .annotate(rank=SearchRank(vector, query))
-                .order_by("-rank", "-updated_at", "-id").values_list("id", "rank")[:limit])
-        return [(int(i), float(r)) for i, r in rows]
+    @staticmethod
+    def statement(terms: list[str], limit: int, ids: tuple[str, Sequence[Any]]) -> tuple[str, list[Any]]:
+        """``annotate(search=vector).filter(search=query)`` ranked by ``SearchRank``, as the ORM
+        writes it, with the ids embedded (the ORM took ten times its running time to build it
+        at every turn). Terms are letters and digits only, so joining them with | is a safe raw
+        tsquery."""
+        subquery, params = ids
+        table, vector, vector_params = _vector_sql(connection.alias)
+        query, query_params = "to_tsquery(%s::regconfig, %s)", ["english", " | ".join(terms)]
+        sql = (f"SELECT id, ts_rank({vector}, {query}) AS rank FROM {table} "  # noqa: S608 - the model's table, the ORM's expression
+               f"WHERE {vector} @@ {query} AND id IN ({subquery}) "
+               "ORDER BY rank DESC, updated_at DESC, id DESC LIMIT %s")
+        return sql, [*vector_params, *query_params, *vector_params, *query_params, *params, limit]
+
+
+@functools.cache
+def _vector_sql(alias: str) -> tuple[str, str, tuple[Any, ...]]:
+    """The entries' table and ``search_vector()`` as the ORM compiles it there (the index's own
+    expression): once per database."""
+    from django.apps import apps
+
+    entries = apps.get_model("memory", "MemoryEntry")
+    query = entries.objects.using(alias).annotate(search=search_vector()).query
+    compiler = query.get_compiler(using=alias)
+    sql, params = compiler.compile(query.annotations["search"])
+    return compiler.connection.ops.quote_name(entries._meta.db_table), sql, tuple(params)
 
 
 class LikeSearch(SearchBackend):

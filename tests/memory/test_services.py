@@ -164,6 +164,25 @@ def test_the_search_backend_is_the_databases_own():
     assert isinstance(backend_for(), expected)
 
 
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's GIN index")
+def test_the_postgresql_search_matches_on_the_indexed_expression(store, alice_owner):
+    """The search's statement is written around the vector expression the ORM compiles, which
+    must be the GIN index's own (migration 0002), or the planner cannot search the index."""
+    from memory.search import PostgresSearch, _vector_sql
+
+    store("pet", "My cat is called Tom")
+    table, vector, params = _vector_sql(connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN SELECT id FROM {table} WHERE {vector} @@ to_tsquery('english', 'cat')", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "memory_entry_search" in plan, plan
+    ids = MemoryEntry.objects.filter(team_id=alice_owner.team_id).values("id").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(*PostgresSearch.statement(["cat", "dog"], 5, ids))
+        assert [row[0] for row in cursor.fetchall()] == list(MemoryEntry.objects.values_list("id", flat=True))
+
+
 def test_scores_are_the_share_of_query_words_found():
     terms = search_terms("What is my favourite colour, please?")
     assert terms == ["favourite", "colour"]
