@@ -31,6 +31,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from .models import MemoryEntry
+
 MAX_TERMS = 16
 _WORD = re.compile(r"[^\W_]+")
 STOP_WORDS = frozenset("""
@@ -152,13 +154,10 @@ class PostgresSearch(SearchBackend):
 def _vector_sql(alias: str) -> tuple[str, str, tuple[Any, ...]]:
     """The entries' table and ``search_vector()`` as the ORM compiles it there (the index's own
     expression): once per database."""
-    from django.apps import apps
-
-    entries = apps.get_model("memory", "MemoryEntry")
-    query = entries.objects.using(alias).annotate(search=search_vector()).query
+    query = MemoryEntry.objects.using(alias).annotate(search=search_vector()).query
     compiler = query.get_compiler(using=alias)
     sql, params = compiler.compile(query.annotations["search"])
-    return compiler.connection.ops.quote_name(entries._meta.db_table), sql, tuple(params)
+    return compiler.connection.ops.quote_name(MemoryEntry._meta.db_table), sql, tuple(params)
 
 
 class LikeSearch(SearchBackend):

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from memory.models import MemoryEntry
-from memory.search import coverage, search_terms, stem
+from memory.search import PostgresSearch, _vector_sql, coverage, search_terms, stem
 from memory.services import (
     MemoryOwner,
     memory_autosave,
@@ -168,8 +168,6 @@ def test_the_search_backend_is_the_databases_own():
 def test_the_postgresql_search_matches_on_the_indexed_expression(store, alice_owner):
     """The search's statement is written around the vector expression the ORM compiles, which
     must be the GIN index's own (migration 0002), or the planner cannot search the index."""
-    from memory.search import PostgresSearch, _vector_sql
-
     store("pet", "My cat is called Tom")
     table, vector, params = _vector_sql(connection.alias)
     with connection.cursor() as cursor:
