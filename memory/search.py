@@ -99,6 +99,16 @@ class SearchBackend:
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         raise NotImplementedError
 
+    @staticmethod
+    def ids_sql(queryset: QuerySet | None, ids: tuple[str, Sequence[Any]] | None) -> tuple[str, Sequence[Any]]:
+        """The entries' ids as SQL and parameters: ``ids``, else the ORM's own SQL for
+        ``queryset`` (its values as parameters), for a backend that embeds them."""
+        if ids is not None:
+            return ids
+        if queryset is None:
+            raise ValueError("the search needs the entries' ids or their queryset")
+        return queryset.values("id").query.sql_with_params()
+
 
 class Fts5Search(SearchBackend):
     vendor = "sqlite"
@@ -107,12 +117,7 @@ class Fts5Search(SearchBackend):
     def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        # The subquery is the ORM's own SQL for ``queryset``, with its values as parameters.
-        if ids is None:
-            if queryset is None:
-                raise ValueError("FTS5 search needs the entries' ids or their queryset")
-            ids = queryset.values("id").query.sql_with_params()
-        subquery, params = ids
+        subquery, params = self.ids_sql(queryset, ids)
         sql = ("SELECT rowid, -bm25(memory_entry_fts) FROM memory_entry_fts "  # noqa: S608
                f"WHERE memory_entry_fts MATCH %s AND rowid IN ({subquery}) "
                "ORDER BY bm25(memory_entry_fts) LIMIT %s")
@@ -127,12 +132,8 @@ class PostgresSearch(SearchBackend):
 
     def search(self, queryset: QuerySet | None, terms: list[str], limit: int,
                ids: tuple[str, Sequence[Any]] | None = None) -> list[tuple[int, float]]:
-        if ids is None:
-            if queryset is None:
-                raise ValueError("PostgreSQL search needs the entries' ids or their queryset")
-            ids = queryset.values("id").query.sql_with_params()
         with connection.cursor() as cursor:
-            cursor.execute(*self.statement(terms, limit, ids))
+            cursor.execute(*self.statement(terms, limit, self.ids_sql(queryset, ids)))
             return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
 
     @staticmethod
