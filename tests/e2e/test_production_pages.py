@@ -86,3 +86,31 @@ def test_kept_turns_timelines_and_rows_read_and_act_as_rendered_ones(signed_in):
     bob = signed_in("bob")
     response = bob.page.goto(chat_url)
     assert response is not None and response.status == 404
+
+
+def test_the_kept_sidebar_marks_the_open_conversation_and_follows_a_new_title(production, chromium):
+    """The conversation list beside a chat is kept rendered too (under what it shows): going
+    from one conversation to the other moves the mark, a new conversation's title appears in
+    it, and on a phone the drawer opens on the same kept list."""
+    context, alice = sign_in(chromium, production, "alice", viewport={"width": 390, "height": 844})
+    try:
+        first = alice.open_chat_with("Helper")
+        alice.send("Plan the first picnic")
+        alice.answers("completed").first.wait_for()
+        second = alice.open_chat_with("Helper")
+        alice.send("Plan the second picnic")
+        alice.answers("completed").first.wait_for()
+        for url, other in ((first, second), (second, first), (first, second)):
+            alice.page.goto(url)
+            current = alice.page.locator("#sidebar-list a[aria-current='page']")
+            assert current.count() == 1 and current.get_attribute("href") == url.removeprefix(production.url)
+            assert alice.page.locator(f"#sidebar-list a[href='{other.removeprefix(production.url)}']").count() == 1
+        links = alice.page.locator("#sidebar-list a").all_text_contents()  # hidden on a phone until opened
+        assert any("first picnic" in text.lower() for text in links), links
+        assert any("second picnic" in text.lower() for text in links), links
+        alice.page.locator("button.sidebar-open").click()
+        alice.page.locator("#chat-sidebar a[aria-current='page']").wait_for(state="visible")
+        assert not alice.watch.errors
+    finally:
+        context.close()
+
