@@ -54,6 +54,17 @@ CLAIM_RELATED = ("conversation", "user_message")
 CELERY_HARD_MARGIN_S = 15
 
 
+class SentTurn:
+    """What sending a turn's task hands back: its id. A turn's result is its trace; Celery's own
+    result class asks for the app's result backend, which Celery makes once per thread, and in
+    the web process every request has a thread of its own."""
+
+    __slots__ = ("id", "ignored")
+
+    def __init__(self, id: str) -> None:  # noqa: A002 - Celery passes it as ``id``
+        self.id = id
+
+
 def _row_locks() -> bool:
     # PostgreSQL: SELECT ... FOR UPDATE serialises the one-turn-in-flight decisions of a
     # conversation. SQLite runs every write transaction IMMEDIATE, which serialises them already
@@ -138,7 +149,8 @@ def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> bool:
         # ignore_result: a turn's result is its trace (and without it Celery makes a result
         # backend for every thread that sends, which is every web request).
         app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns",
-                      ignore_result=True, retry=True, retry_policy=SEND_RETRY_POLICY, **options)
+                      ignore_result=True, result_cls=SentTurn, add_to_parent=False,
+                      retry=True, retry_policy=SEND_RETRY_POLICY, **options)
     except BROKER_ERRORS as exc:
         logger.warning("could not send the turn task of trace %s, the broker is unreachable (%s); "
                        "it stays queued and the reaper sends it once the broker answers",
