@@ -134,9 +134,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # file's lock. The PRAGMA is what SQLite applies (it runs after connecting and overrides
     # ``timeout``): keep the two equal.
     DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite3"
-    # Kept open between requests and turns (a worker's turn threads reuse theirs): opening one
-    # costs its PRAGMAs every time, and a SQLite connection never goes stale.
-    DATABASES["default"]["CONN_MAX_AGE"] = None
+    # Closed at the end of each request and turn, which keeps it among the process's idle
+    # connections for the next thread (agentsite.db.sqlite3): opening one costs its PRAGMAs and
+    # the schema's parsing every time, and every ASGI request has a thread of its own.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",

@@ -28,7 +28,7 @@ class TurnDb:
     Threads are kept between turns (``acquire``/``release``), so a worker holds at most as many
     connections as it runs turns at once and does not open one per turn; on release the
     thread's connection gets the end-of-request treatment (``close_old_connections``: closed
-    when ``CONN_MAX_AGE`` is over or it is broken, always for SQLite)."""
+    when ``CONN_MAX_AGE`` is over or it is broken; SQLite keeps it among its idle ones)."""
 
     _idle: list[TurnDb] = []  # noqa: RUF012 - the process-wide pool, shared on purpose
     _lock = threading.Lock()
