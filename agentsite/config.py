@@ -130,6 +130,11 @@ DECLARATION: list[Setting] = [
           "`CONN_MAX_AGE` seconds: put PgBouncer in front)."),
         S("DATABASE_POOL_TIMEOUT_S", "float", 30.0, "How long a query waits for a free connection of its "
           "process's pool before it fails."),
+        S("DATABASE_PREPARE_THRESHOLD", "int", 5, "PostgreSQL with the pool: a statement a connection has "
+          "run this many times is prepared on the server, which then plans it once (the values are sent "
+          "apart from the statement, server-side binding); `0` never prepares and sends values inside "
+          "the statement, as Django does by default (for a PgBouncer in transaction mode older than "
+          "1.21)."),
         S("CONN_MAX_AGE", "int", 60, "With `DATABASE_POOL_MAX=0` only: seconds a PostgreSQL connection is "
           "reused."),
     ),

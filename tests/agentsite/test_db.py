@@ -13,8 +13,10 @@ from django.apps import apps
 from django.core.management.color import no_style
 from django.core.management.sql import sql_flush
 from django.db import OperationalError, connection, connections, transaction
+from psycopg_pool import ConnectionPool
 
 from agentsite.db import connection_lost, connection_release, releasing
+from agentsite.db.postgresql.base import PoolCheck, connection_check
 from agentsite.models import Team
 from traces.models import Step
 
@@ -106,6 +108,50 @@ def test_many_threads_share_a_pool_of_few_connections():
         thread.join(60)
     assert errors == []
     assert pool.get_stats().get("pool_size", 0) <= pool.max_size
+
+
+@pooled_only
+def test_the_pool_hands_out_a_resting_connection_without_a_round_trip_and_tries_one_the_server_ended(monkeypatch):
+    assert isinstance(connection.pool._check, PoolCheck)
+    params = {k: v for k, v in connection.get_connection_params().items() if k != "cursor_factory"}
+    round_trips: list[object] = []
+    original = ConnectionPool.check_connection
+    monkeypatch.setattr(ConnectionPool, "check_connection",
+                        staticmethod(lambda conn: (round_trips.append(conn), original(conn))))
+    with psycopg.connect(**params, autocommit=True) as resting, \
+            psycopg.connect(**params, autocommit=True) as other:
+        connection_check(resting)  # alive, nothing to read: handed out as it is
+        assert round_trips == []
+        other.execute("SELECT pg_terminate_backend(%s, 5000)", [resting.info.backend_pid])
+        with pytest.raises(psycopg.OperationalError):
+            connection_check(resting)  # the server's goodbye waits on its socket: tried, and fails
+        assert round_trips == [resting]
+    with pytest.raises(psycopg.OperationalError, match="closed"):
+        connection_check(resting)
+
+
+@pooled_only
+def test_a_full_pool_whose_connections_the_server_all_ended_serves_the_next_piece_of_work():
+    """A failover with every connection of the pool at rest: the pool tries them all at once
+    (``PoolCheck``); one by one it paused 1, 2, 4, 8 ... s between them, past its timeout."""
+    pool = connection.pool
+    held = threading.Barrier(pool.max_size)
+
+    def hold() -> None:
+        releasing(lambda: (Team.objects.count(), held.wait(30)))()
+
+    threads = [threading.Thread(target=hold) for _ in range(pool.max_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert pool.get_stats()["pool_size"] == pool.max_size
+    params = {k: v for k, v in connection.get_connection_params().items() if k != "cursor_factory"}
+    with psycopg.connect(**params, autocommit=True) as own:
+        ended = own.execute("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+    assert ended >= pool.max_size
+    assert releasing(lambda: Team.objects.count())() >= 0  # not PoolTimeout after 30 s
 
 
 def _django_error(cause: BaseException, kind: type[Exception] = OperationalError) -> Exception:

@@ -104,7 +104,7 @@ def test_environment_overrides(tmp_path):
         SECRET_KEY="x" * 60,
         LOG_LEVEL="debug",
     )
-    assert s["engine"] == "django.db.backends.postgresql"
+    assert s["engine"] == "agentsite.db.postgresql"  # Django's, with the site's pool check
     assert (s["host"], s["user"], s["name"]) == ("db.internal", "agent", "agentsite")
     assert s["redis"] == "redis://cache.internal:6379/2" and s["embedded"] is False
     assert s["broker"] == s["redis"] and s["layer_hosts"] == [s["redis"]]

@@ -1,0 +1,71 @@
+"""PostgreSQL: Django's back-end, whose pool checks a connection it hands out without a round
+trip.
+
+psycopg's own check (``ConnectionPool.check_connection``, which Django gives the pool with
+``CONN_HEALTH_CHECKS``) sends an empty query and waits for the server's answer: a round trip,
+and a wake-up of the server's backend, each time a thread takes a connection, which a turn does
+seven times and an API request twice. A session the server ended (``pg_terminate_backend``, a
+failover, a restart, a PgBouncer that went away) does not end silently: the server sends its
+last word (57P01 and the like) and closes the socket. So a connection at rest that has anything
+to read, or an end of file, gets psycopg's check; one with nothing to read is handed out as it
+is. A socket that went quiet without the server closing it (a network cut) is not found sooner
+by either check: the round trip would wait as long.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import psycopg
+from django.db.backends.base.base import NO_DB_ALIAS
+from django.db.backends.postgresql import base
+from psycopg_pool import ConnectionPool
+
+
+def connection_check(conn: psycopg.Connection) -> None:
+    """Raise, as ``ConnectionPool.check_connection`` does, for a connection that is not fit to be
+    handed out; the pool then discards it and takes or makes another."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+    if poller.poll(0):  # something came while it rested: the server's goodbye, or its end
+        ConnectionPool.check_connection(conn)
+
+
+class PoolCheck:
+    """The check a pool runs (``connection_check``), which, when a connection fails it, has the
+    pool try all its idle ones at once (``ConnectionPool.check``, which replaces the dead): a
+    server that ended one session has mostly ended them all (a failover, a restart), and the
+    pool would otherwise hand them out one by one, pausing longer after each failure (1, 2, 4,
+    8 s ...): with ten dead connections a piece of work waited past the pool's timeout."""
+
+    def __init__(self) -> None:
+        self.pool: ConnectionPool | None = None
+
+    def __call__(self, conn: psycopg.Connection) -> None:
+        try:
+            connection_check(conn)
+        except psycopg.Error:
+            if self.pool is not None:
+                self.pool.check()
+            raise
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    @property
+    def pool(self) -> ConnectionPool | None:
+        # Django's own pool, made as Django makes it (``base.DatabaseWrapper.pool``) but with
+        # ``PoolCheck`` when health checks are on; Django then keeps and serves it.
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if (options and self.alias != NO_DB_ALIAS and self.alias not in self._connection_pools
+                and self.settings_dict["CONN_HEALTH_CHECKS"]
+                and self.settings_dict.get("CONN_MAX_AGE", 0) == 0):
+            kwargs: dict[str, Any] = {**self.get_connection_params(), "autocommit": True}
+            check = PoolCheck()
+            made = ConnectionPool(kwargs=kwargs, open=False, configure=self._configure_connection,
+                                  check=check, **({} if options is True else options))
+            check.pool = made
+            self._connection_pools.setdefault(self.alias, made)
+        return super().pool
