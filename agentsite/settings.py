@@ -200,6 +200,10 @@ if read("CHANNEL_LAYER_IN_MEMORY"):
 
 # -- celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
+# kombu's Redis transport, keeping one client per channel for its commands (agentsite.celery).
+# A ``rediss://`` URL keeps kombu's own, which checks that TLS is set up for it.
+if REDIS_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "agentsite.celery:BrokerTransport"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"

@@ -10,6 +10,7 @@ import time
 
 from kombu import Connection, Consumer, Exchange, Queue
 
+from agentsite.celery import BrokerChannel, BrokerTransport, app
 from agentsite.processes import EmbeddedRedis, Printer, free_port
 
 
@@ -54,3 +55,35 @@ def test_a_channel_that_lost_redis_with_a_task_unacknowledged_fails_as_a_lost_co
         finally:
             server.stop(timeout=5)
 
+
+
+def test_a_channel_sends_its_commands_through_one_client_and_a_new_one_after_its_pool_changed(tmp_path):
+    """``agentsite.celery.BrokerChannel``: kombu built a Redis client for every publish and ack."""
+    server = EmbeddedRedis(port=free_port(), data_dir=tmp_path / "redis")
+    with open(tmp_path / "redis.log", "w") as log:
+        server.start(Printer(log, color=False))
+        try:
+            server.wait_ready()
+            turns = Queue("turns", Exchange("turns", type="direct"), routing_key="turns")
+            with Connection(server.url, transport=BrokerTransport) as conn:
+                channel = conn.default_channel
+                assert isinstance(channel, BrokerChannel)
+                producer = conn.Producer()
+                for n in range(3):
+                    producer.publish({"task": n}, exchange=turns.exchange, routing_key="turns", declare=[turns])
+                first = channel._create_client()
+                assert channel._create_client() is first
+                assert channel._size("turns") == 3
+                old_pool, channel._pool = channel._pool, None  # what a reconnect does
+                second = channel._create_client()
+                assert second is not first and second.connection_pool is channel.pool
+                producer.publish({"task": 3}, exchange=turns.exchange, routing_key="turns")
+                assert channel._size("turns") == 4
+                old_pool.disconnect()
+        finally:
+            server.stop()
+
+
+def test_the_site_sends_tasks_through_that_transport(settings):
+    assert settings.CELERY_BROKER_TRANSPORT == "agentsite.celery:BrokerTransport"
+    assert app.conf.broker_transport == settings.CELERY_BROKER_TRANSPORT
