@@ -82,16 +82,19 @@ _page_conversation_read = Prepared(_page_conversation)
 def _listed(team_id: int, user_id: int, *, sees_all: bool, team_scope: bool, archived: bool, limit: int,
             query: str = "") -> QuerySet[Conversation]:
     rows = (conversations_visible(viewer_standin(team_id, user_id, sees_all=sees_all))
-            .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent", "created_by"))
-    if not team_scope:
+            .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent"))
+    # Who started each is shown in the team's list only; one's own are the reader's.
+    shown = ["uuid", "title", "updated_at", "archived", "shared", "pinned", "created_by_id", "agent__name"]
+    if team_scope:
+        rows = rows.select_related("created_by")
+        shown.append("created_by__username")
+    else:
         rows = rows.filter(created_by_id=user_id)
     if query:
         in_messages = Message.objects.filter(conversation_id=OuterRef("pk"), text__icontains=query)
         rows = rows.filter(Q(title__icontains=query) | Exists(in_messages))
     order = ("-updated_at", "-id") if team_scope else ("-pinned", "-updated_at", "-id")
-    return (rows.only("uuid", "title", "updated_at", "archived", "shared", "pinned",
-                      "created_by_id", "agent__name", "created_by__username")
-            .order_by(*order)[:limit])
+    return rows.only(*shown).order_by(*order)[:limit]
 
 
 _listed_read = Prepared(_listed)
