@@ -32,12 +32,17 @@ def file_database(tmp_path: Path):
     base.idle_connections_close()
 
 
+def _with_table(wrapper: base.DatabaseWrapper, table: str) -> base.DatabaseWrapper:
+    """``wrapper`` connected, with an empty table ``table``."""
+    wrapper.ensure_connection()
+    with wrapper.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {table} (value INTEGER)")
+    return wrapper
+
+
 def test_a_closed_connection_is_taken_by_the_next_thread_instead_of_opening_the_file(file_database):
-    first = file_database()
-    first.ensure_connection()
+    first = _with_table(file_database(), "kept")
     raw = first.connection
-    with first.cursor() as cursor:
-        cursor.execute("CREATE TABLE kept (value INTEGER)")
     first.close()
     assert first.connection is None
 
@@ -70,11 +75,9 @@ def test_two_wrappers_in_use_at_once_never_share_a_connection(file_database):
 
 
 def test_a_connection_closed_inside_a_transaction_is_not_kept(file_database):
-    first = file_database()
-    first.ensure_connection()
+    first = _with_table(file_database(), "open_tx")
     raw = first.connection
     with first.cursor() as cursor:
-        cursor.execute("CREATE TABLE open_tx (value INTEGER)")
         cursor.execute("BEGIN")
         cursor.execute("INSERT INTO open_tx VALUES (1)")
     assert raw.in_transaction
