@@ -41,6 +41,18 @@ app.conf.task_routes = {
 app.autodiscover_tasks(["agentsite", "agents.turns"])
 
 
+class SentTask:
+    """What sending a task whose result nobody reads hands back (``send_task``'s ``result_cls``,
+    with ``ignore_result``): its id. Celery's own result class asks for the app's result backend,
+    which Celery makes once per thread, and in the web process every request has a thread of its
+    own."""
+
+    __slots__ = ("id", "ignored")
+
+    def __init__(self, id: str) -> None:  # noqa: A002 - Celery passes it as ``id``
+        self.id = id
+
+
 # -- a worker survives a Redis restart ----------------------------------------------------------
 class Consumer(CeleryConsumer):
     """The worker's consumer (``CELERY_WORKER_CONSUMER``): it tries to reconnect to a lost broker

@@ -83,11 +83,9 @@ def _listed(team_id: int, user_id: int, *, sees_all: bool, team_scope: bool, arc
             query: str = "") -> QuerySet[Conversation]:
     rows = (conversations_visible(viewer_standin(team_id, user_id, sees_all=sees_all))
             .filter(archived=archived, deleted_at__isnull=True, ephemeral=False).select_related("agent"))
-    # Who started each is shown in the team's list only; one's own are the reader's.
     shown = ["uuid", "title", "updated_at", "archived", "shared", "pinned", "created_by_id", "agent__name"]
-    if team_scope:
-        rows = rows.select_related("created_by")
-        shown.append("created_by__username")
+    if team_scope:  # who started each: the team's list only (one's own are the reader's)
+        rows, shown = rows.select_related("created_by"), [*shown, "created_by__username"]
     else:
         rows = rows.filter(created_by_id=user_id)
     if query:

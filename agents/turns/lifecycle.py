@@ -27,7 +27,7 @@ from agents.turns.announce import announcements
 from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
-from agentsite.celery import app
+from agentsite.celery import SentTask, app
 from agentsite.db.prepared import Prepared
 from agentsite.db.returning import insert, update_returning
 from agentsite.models import Membership
@@ -52,17 +52,6 @@ TURN_TASK = "agents.turns.tasks.turn_run"
 CLAIM_RELATED = ("conversation", "user_message")
 # Extra seconds Celery's own hard limit gives after ours, for pools that enforce it.
 CELERY_HARD_MARGIN_S = 15
-
-
-class SentTurn:
-    """What sending a turn's task hands back: its id. A turn's result is its trace; Celery's own
-    result class asks for the app's result backend, which Celery makes once per thread, and in
-    the web process every request has a thread of its own."""
-
-    __slots__ = ("id", "ignored")
-
-    def __init__(self, id: str) -> None:  # noqa: A002 - Celery passes it as ``id``
-        self.id = id
 
 
 def _row_locks() -> bool:
@@ -146,10 +135,9 @@ def turn_task_send(*, trace_id: int, hard_limit_s: int | None = None) -> bool:
         options = {"soft_time_limit": hard_limit_s,
                    "time_limit": hard_limit_s + CELERY_HARD_MARGIN_S}
     try:
-        # ignore_result: a turn's result is its trace (and without it Celery makes a result
-        # backend for every thread that sends, which is every web request).
+        # A turn's result is its trace: none kept, and none asked for (``SentTask``).
         app.send_task(TURN_TASK, args=[trace_id], queue="turns", routing_key="turns",
-                      ignore_result=True, result_cls=SentTurn, add_to_parent=False,
+                      ignore_result=True, result_cls=SentTask, add_to_parent=False,
                       retry=True, retry_policy=SEND_RETRY_POLICY, **options)
     except BROKER_ERRORS as exc:
         logger.warning("could not send the turn task of trace %s, the broker is unreachable (%s); "
