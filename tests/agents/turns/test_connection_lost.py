@@ -31,14 +31,25 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _own_connection_released():
+    """The test thread's connection may have been terminated with the rest: whatever the test's
+    outcome, it goes back (the pool discards a broken one), so the next test gets a live one."""
+    yield
+    connection_release()
+
+
 def terminate_other_backends() -> int:
     """What a failover does to this database's sessions: every one but the caller's own
-    (a connection of its own, outside Django's) is terminated by the server."""
+    (a connection of its own, outside Django's) is terminated by the server, which this waits
+    for (up to 5 s each): ``pg_terminate_backend`` without a timeout returns once it has sent
+    the signal, and a session handed out before its process has ended fails on its next
+    statement (handed back, as the next test shows), not the one this test is about."""
     params = connection.get_connection_params()
     with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"},
                          autocommit=True) as own:
         return own.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
 
 
