@@ -125,6 +125,7 @@ DATABASES = {
 DATABASE_POOL_MAX = read("DATABASE_POOL_MAX")
 DATABASE_POOL_TIMEOUT_S = read("DATABASE_POOL_TIMEOUT_S")
 DATABASE_PREPARE_THRESHOLD = read("DATABASE_PREPARE_THRESHOLD")
+DATABASE_STEPS_WAIT_FOR_DISK = read("DATABASE_STEPS_WAIT_FOR_DISK")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL, a busy timeout and IMMEDIATE transactions taken one at a time per process
     # (agentsite.db.sqlite3): no "database is locked". The PRAGMA overrides ``timeout``: keep
@@ -132,16 +133,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["ENGINE"] = "agentsite.db.sqlite3"
     # Closed at each request's and turn's end into the process's idle ones (agentsite.db.sqlite3).
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-        }
-    )
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
+        "transaction_mode": "IMMEDIATE", "timeout": 20})
 else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_MAX > 0:
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # lazy commits, the pool's check
+        DATABASES["default"]["ENGINE"] = "agentsite.db.postgresql"
+    if DATABASES["default"]["ENGINE"] == "agentsite.db.postgresql" and DATABASE_POOL_MAX > 0:
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
         # Values apart from the statement, which the server prepares once it is run often.
         if DATABASE_PREPARE_THRESHOLD > 0:
@@ -149,7 +148,6 @@ else:
                 server_side_binding=True, prepare_threshold=DATABASE_PREPARE_THRESHOLD)
         # With CONN_HEALTH_CHECKS (above) the pool replaces a dead connection as it leaves it
         # (a failover, a PgBouncer restart): its check is the site's back-end's.
-        DATABASES["default"]["ENGINE"] = "agentsite.db.postgresql"
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": DATABASE_POOL_TIMEOUT_S,
             "max_idle": 60.0,  # idle this long: closed (down to min_size)

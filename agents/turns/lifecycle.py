@@ -28,6 +28,7 @@ from agents.turns.quotas import turn_settle
 from agents.turns.signals import cancel_signal_send, ended_signal_send
 from agents.turns.turn_threads import CONNECTION_LOST_REASON
 from agentsite.celery import SentTask, app
+from agentsite.db import commit_durably
 from agentsite.db.prepared import Prepared
 from agentsite.db.returning import insert, update_returning
 from agentsite.models import Membership
@@ -245,6 +246,7 @@ def trace_hand_back(*, trace_id: int, attempt: int, reason: str, last_seen: date
     life of the worker that ran it, for the resumption's step ("resumed after N s")."""
     now = now or timezone.now()
     with transaction.atomic():
+        commit_durably()
         if trace_conversation_lock(trace_id) is None:
             return False
         rows = Trace.objects.filter(pk=trace_id, status=Status.RUNNING, attempts=attempt)
@@ -310,6 +312,7 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
     looking for them; None: they are looked for)."""
     now = now or timezone.now()
     with transaction.atomic():
+        commit_durably()  # what the turn answered, and every step before it, is on disk first
         if trace is not None:
             row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at,
                    "ephemeral": (trace.conversation.ephemeral
@@ -376,8 +379,7 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
         if ended:
             dispatch_next(trace.conversation_id, now)
             if trace.api_key_id:
-                uuid = trace.uuid
-                transaction.on_commit(lambda: ended_signal_send(trace_uuid=uuid))
+                transaction.on_commit(functools.partial(ended_signal_send, trace_uuid=trace.uuid))
             transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
             if trace.quota_keys:
                 turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=0)

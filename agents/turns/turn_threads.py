@@ -11,9 +11,10 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import close_old_connections, connections
 
-from agentsite.db import ConnectionLost, releasing
+from agentsite.db import ConnectionLost, commit_lazily, releasing
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,14 +29,19 @@ class TurnDb:
     Threads are kept between turns (``acquire``/``release``), so a worker holds at most as many
     connections as it runs turns at once and does not open one per turn; on release the
     thread's connection gets the end-of-request treatment (``close_old_connections``: closed
-    when ``CONN_MAX_AGE`` is over or it is broken; SQLite keeps it among its idle ones)."""
+    when ``CONN_MAX_AGE`` is over or it is broken; SQLite keeps it among its idle ones).
+
+    Its transactions commit without waiting for the disk (``agentsite.db.commit_lazily``,
+    unless ``DATABASE_STEPS_WAIT_FOR_DISK``): a turn is resumed from what of it the database
+    kept; its end waits (``trace_close``), and with it everything before it."""
 
     _idle: list[TurnDb] = []  # noqa: RUF012 - the process-wide pool, shared on purpose
     _lock = threading.Lock()
     MAX_IDLE = 256
 
     def __init__(self, name: str = "turn-db") -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=commit_lazily,
+                                           initargs=(not settings.DATABASE_STEPS_WAIT_FOR_DISK,))
         # Called (in the turn's loop) when a call's connection broke: the turn being run
         # hands itself back instead of failing (``TurnRun``).
         self.on_connection_lost: Callable[[str], bool] | None = None

@@ -77,6 +77,23 @@ def connection_release() -> None:
                 pass
 
 
+def commit_lazily(lazily: bool = True) -> None:
+    """This thread's transactions commit without waiting for the disk (PostgreSQL: see
+    ``agentsite.db.postgresql``), or wait again (``lazily`` False). Elsewhere nothing: SQLite in
+    WAL with ``synchronous=NORMAL`` does not wait for the disk as it commits anyway."""
+    for conn in connections.all():
+        if hasattr(conn, "commit_waits"):
+            conn.commit_waits = not lazily
+
+
+def commit_durably() -> None:
+    """The transaction open in this thread waits for the disk as it commits, and with it every
+    commit before it, whatever ``commit_lazily`` said: what a client is told has happened."""
+    for conn in connections.all(initialized_only=True):
+        if hasattr(conn, "commit_durable") and conn.in_atomic_block:
+            conn.commit_durable = True
+
+
 def releasing(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn``, giving its thread's connection back afterwards (``connection_release``); a
     connection that broke under it raises ``ConnectionLost``."""

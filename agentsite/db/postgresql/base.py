@@ -1,5 +1,15 @@
 """PostgreSQL: Django's back-end, whose pool checks a connection it hands out without a round
-trip.
+trip, and whose commits may go without waiting for the disk where a thread says so.
+
+Commits. A transaction that has written waits, as it commits, until the server has flushed its
+write-ahead log to disk (``synchronous_commit``): 4-5 ms on a common disk, more than everything
+else a short write costs. A thread that calls ``agentsite.db.commit_lazily`` (a turn's database
+thread, whose steps a turn can be resumed from as after a lost worker) has its transactions
+committed with ``SET LOCAL synchronous_commit TO off``: at once, the server flushing them within
+a fraction of a second (``wal_writer_delay``). A crash of the server, not of the process, may
+lose those last few; never a part of one, and never one without the ones before it, as the log
+is written in order. A transaction that calls ``agentsite.db.commit_durably`` (a turn's end)
+waits, and with it every commit before it.
 
 psycopg's own check (``ConnectionPool.check_connection``, which Django gives the pool with
 ``CONN_HEALTH_CHECKS``) sends an empty query and waits for the server's answer: a round trip,
@@ -53,7 +63,25 @@ class PoolCheck:
             raise
 
 
+LAZY_COMMIT = "SET LOCAL synchronous_commit TO off"
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    # A wrapper belongs to one thread: these are that thread's.
+    commit_waits = True  # False: ``agentsite.db.commit_lazily``
+    commit_durable = False  # this transaction waits, whatever ``commit_waits`` says
+
+    def _commit(self) -> None:
+        if self.connection is not None and not self.commit_waits and not self.commit_durable:
+            with self.wrap_database_errors:
+                self.connection.execute(LAZY_COMMIT, prepare=False)
+        self.commit_durable = False
+        super()._commit()
+
+    def _rollback(self) -> None:
+        self.commit_durable = False
+        super()._rollback()
+
     @property
     def pool(self) -> ConnectionPool | None:
         # Django's own pool, made as Django makes it (``base.DatabaseWrapper.pool``) but with
