@@ -74,3 +74,58 @@ CLEAN = [
     "sk-learn is a nickname for scikit-learn; sk-1 is a short id.",
     "Authorization: [REDACTED]",
 ]
+
+# Text that reads random but is no credential, as tools print it: identifiers, digests, UUIDs,
+# a data URL's bytes, slugs and paths, minified code, URLs with query strings. Every one must
+# come through exactly as it is (the high-entropy rule redacted several before it read words).
+_PNG = ("iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAYAAAAf8/9hAAAABHNCSVQICAgIfAhkiAAAAAlwSFlzAAALEwAACxMB"
+        "AJqcGAAAAPRJREFUOI2lk7FKA0EQhr+9xEIQFFSQIGhnY2GhjW9g4WNY+Ai2voOFr2BnYWFhoY2FjY2VIkFQEAQx5nZn"
+        "Lc4kl+QuJuDAwDLz7z/zz+yaqmKNv+HPKFx+1X5W5sBtQ7GHA6+EGu4wXwAAAABJRU5ErkJggg==")
+BENIGN = [
+    "0123456789abcdefghijklmnopqrstuvwxyz-eco-big-output-line\n" * 3,
+    "line 4812: 0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-0123456789abcdef",
+    "zyxwvutsrqponmlkjihgfedcba9876543210-reverse-index",
+    "Request 123e4567-e89b-12d3-a456-426614174000 took 41 ms",
+    "uuids: f47ac10b-58cc-4372-a567-0e02b2c3d479, 9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d",
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 (HEAD -> main, origin/main)",
+    "md5sum: 9e107d9d372bb6826bd81d3542a419d6  archive.tar.gz",
+    "sha256:  e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "SHA-512 (release.zip) = cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce"
+    "47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e",
+    "image: ghcr.io/acme/api@sha256:9b2a6f0c0b51a4cfc4e2f1e7d8b3a5c6e9f0a1b2c3d4e5f60718293a4b5c6d7e",
+    '"integrity": "sha512-v2kDEe57lecTulaDIuNTPy3Ry4gLGJ6Z1O3vE1krgXZNrsQ+5FMKqkQW8Un0hnEmn8rpp06V56rQjKpNplS0g=="',
+    '<script src="/app.js" integrity="sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC"></script>',
+    f'<img alt="logo" src="data:image/png;base64,{_PNG}">',
+    f"![chart](data:image/png;base64,{_PNG})",
+    "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7",
+    "pod/web-7f9c8d6b5-x2k4p   1/1   Running   0   3d4h",
+    "ULID 01ARZ3NDEKTSV4RRFFQ69G5FAV created",
+    "Stripe: pi_3MtwBwLkdIwHu7ix28a3tqPa succeeded for cus_NffrFeUfNV2Hib",
+    "2024-11-27-how-we-cut-p99-latency-by-40-percent-with-connection-pooling",
+    "/blog/2023/10/05/migrating-from-celery-4-to-celery-5-with-zero-downtime-v2",
+    "user_42_profile_image_thumbnail_128x128_retina_2x_compressed_v3.webp",
+    "/usr/lib/x86_64-linux-gnu/libssl.so.3 /usr/lib/python3.11/lib-dynload/_ssl.cpython-311-x86_64-linux-gnu.so",
+    "projects/my-project-123456/locations/us-central1/functions/resize-image-v2",
+    "arn:aws:iam::123456789012:role/service-role/lambda-exec-role-2024",
+    "v1.2.3-alpha.4+build.5678 and 2.0.0-rc.1+sha.5114f85",
+    "AgentRunStepV2SerializerWithNestedToolCallResults.to_representation()",
+    "test_a_worker_killed_mid_turn_is_resumed_from_its_last_step_by_another_worker PASSED",
+    'class="md:grid-cols-3 lg:grid-cols-4 xl:max-w-7xl 2xl:px-16 sm:text-base"',
+    '!function(e,t){"object"==typeof exports&&"undefined"!=typeof module?module.exports=t():'
+    '(e="undefined"!=typeof globalThis?globalThis:e||self).dayjs=t()}(this,function(){var t=1e3,e=6e4,n=36e5}',
+    "var a1=function(b2,c3){return b2.map(function(d4){return d4*c3+e5[d4%7]})};",
+    "https://www.example.com/search?q=agent+runtime&utm_source=newsletter&utm_medium=email"
+    "&utm_campaign=2024Q4&fbclid=IwAR2x9Kq7Lm2Np5Rs8Tu1Vw4Yz6Bc0Ef3Hi",
+    "See https://github.com/acme/app/compare/3f786850e387550fdab836ed7e6dc881de23001b...9fceb02d0ae598e95dc9 for the diff",
+    "docker run --rm -v $PWD:/src ghcr.io/acme/builder:2024.11.27-3f78685 make release-linux-amd64",
+    "Downloading torch-2.5.1+cu121-cp311-cp311-manylinux_2_28_x86_64.whl (780.5 MB)",
+    "en_US.UTF-8 fr_FR.UTF-8 de_DE.UTF-8 ja_JP.UTF-8 zh_CN.GB18030",
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/tools/v12/bin",
+    "i-0abcd1234efgh5678 running t3.medium us-east-1a vpc-0a1b2c3d sg-0123456789abcdef0",
+    "Base64 of 'hello world': aGVsbG8gd29ybGQ=",
+    "tensor([0.1234, 0.5678, 0.9012, 0.3456]) dtype=torch.float32 device=cuda:0",
+    "ISBN 978-3-16-148410-0; DOI 10.1000/xyz123-abc456-def789",
+    "IBAN DE89 3704 0044 0532 0130 00, order 2024-000123-FR-7731",
+    "The cat sat on the mat; 1234567890 is just digits and abcdefghij just letters.",
+]
