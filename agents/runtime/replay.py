@@ -161,6 +161,7 @@ class ReplayTool(Tool):
         self.policy = inner.policy
         self.policy_reason = inner.policy_reason
         self.policy_source = inner.policy_source
+        self.step_meta = inner.step_meta
         self.idempotent = inner.idempotent
 
     async def prepare_call(self, arguments: dict[str, Any]) -> None:

@@ -69,9 +69,18 @@ class Tool(abc.ABC):
     # while the call ran (a read, a pure computation). Otherwise the call is not repeated and
     # the model is told it was interrupted.
     idempotent: bool = False
+    # What it is, as the GenAI conventions name it: "function" (run in the worker),
+    # "extension" (a call out to a server or an API), "datastore" (the team's memory).
+    tool_type: str = "function"
 
     @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any]) -> ToolResult: ...
+
+    def step_meta(self) -> dict[str, Any]:
+        """What the tool is, for its call's step whatever the call's outcome (run, denied,
+        cancelled, failed): its ``tool_type`` and, for a server's tool, what names the server
+        and the call. A run's own meta goes over it."""
+        return {"tool_type": self.tool_type}
 
     async def prepare_call(self, arguments: dict[str, Any]) -> None:
         """Called before a call's permission is decided (``policy_for``), for what that needs

@@ -193,6 +193,7 @@ class HttpFetchTool(Tool):
         "required": ["url"],
     }
     idempotent = True  # GET only
+    tool_type = "extension"
 
     def __init__(self, context: ToolContext, *, timeout_s: float = FETCH_TIMEOUT_S,
                  max_bytes: int = FETCH_MAX_BYTES) -> None:
@@ -209,6 +210,8 @@ class HttpFetchTool(Tool):
 
 class HttpTool(Tool):
     """An HTTP tool defined in the admin."""
+
+    tool_type = "extension"
 
     def __init__(self, *, name: str, description: str, parameters: dict[str, Any], method: str,
                  url_template: str, headers: list[tuple[str, str]], timeout_s: float,

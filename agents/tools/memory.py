@@ -66,6 +66,8 @@ def key_from_content(content: str) -> str:
 
 
 class _MemoryTool(Tool):
+    tool_type = "datastore"
+
     def __init__(self, context: ToolContext) -> None:
         if context.agent_id is None:
             raise ValueError("memory tools need an agent")

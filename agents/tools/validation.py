@@ -147,6 +147,7 @@ class CheckedTool(Tool):
         self._validator = ArgumentsValidator(self.parameters)
         # The tool's own time limit (HTTP tools), for the loop's limit per call.
         self.timeout_s: float | None = getattr(inner, "timeout_s", None)
+        self.step_meta = inner.step_meta
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         problem = argument_problem(self._validator, arguments)

@@ -190,6 +190,7 @@ def test_a_stopped_turn_ends_its_open_request_and_says_why(
     chat = next(s for s in spans if s.name == "chat demo")
     assert root.attributes["agentsite.trace.status"] == "cancelled"
     assert root.status_code == "UNSET"  # a person's stop is not a failure of the turn
+    assert root.attributes["error.type"] == "cancelled"  # but the turn did not complete
     assert chat.status_code == "ERROR" and chat.status_message == "cancelled"
     assert chat.end_ns <= root.end_ns and chat.attributes["gen_ai.usage.output_tokens"] > 0
 

@@ -46,6 +46,10 @@ PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "demo": "agentsi
 FINISH = {Outcome.COMPLETE: "stop", Outcome.TOOL_USE: "tool_call", Outcome.LENGTH: "length",
           Outcome.FILTERED: "content_filter", Outcome.REFUSAL: "content_filter"}
 FAILED = (Trace.Status.FAILED, Trace.Status.TIMED_OUT, Trace.Status.INTERRUPTED)
+# A turn that did not end with its answer has ``error.type`` (the error's kind; ``cancelled``
+# for a stop, so a query for unfinished turns finds them all); a failed one's status is also
+# an error, a stopped one's stays unset: a person's stop is not a failure of the turn.
+ENDED_SHORT = (*FAILED, Trace.Status.CANCELLED)
 
 
 def ns(moment: datetime | None) -> int:
@@ -185,7 +189,7 @@ def root_span(turn: Turn, *, states: Iterable[TrajectoryState], steps: Iterable[
         "agentsite.unpriced_calls": trace.unpriced_calls or None,
         "agentsite.estimated_calls": trace.estimated_calls or None,
         "agentsite.api_key": trace.api_key.prefix if trace.api_key_id and trace.api_key else None,
-        "error.type": (trace.error_kind or trace.status) if trace.status in FAILED else None,
+        "error.type": (trace.error_kind or trace.status) if trace.status in ENDED_SHORT else None,
     }
     if turn.policy.on and trace.answer:
         attributes["agentsite.answer"] = turn.policy.text(trace.answer)
@@ -327,7 +331,10 @@ def _chat_span(turn: Turn, step: Step, payloads: dict[str, Any], retries: Iterab
 
 def tool_type(meta: dict[str, Any]) -> str:
     """``extension``: the agent calls out (an MCP server, an HTTP API); ``datastore``: the
-    team's memory; ``function``: a built-in tool run in the worker."""
+    team's memory; ``function``: a built-in tool run in the worker. As the tool said on its
+    step (``Tool.step_meta``, whatever the call's outcome); older steps by what they hold."""
+    if meta.get("tool_type") in ("function", "extension", "datastore"):
+        return meta["tool_type"]
     if meta.get("mcp") or meta.get("http"):
         return "extension"
     if meta.get("memory"):

@@ -353,10 +353,12 @@ class ToolStep:
             self.started.add(call.id)
             await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id,
                                                  name=call.name, arguments=call.input))
+        tool = self.tools.get(call.name)
         await self.observer.emit(ToolFinished(
             iteration=iteration, call_id=call.id, name=call.name, arguments=call.input,
             success=outcome.success, output=output, duration_ms=seconds * 1000, error=error,
-            output_preview=clip(output, PREVIEW_CHARS), meta=outcome.meta))
+            output_preview=clip(output, PREVIEW_CHARS),
+            meta={**(tool.step_meta() if tool is not None else {}), **outcome.meta}))
         block = ToolResultBlock(call.id, output, not outcome.success, call.name)
         self.finished[call.id] = block
         return block

@@ -36,16 +36,21 @@ class McpTool(Tool):
         self.max_bytes = max_bytes
         self.idempotent = idempotent
 
+    tool_type = "extension"
+
+    def step_meta(self) -> dict[str, Any]:
+        return {"tool_type": self.tool_type, "mcp": {
+            "server": self.endpoint.name, "tool": self.remote_name,
+            "transport": self.endpoint.transport, "method": "tools/call"}}
+
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         traceparent = current_traceparent()
         result = await sdk_client().call_tool(
             self.endpoint, self.remote_name, arguments, timeout_s=self.timeout_s,
             max_bytes=self.max_bytes, meta={"traceparent": traceparent} if traceparent else None)
-        meta = {"mcp": {"server": self.endpoint.name, "tool": self.remote_name,
-                        "transport": self.endpoint.transport,
-                        "protocol_version": result.protocol_version,
-                        "session_id": result.session_id, "method": "tools/call",
-                        "is_error": result.is_error}}
+        meta = self.step_meta()
+        meta["mcp"].update(protocol_version=result.protocol_version, session_id=result.session_id,
+                           is_error=result.is_error)
         if result.is_error:
             return ToolResult(False, result.text,
                               error=result.text or f"The tool “{self.remote_name}” failed.",
