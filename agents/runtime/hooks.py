@@ -22,7 +22,12 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .scrub import scrub_secrets
+
+if TYPE_CHECKING:
+    from .tools import Tool
 
 PRE_TOOL_USE = "PreToolUse"
 POST_TOOL_USE = "PostToolUse"
@@ -167,6 +172,29 @@ def preview(text: str) -> str:
     return escaped if len(escaped) <= PREVIEW_CHARS else escaped[:PREVIEW_CHARS] + "…"
 
 
+def rewrite_meta(arguments: str) -> dict[str, str]:
+    """The arguments a hook rewrote a call to, for its step (the model's own are its payload),
+    scrubbed and cut."""
+    return {"arguments_rewritten": scrub_secrets(arguments)[:4000]}
+
+
+def rewritten_arguments(tool: Tool, updated_input: str) -> tuple[dict[str, Any], str | None]:
+    """The arguments a PreToolUse hook rewrote the call to (its ``updatedInput``), and why the
+    tool refuses them (None when it takes them): the call then does not run, and the model and
+    the step read why."""
+    try:
+        value = json.loads(updated_input)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return {}, f"A PreToolUse hook rewrote the arguments of '{tool.name}' into something that is not a JSON object."
+    problem = tool.arguments_problem(value)
+    if problem is not None:
+        return value, (f"A PreToolUse hook rewrote the arguments of '{tool.name}' into ones it refuses: "
+                       f"{problem}.")
+    return value, None
+
+
 # -- reading an answer --------------------------------------------------------------------------
 def read_hook_stdout(run: HookRun, stdout: str, *, command: str, tool_name: str,
                      stderr: str = "") -> None:
@@ -215,7 +243,12 @@ def read_hook_stdout(run: HookRun, stdout: str, *, command: str, tool_name: str,
         run.outcome = "deny"
     if isinstance(value.get("content"), str):
         run.content = value["content"]
-    run.messages.extend(found or [text])
+    # Claw Code makes the raw stdout the message when the object has none; an answer that
+    # decided something (a permission, new arguments, a block, new content) said all it had
+    # to, and its JSON is no feedback for the model to read (or to quote back).
+    acted = (run.permission_override is not None or run.updated_input is not None
+             or run.outcome == "deny" or run.content is not None)
+    run.messages.extend(found or ([] if acted else [text]))
 
 
 # -- an operator's command ----------------------------------------------------------------------

@@ -162,6 +162,7 @@ class ReplayTool(Tool):
         self.policy_reason = inner.policy_reason
         self.policy_source = inner.policy_source
         self.step_meta = inner.step_meta
+        self.arguments_problem = inner.arguments_problem
         self.idempotent = inner.idempotent
 
     async def prepare_call(self, arguments: dict[str, Any]) -> None:

@@ -76,6 +76,11 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any]) -> ToolResult: ...
 
+    def arguments_problem(self, arguments: dict[str, Any]) -> str | None:
+        """Why ``arguments`` do not fit the tool's parameters, in a sentence; None when they do
+        (or when the tool does not check: by default)."""
+        return None
+
     def step_meta(self) -> dict[str, Any]:
         """What the tool is, for its call's step whatever the call's outcome (run, denied,
         cancelled, failed): its ``tool_type`` and, for a server's tool, what names the server

@@ -149,6 +149,9 @@ class CheckedTool(Tool):
         self.timeout_s: float | None = getattr(inner, "timeout_s", None)
         self.step_meta = inner.step_meta
 
+    def arguments_problem(self, arguments: dict[str, Any]) -> str | None:
+        return argument_problem(self._validator, arguments)
+
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         problem = argument_problem(self._validator, arguments)
         if problem is not None:

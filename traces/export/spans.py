@@ -360,7 +360,7 @@ def _tool_span(turn: Turn, step: Step, payloads: dict[str, Any]) -> ReadableSpan
         "agentsite.iteration": step.iteration,
         "agentsite.tool.policy": permission.get("policy"),
         "agentsite.tool.permission": permission.get("outcome"),
-        "agentsite.tool.approval_wait_ms": meta.get("approval_wait_ms"),
+        "agentsite.tool.approval_wait_ms": meta.get("approval_waited_ms") or meta.get("approval_wait_ms"),
         "agentsite.tool.output_chars": meta.get("output_chars"),
         "agentsite.tool.loop_detection": (meta.get("loop_detection") or {}).get("level"),
         "error.type": ("tool_error" if step.status == Step.Status.ERROR else None),
@@ -371,8 +371,12 @@ def _tool_span(turn: Turn, step: Step, payloads: dict[str, Any]) -> ReadableSpan
             attributes["gen_ai.tool.call.arguments"] = policy.json(payloads[StepPayload.Kind.ARGUMENTS])
         if StepPayload.Kind.OUTPUT in payloads:
             attributes["gen_ai.tool.call.result"] = policy.text(payloads[StepPayload.Kind.OUTPUT])
+    # A call recorded before its start left out the wait for approval kept it as
+    # ``approval_wait_ms``: it ran after the wait.
+    start = step.started_at + timedelta(milliseconds=float(meta.get("approval_wait_ms") or 0))
     return turn.span(f"execute_tool {step.name}", key=step_key(step), kind=SpanKind.INTERNAL,
-                     start=step.started_at, end=step_end(step), attributes=attributes,
+                     start=start, end=start + timedelta(milliseconds=step.duration_ms or 0),
+                     attributes=attributes,
                      error=_content_error(turn, step.error, "The tool call failed."))
 
 

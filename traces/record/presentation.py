@@ -32,8 +32,7 @@ def decorate_steps(steps: Iterable[Step], *, scale: float) -> None:
     scale = max(scale, 1.0)
     for step in steps:
         meta = step.meta or {}
-        # a call that waited for approval ran after the wait (the approval step shows the wait)
-        offset = step.offset_ms + float(meta.get("approval_wait_ms") or 0)
+        offset = ran_from(step)
         step.run_offset_ms = int(offset)
         start = min(offset / scale * 100, 100.0)
         width = ((step.duration_ms or 0.0) / scale) * 100
@@ -168,8 +167,8 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
         now_ms = (timezone.now() - trace.started_at).total_seconds() * 1000
         for step in steps:
             if step.status in (Step.Status.RUNNING, Step.Status.WAITING) and step.duration_ms is None:
-                step.duration_ms = max(now_ms - _ran_from(step), 0.0)
-    end = max([float(trace.duration_ms or 0)] + [_ran_from(s) + float(s.duration_ms or 0) for s in steps])
+                step.duration_ms = max(now_ms - ran_from(step), 0.0)
+    end = max([float(trace.duration_ms or 0)] + [ran_from(s) + float(s.duration_ms or 0) for s in steps])
     scale = max(float(trace.duration_ms or 0) or end, 1.0)
     rows: list[dict[str, Any]] = [_row("turn", trace.agent.name if trace.agent_id else "Turn", 0,
                                        0, end or None, trace.status, scale)]
@@ -179,15 +178,15 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
     for iteration in sorted(by_iteration):
         group = by_iteration[iteration]
         start = min(s.offset_ms for s in group)
-        finish = max(_ran_from(s) + float(s.duration_ms or 0) for s in group)
+        finish = max(ran_from(s) + float(s.duration_ms or 0) for s in group)
         label = f"Iteration {iteration}" if iteration else "Before the first request"
         rows.append(_row("iteration", label, 1, start, finish - start, "", scale))
         tools = [s for s in group if s.kind == Step.Kind.TOOL_CALL]
-        for step in sorted(group, key=lambda s: (_ran_from(s), s.seq)):
+        for step in sorted(group, key=lambda s: (ran_from(s), s.seq)):
             depth = 2
             if step.kind in (Step.Kind.RETRY, Step.Kind.COMPACTION):
                 depth = 3  # nested under the request they happened around
-            row = _row(step.kind, step.name or step.get_kind_display(), depth, _ran_from(step),
+            row = _row(step.kind, step.name or step.get_kind_display(), depth, ran_from(step),
                        step.duration_ms, step.status, scale)
             row["seq"] = step.seq
             row["kind_label"] = step.short_kind
@@ -203,14 +202,16 @@ def turn_tree(trace: Trace, steps: list[Step]) -> list[dict[str, Any]]:
     return rows
 
 
-def _ran_from(step: Step) -> float:
-    """When the step's work started: a tool call that waited for approval runs after the wait."""
+def ran_from(step: Step) -> float:
+    """When the step's work started (ms into the turn). A tool call that waited for approval
+    is recorded from when it could run; one recorded before that was, kept its start before
+    the wait and the wait as ``approval_wait_ms``, which is added here."""
     meta = step.meta if isinstance(step.meta, dict) else {}
     return step.offset_ms + float(meta.get("approval_wait_ms") or 0)
 
 
 def _overlap(a: Step, b: Step) -> bool:
-    a_start, b_start = _ran_from(a), _ran_from(b)
+    a_start, b_start = ran_from(a), ran_from(b)
     a_end, b_end = a_start + float(a.duration_ms or 0), b_start + float(b.duration_ms or 0)
     return a_start < b_end and b_start < a_end
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -264,10 +265,18 @@ class TraceRecorder(StepWriter):
     async def _tool_finished(self, event: ToolFinished) -> None:
         key = f"tool:{event.iteration}:{event.call_id}"
         approval = self.keys.get(f"approval:{event.iteration}:{event.call_id}")
+        waited = self.values.get(approval, {}).get("duration_ms") if approval else None
         seq = await self._write(key, *values_of.tool_finished(
             event, with_arguments=key not in self.keys, permission=self.allowed.pop(key, None),
-            approval_wait_ms=self.values.get(approval, {}).get("duration_ms") if approval else None))
+            approval_wait_ms=waited), moved=self._decided_at(approval) if waited else None)
         self.tool_last[(event.iteration, event.name)] = seq
+
+    def _decided_at(self, approval: int) -> datetime | None:
+        """When approval step ``approval`` ended (its call could run from then on), if this
+        recorder wrote it."""
+        start = self.step_starts.get(approval)
+        duration = self.values.get(approval, {}).get("duration_ms")
+        return start[0] + timedelta(milliseconds=duration) if start and duration is not None else None
 
     async def _approval_requested(self, event: ApprovalRequested) -> None:
         await self._write(f"approval:{event.iteration}:{event.call_id}",

@@ -175,10 +175,12 @@ def _goes_back(step: Step, values: Mapping[str, Any]) -> bool:
 
 def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
                 payloads: Payloads | None = None, started_at: datetime | None = None,
-                offset_ms: int = 0, new: bool = False, known: KnownStep | None = None) -> Step | None:
+                offset_ms: int = 0, new: bool = False, known: KnownStep | None = None,
+                moved: tuple[datetime, int] | None = None) -> Step | None:
     """Create or update step ``seq`` of the trace. Idempotent: writing what the row already
     holds, or moving a finished step back to running, is a no-op and returns None (no event).
-    ``started_at``/``offset_ms`` are kept from the row's creation. Raises ``TraceNotOwned`` when
+    ``started_at``/``offset_ms`` are kept from the row's creation, unless ``moved`` gives the
+    step a later start (a tool call that ran once a person had approved it). Raises ``TraceNotOwned`` when
     the attempt no longer owns the trace. ``new``: the caller knows the step is not stored yet
     (it is not looked for); ``known``: the caller wrote the stored row itself and knows it (it
     is not read again).
@@ -192,7 +194,7 @@ def step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, A
         raise ValueError(f"not step fields: {sorted(unknown)}")
     record = functools.partial(_step_record, trace_id=trace_id, attempt=attempt, seq=seq,
                                values=values, payloads=payloads or {}, started_at=started_at,
-                               offset_ms=offset_ms)
+                               offset_ms=offset_ms, moved=moved)
     if known is not None:
         return record(new=False, known=known)
     if not new:
@@ -221,7 +223,8 @@ class KnownStep:
 
 def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, Any],
                  payloads: Payloads, started_at: datetime | None, offset_ms: int,
-                 new: bool, known: KnownStep | None = None) -> Step | None:
+                 new: bool, known: KnownStep | None = None,
+                 moved: tuple[datetime, int] | None = None) -> Step | None:
     with transaction.atomic():
         if known is not None:
             step = known.step(trace_id, seq)
@@ -238,6 +241,9 @@ def _step_record(*, trace_id: int, attempt: int, seq: int, values: Mapping[str, 
         changed = [name for name, value in values.items() if created or getattr(step, name) != value]
         for name in changed:
             setattr(step, name, values[name])
+        if moved is not None and not created:
+            step.started_at, step.offset_ms = moved[0], max(int(moved[1]), 0)
+            changed += ["started_at", "offset_ms"]
         moves = rollups.differences(before, rollups.step_share(step))
         # One event for the step, a second when the trace's totals move (the header's cost and
         # the chat's meter follow live); a new step also counts in the header's "Steps" as the

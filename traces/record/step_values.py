@@ -147,8 +147,9 @@ def tool_finished(event: ToolFinished, *, with_arguments: bool,
                   permission: dict[str, Any] | None, approval_wait_ms: float | None) -> Written:
     """A call's result. ``with_arguments``: its start was not recorded, so its arguments go
     with it; ``permission``: an allowed call's policy outcome (``tool_permission``), kept for
-    this write; ``approval_wait_ms``: the wait for approval (its own step), left out of the
-    call's duration so that the timeline draws the call from when it ran."""
+    this write; ``approval_wait_ms``: the wait for approval (its own step), which the call's
+    start and duration leave out (``approval_waited_ms``; a step recorded before kept its
+    start before the wait and said so as ``approval_wait_ms``, ``ran_from``)."""
     payloads = {"output": payload_text(event.output)}
     if with_arguments:
         payloads["arguments"] = payload_json(event.arguments)
@@ -157,7 +158,7 @@ def tool_finished(event: ToolFinished, *, with_arguments: bool,
     if permission is not None:
         meta["permission"] = permission
     if approval_wait_ms:
-        meta["approval_wait_ms"] = approval_wait_ms
+        meta["approval_waited_ms"] = approval_wait_ms
     return {
         "kind": Kind.TOOL_CALL, "name": event.name[:200], "iteration": event.iteration,
         "call_id": event.call_id[:200],

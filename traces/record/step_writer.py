@@ -89,7 +89,10 @@ class StepWriter:
         return max(int((now - started).total_seconds() * 1000), 0) if started else 0
 
     async def _write(self, key: str, updates: dict[str, Any],
-                     payloads: dict[str, tuple[str, str]] | None = None) -> int:
+                     payloads: dict[str, tuple[str, str]] | None = None, *,
+                     moved: datetime | None = None) -> int:
+        """Write step ``key``'s ``updates`` (and ``payloads``); ``moved``: its new start (a tool
+        call that ran once a person approved it)."""
         seq = self._seq(key)
         new = seq not in self.values and seq > self.stored_upto
         previous = self.values.get(seq, {})
@@ -106,7 +109,8 @@ class StepWriter:
             step = await self.db(services.step_record, trace_id=self.trace.pk,
                                  attempt=self.attempt, seq=seq, values=values,
                                  payloads=payloads, started_at=now,
-                                 offset_ms=self._offset_ms(now), new=new, known=known)
+                                 offset_ms=self._offset_ms(now), new=new, known=known,
+                                 moved=(moved, self._offset_ms(moved)) if moved is not None else None)
         except services.TraceNotOwned:
             self.lose()
             return seq
@@ -119,6 +123,8 @@ class StepWriter:
             if new:
                 self.trace.step_count += 1
             self.step_ids[seq] = step.pk
+            if moved is not None:
+                self.step_starts[seq] = (step.started_at, step.offset_ms)
             self.step_starts.setdefault(seq, (step.started_at, step.offset_ms))
             self.trace.event_seq = max(self.trace.event_seq, step.event_seq)
             step.trace = self.trace

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import history as history_ops
@@ -32,6 +32,8 @@ from ..hooks import (
     ToolHooks,
     hook_payload,
     merge_hook_feedback,
+    rewrite_meta,
+    rewritten_arguments,
     run_hooks,
 )
 from ..messages import Message, Role, ToolResultBlock, ToolUseBlock
@@ -74,7 +76,8 @@ class ToolStep:
         self.approver = approver
         self.detector = LoopDetector() if cfg.loop_detection else None
         self.started: set[str] = set()
-        self.approval_waits: dict[str, float] = {}
+        # When a call that waited for a person's approval could run (the wait is its own step).
+        self.approved_at: dict[str, float] = {}
         self.finished: dict[str, ToolResultBlock] = {}
         self.invalid_arguments: dict[str, str] = {}
 
@@ -217,8 +220,9 @@ class ToolStep:
         return await self.finish_call(iteration, call, outcome, self.ran_for(call, started))
 
     def ran_for(self, call: ToolUseBlock, started: float) -> float:
-        """Seconds the call took, without the wait for a person's approval (its own step)."""
-        return max(time.perf_counter() - started - self.approval_waits.pop(call.id, 0.0), 0.0)
+        """Seconds the call took; for one that waited for a person's approval (its own step),
+        from the decision on: what ran then (the call and its after-hooks)."""
+        return max(time.perf_counter() - self.approved_at.pop(call.id, started), 0.0)
 
     async def run_call(self, iteration: int, call: ToolUseBlock) -> _Outcome:
         """Claw Code's order: the before-hooks, the permission (the tool's policy, a hook's
@@ -230,6 +234,12 @@ class ToolStep:
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
         pre = await self.run_tool_hooks(iteration, call, PRE_TOOL_USE, self.hooks.pre)
+        rewritten: dict[str, Any] | None = None
+        if pre.updated_input is not None and not (pre.denied or pre.cancelled):
+            rewritten, problem = rewritten_arguments(tool, pre.updated_input)
+            if problem is not None:
+                return _Outcome(f"Error: {problem}", False, problem, meta=rewrite_meta(pre.updated_input))
+            call = replace(call, input=rewritten)
         await tool.prepare_call(call.input)
         outcome, reason, source = self.authorize(tool, call, pre)
         await self.observer.emit(ToolPolicyDecided(
@@ -240,17 +250,18 @@ class ToolStep:
                                          PERMISSION_DENIED.format(reason=reason), True)
             return _Outcome(output, False, PERMISSION_DENIED.format(reason=reason))
         if outcome == ASK:
-            asked = time.perf_counter()
             try:
                 decision = await ask_approval(self.approver, call, iteration,
                                               timeout_s=self.cfg.approval_timeout_s,
                                               cancel=self.cancel, observer=self.observer)
             finally:
-                self.approval_waits[call.id] = time.perf_counter() - asked
+                self.approved_at[call.id] = time.perf_counter()
             if not decision.approved:
                 output = declined_output(call.name, decision.reason)
                 return _Outcome(output, False, output.split("\n", 1)[0])
         result = await self.execute(iteration, tool, call)
+        if rewritten is not None:  # the step keeps what the model asked and what ran
+            result.meta = {**result.meta, **rewrite_meta(json.dumps(rewritten, ensure_ascii=False, sort_keys=True))}
         result.output = merge_hook_feedback(pre.messages, result.output, False)
         if self.hooks.post:
             event = POST_TOOL_USE if result.success else POST_TOOL_USE_FAILURE

@@ -18,9 +18,11 @@ The request (``WebhookHook.run``):
   ``MAX_ANSWER_BYTES`` of answer are read.
 
 The answer: a 2xx with a JSON object ``{"decision": "allow" | "deny" | "warn", "message":
-"...", "content": "..."}`` (every key optional; no decision is "allow"). "deny" denies the tool
+"...", "content": "...", "tool_input": {...}}`` (every key optional; no decision is "allow"). "deny" denies the tool
 call (a message hook: drops the message or suppresses the reply), "warn" allows with the
-message as a warning, ``content`` (message hooks) is the rewritten text. Anything else (a
+message as a warning, ``content`` (message hooks) is the rewritten text, ``tool_input`` (or
+Claude Code's ``updatedInput``, at the top or under ``hookSpecificOutput``; a before-tool
+hook) the call's rewritten arguments. Anything else (a
 refused address, no answer in time, a non-2xx status, an answer that is not a JSON object, an
 unknown decision) is a *failed* run with a message saying which; the loop treats a failed hook
 as a warning.
@@ -42,6 +44,7 @@ from django.conf import settings
 
 from agents.runtime.hooks import (
     MAX_HOOK_OUTPUT_CHARS,
+    PRE_TOOL_USE,
     TOOL_EVENTS,
     HookRun,
     matcher_matches,
@@ -225,6 +228,8 @@ class WebhookHook:
         content = value.get("content")
         if isinstance(content, str) and event not in TOOL_EVENTS:
             run.content = content[:MAX_HOOK_OUTPUT_CHARS]
+        if event == PRE_TOOL_USE and not self._read_arguments(run, value):
+            return
         if decision == "deny":
             run.outcome = "deny"
             if not run.messages:
@@ -235,6 +240,24 @@ class WebhookHook:
             run.warn = True
             if not run.messages:
                 run.messages.append(f"Webhook `{self.name}` warned without a message")
+
+
+    def _read_arguments(self, run: HookRun, value: dict[str, Any]) -> bool:
+        """The call's rewritten arguments, if the answer has them: ``tool_input``, or
+        ``updatedInput`` (at the top or under ``hookSpecificOutput``, as Claude Code's hooks
+        answer). False (a failed run) when they are not a JSON object."""
+        specific = value.get("hookSpecificOutput")
+        rewritten = value.get("tool_input", value.get("updatedInput"))
+        if isinstance(specific, dict) and "updatedInput" in specific:
+            rewritten = specific["updatedInput"]
+        if rewritten is None:
+            return True
+        if not isinstance(rewritten, dict):
+            run.outcome = "failed"
+            run.messages.append(f"Webhook `{self.name}` answered arguments that are not a JSON object")
+            return False
+        run.updated_input = json.dumps(rewritten, sort_keys=True, separators=(",", ":"))
+        return True
 
 
 class _Refused(Exception):

@@ -185,3 +185,15 @@ async def test_a_hook_that_hangs_is_killed_at_its_time_limit():
     assert observer.of(HookRan)[0].decision == "failed"
     assert len(runs) == 1 and "did not finish within 0.5s" in results[0].output
     assert observer.of(ToolFinished)[0].success
+
+
+async def test_a_before_hook_command_can_rewrite_the_arguments_claude_code_style():
+    runs: list[dict] = []
+    answer = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                                "updatedInput": {"expression": "2*2"}}})
+    hooks = ToolHooks(pre=[command(f"printf '%s' '{answer}'", name="rewriter")])
+    _, observer, results = await turn([counting_tool("calc", runs)], tool_hooks=hooks)
+    assert runs == [{"expression": "2*2"}] and not results[0].is_error
+    assert observer.of(ToolFinished)[0].meta["arguments_rewritten"] == '{"expression": "2*2"}'
+    # an answer that only rewrote the call is no feedback for the model to read (or to quote)
+    assert results[0].output == "4"

@@ -7,15 +7,19 @@ import pytest
 from django.urls import reverse
 
 from agents.models import Hook
+from agents.runtime.events import ToolFinished
 from agents.runtime.hooks import (
     MESSAGE_SENDING,
     POST_TOOL_USE,
     PRE_TOOL_USE,
+    ToolHooks,
     hook_payload,
     message_payload,
 )
 from agents.tools.hooks import WebhookHook, turn_message_hooks, turn_tool_hooks, webhook_url_problem
+from agents.tools.validation import CheckedTool
 from agentsite.models import AuditEvent
+from tests.agents.runtime.test_tool_policy import counting_tool, turn
 from tests.agents.tools.hook_server import SECRET, serve_hooks
 
 CALL = hook_payload(PRE_TOOL_USE, "calculator", '{"expression": "2+3"}')
@@ -109,6 +113,41 @@ async def test_a_message_hook_can_rewrite(hook_server):
     hook_server.answer = lambda payload: (200, {"content": payload["content"].upper()})
     run = await webhook(hook_server.url).run(MESSAGE_SENDING, message_payload(MESSAGE_SENDING, "hi"))
     assert (run.outcome, run.content) == ("allow", "HI")
+
+
+@pytest.mark.parametrize("answer", [
+    {"tool_input": {"expression": "3*3"}},
+    {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": {"expression": "3*3"}}},
+])
+async def test_a_before_tool_webhook_can_rewrite_the_calls_arguments(hook_server, answer):
+    """The call runs with the arguments the hook answered (Claude Code's ``updatedInput``, or
+    ``tool_input``); the step keeps what the model asked and what ran."""
+    hook_server.answer = lambda payload: (200, answer)
+    runs: list[dict] = []
+    _, observer, results = await turn([counting_tool("calc", runs)],
+                                      tool_hooks=ToolHooks(pre=[webhook(hook_server.url)]))
+    assert runs == [{"expression": "3*3"}] and not results[0].is_error
+    [finished] = observer.of(ToolFinished)
+    assert finished.arguments == {"expression": "2+2"}  # what the model asked
+    assert finished.meta["arguments_rewritten"] == '{"expression": "3*3"}'
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ({"tool_input": {"expression": 9}}, "into ones it refuses: 'expression': 9 is not of type 'string'"),
+    ({"tool_input": ["3*3"]}, "answered arguments that are not a JSON object"),
+])
+async def test_a_rewrite_the_tool_refuses_does_not_run(hook_server, answer, says):
+    hook_server.answer = lambda payload: (200, answer)
+    runs: list[dict] = []
+    inner = counting_tool("calc", runs)
+    inner.parameters = {"type": "object", "properties": {"expression": {"type": "string"}},
+                        "required": ["expression"]}
+    tool = CheckedTool(inner)
+    _, observer, results = await turn([tool], tool_hooks=ToolHooks(pre=[webhook(hook_server.url)]))
+    if "refuses" in says:  # refused by the tool's schema: the call fails, saying so
+        assert runs == [] and results[0].is_error and says in results[0].output
+    else:  # a malformed answer fails the hook, which only warns: the call runs as asked
+        assert runs == [{"expression": "2+2"}] and says in results[0].output
 
 
 # -- which hooks an agent gets ---------------------------------------------------------------------

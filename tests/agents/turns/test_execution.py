@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -271,6 +272,7 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
     trace = turn_start(conversation=conversation, membership=member_of(bob, conversation), text="What is 6 * 7?")
     worker = run_in_thread(trace.pk)
     step = waiting_approval(trace)
+    time.sleep(0.4)  # a wait long enough to tell apart from the call's own time
 
     approval_decide(trace=trace, call_id=step.call_id, approved=approved, membership=member_of(alice, trace))
     worker.join(timeout=10)
@@ -279,7 +281,13 @@ def test_a_tool_that_needs_approval_waits_for_a_decision(
     step.refresh_from_db()
     assert (trace.status, trace.answer) == ("completed", answer)
     assert step.status == ("ok" if approved else "error") and step.meta["decided_by"] == "alice"
-    assert Step.objects.filter(trace=trace, kind="tool_call", success=approved).exists()
+    call = Step.objects.get(trace=trace, kind="tool_call", success=approved)
+    # The call is recorded from when it could run, the decision, not from before the wait, and
+    # its time is its own: the inspector, the audit and the export read the same.
+    decided = step.started_at + timedelta(milliseconds=step.duration_ms)
+    assert step.duration_ms >= 400 and call.started_at >= decided - timedelta(milliseconds=2)
+    assert call.offset_ms >= step.offset_ms + step.duration_ms - 2 and call.duration_ms < step.duration_ms
+    assert call.meta["approval_waited_ms"] == step.duration_ms and "approval_wait_ms" not in call.meta
     if not approved:  # the person's decision, not a failure to retry
         state = trace.trajectory_states.order_by("iteration").first()
         assert state.fields["failures"] == [] and "Do not call calculator again" in state.fields["next_plan"]

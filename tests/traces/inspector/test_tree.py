@@ -3,9 +3,13 @@ ran at the same time marked parallel, retries nested under the request they retr
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.urls import reverse
 from django.utils import timezone
 
+from traces.export.config import ExportConfig
+from traces.export.spans import Turn, step_spans
 from traces.models import Step, Trace
 from traces.record.presentation import turn_tree
 
@@ -42,6 +46,25 @@ def test_the_tree_nests_iterations_marks_parallel_calls_and_approval_waits(conve
     assert by_seq[4]["depth"] == 3  # the retry, nested
     assert by_seq[6]["parallel"] and by_seq[7]["parallel"] and not by_seq[8]["parallel"]
     assert not by_seq[3]["parallel"]
+
+
+def test_an_approved_call_recorded_before_or_after_its_start_left_out_the_wait_reads_the_same(
+        conversation, alice):
+    """Recorded now: the call starts at the decision (``approval_waited_ms`` says how long it
+    waited). Recorded before: it kept its start before the wait, as ``approval_wait_ms``. The
+    tree and the exported span put both at the decision."""
+    trace = make(conversation, alice)
+    old = trace.steps.get(seq=3)
+    new = step(trace, 9, "tool_call", "deploy", 1, 5300, 200, call_id="c1",
+               meta={"approval_waited_ms": 5000})
+    new.started_at = old.started_at + timedelta(milliseconds=5000)
+    new.save()
+    by_seq = {r.get("seq"): r for r in turn_tree(trace, list(trace.steps.order_by("seq"))) if r.get("seq")}
+    assert by_seq[9]["bar_x"] == by_seq[3]["bar_x"] == round(5300 / 9000 * 100, 3)
+    turn = Turn(trace, ExportConfig(endpoint="http://127.0.0.1:4318/v1/traces"))
+    [old_span], [new_span] = step_spans(turn, old, payloads={}), step_spans(turn, new, payloads={})
+    assert old_span.start_time == new_span.start_time and old_span.end_time == new_span.end_time
+    assert new_span.attributes["agentsite.tool.approval_wait_ms"] == 5000
 
 
 def test_the_tree_page_is_escaped_and_team_scoped(client_for, alice, charlie, conversation):
