@@ -371,8 +371,7 @@ def _tool_span(turn: Turn, step: Step, payloads: dict[str, Any]) -> ReadableSpan
             attributes["gen_ai.tool.call.arguments"] = policy.json(payloads[StepPayload.Kind.ARGUMENTS])
         if StepPayload.Kind.OUTPUT in payloads:
             attributes["gen_ai.tool.call.result"] = policy.text(payloads[StepPayload.Kind.OUTPUT])
-    # A call recorded before its start left out the wait for approval kept it as
-    # ``approval_wait_ms``: it ran after the wait.
+    # A call recorded before its start left out the approval wait kept it as approval_wait_ms.
     start = step.started_at + timedelta(milliseconds=float(meta.get("approval_wait_ms") or 0))
     return turn.span(f"execute_tool {step.name}", key=step_key(step), kind=SpanKind.INTERNAL,
                      start=start, end=start + timedelta(milliseconds=step.duration_ms or 0),
