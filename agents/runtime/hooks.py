@@ -167,6 +167,16 @@ def merge_hook_feedback(messages: Sequence[str], output: str, is_error: bool) ->
     return "\n\n".join(sections)
 
 
+def without_hook_feedback(output: str) -> str:
+    """A tool's output without the hooks' feedback ``merge_hook_feedback`` appended to it
+    (what the tool itself said)."""
+    for label in ("Hook feedback:\n", "Hook feedback (error):\n"):
+        if output.startswith(label):
+            return ""
+        output = output.split("\n\n" + label, 1)[0]
+    return output
+
+
 def preview(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
     return escaped if len(escaped) <= PREVIEW_CHARS else escaped[:PREVIEW_CHARS] + "…"

@@ -47,6 +47,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..history.tokens import IMAGE_TOKENS
+from ..hooks import without_hook_feedback
 from ..messages import Block, ImageBlock, Message, Role, TextBlock, ToolResultBlock, ToolUseBlock
 from ..pricing import Usage
 from ..trajectory import DECLINED_PREFIXES
@@ -419,7 +420,9 @@ def _answer_from_results(results: Sequence[_Result]) -> str:
 
 
 def _answer_one(result: _Result) -> str:
-    output = result.output.strip()
+    # A hook's feedback on a call that worked is for the model to act on, not to quote back
+    # to the person (on a failed call it is the reason, which is said).
+    output = (result.output if result.is_error else without_hook_feedback(result.output)).strip()
     name = result.name or "tool"
     if result.is_error and output.startswith(DECLINED_PREFIXES):
         return f"I did not run {name}: {output.splitlines()[0].rstrip('.')}."

@@ -165,6 +165,15 @@ async def test_it_answers_in_plain_words_from_the_results(text, outputs, answer)
     assert await answer_after(text, *outputs) == answer
 
 
+async def test_a_hooks_feedback_on_a_result_is_not_quoted_back():
+    """The feedback a hook added to a call that worked is the model's to act on; the demo
+    model answers from what the tool said."""
+    output = "84\n\nHook feedback:\naudited by the compliance hook (ticket 42)"
+    assert await answer_after("What is 12 x 7?", output) == "12 × 7 = 84."
+    failed = "84\n\nHook feedback (error):\nthe result was blocked by policy"
+    assert "blocked by policy" in await answer_after("What is 12 x 7?", failed, is_error=True)
+
+
 async def test_an_error_result_is_reported_with_its_reason():
     text = await answer_after("what is 1/0", "division by zero", is_error=True)
 
