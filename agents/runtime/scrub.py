@@ -204,9 +204,30 @@ def _shannon_entropy(token: str) -> float:
     return -sum(count / total * math.log2(count / total) for count in Counter(data).values())
 
 
+# Each byte's successor and predecessor, to find runs in order without a loop in Python.
+_UP = bytes((i + 1) % 256 for i in range(256))
+_DOWN = bytes((i - 1) % 256 for i in range(256))
+
+
+def _has_sequence(data: bytes) -> bool:
+    """Whether ``data`` holds a run of ``SEQUENCE_MIN_LEN`` bytes in order, up or down: where
+    each byte is the one before it moved by one, the XOR of the moved bytes and the next ones
+    is zero, so such a run is ``SEQUENCE_MIN_LEN - 1`` zero bytes in a row."""
+    n = len(data) - 1
+    if n < SEQUENCE_MIN_LEN - 1:
+        return False
+    following = int.from_bytes(data[1:], "big")
+    zeros = b"\0" * (SEQUENCE_MIN_LEN - 1)
+    return any(zeros in (int.from_bytes(data[:-1].translate(table), "big") ^ following).to_bytes(n, "big")
+               for table in (_UP, _DOWN))
+
+
 def _without_sequences(token: str) -> str:
     """``token`` without its runs of ``SEQUENCE_MIN_LEN`` or more characters in order, up or
-    down (linear: a shorter run's characters are looked at at most that many times)."""
+    down (linear: a shorter run's characters are looked at at most that many times; a token
+    without any, nearly every one, is looked at in C only)."""
+    if token.isascii() and not _has_sequence(token.encode("ascii")):
+        return token
     kept: list[str] = []
     i, n = 0, len(token)
     while i < n:
@@ -231,7 +252,7 @@ def _looks_random(token: str, threshold: float) -> bool:
     credentials mix cases (base64, base62) or come as one long run (base32, hex: whose
     entropy stays under the bar)."""
     core = _without_sequences(token)
-    parts = [core] if any("A" <= c <= "Z" for c in core) else _WORD_SEPARATORS.split(core)
+    parts = [core] if core != core.lower() else _WORD_SEPARATORS.split(core)
     return any(len(part) >= ENTROPY_TOKEN_MIN_LEN and _has_mixed_alpha_digit(part)
                and _shannon_entropy(part) >= threshold for part in parts)
 
