@@ -20,14 +20,11 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .scrub import scrub_secrets
-
-if TYPE_CHECKING:
-    from .tools import Tool
 
 PRE_TOOL_USE = "PreToolUse"
 POST_TOOL_USE = "PostToolUse"
@@ -188,19 +185,20 @@ def rewrite_meta(arguments: str) -> dict[str, str]:
     return {"arguments_rewritten": scrub_secrets(arguments)[:4000]}
 
 
-def rewritten_arguments(tool: Tool, updated_input: str) -> tuple[dict[str, Any], str | None]:
-    """The arguments a PreToolUse hook rewrote the call to (its ``updatedInput``), and why the
-    tool refuses them (None when it takes them): the call then does not run, and the model and
-    the step read why."""
+def rewritten_arguments(name: str, updated_input: str,
+                        problem_of: Callable[[dict[str, Any]], str | None]) -> tuple[dict[str, Any], str | None]:
+    """The arguments a PreToolUse hook rewrote a call of tool ``name`` to (its ``updatedInput``),
+    and why the tool refuses them (``problem_of``, the tool's ``arguments_problem``; None when
+    it takes them): the call then does not run, and the model and the step read why."""
     try:
         value = json.loads(updated_input)
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        return {}, f"A PreToolUse hook rewrote the arguments of '{tool.name}' into something that is not a JSON object."
-    problem = tool.arguments_problem(value)
+        return {}, f"A PreToolUse hook rewrote the arguments of '{name}' into something that is not a JSON object."
+    problem = problem_of(value)
     if problem is not None:
-        return value, (f"A PreToolUse hook rewrote the arguments of '{tool.name}' into ones it refuses: "
+        return value, (f"A PreToolUse hook rewrote the arguments of '{name}' into ones it refuses: "
                        f"{problem}.")
     return value, None
 

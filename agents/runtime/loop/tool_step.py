@@ -236,7 +236,7 @@ class ToolStep:
         pre = await self.run_tool_hooks(iteration, call, PRE_TOOL_USE, self.hooks.pre)
         rewritten: dict[str, Any] | None = None
         if pre.updated_input is not None and not (pre.denied or pre.cancelled):
-            rewritten, problem = rewritten_arguments(tool, pre.updated_input)
+            rewritten, problem = rewritten_arguments(tool.name, pre.updated_input, tool.arguments_problem)
             if problem is not None:
                 return _Outcome(f"Error: {problem}", False, problem, meta=rewrite_meta(pre.updated_input))
             call = replace(call, input=rewritten)
