@@ -71,14 +71,20 @@ def _hook_commands(value: Any) -> Any:
     return value
 
 
+_STDIO_LIMITS = ("max_processes", "max_calls", "idle_s")
+
+
 def _mcp_stdio_servers(text: str) -> Any:
     value = json.loads(text or "{}")
     if not isinstance(value, dict) or not all(
             isinstance(spec, dict) and isinstance(spec.get("command"), str) and spec["command"]
             and isinstance(spec.get("args", []), list) and isinstance(spec.get("env", {}), dict)
+            and all(type(spec.get(limit, 1)) in (int, float) and spec.get(limit, 1) >= 1
+                    for limit in _STDIO_LIMITS)
             for spec in value.values()):
         raise ImproperlyConfigured('MCP_STDIO_SERVERS must be a JSON object of {"key": {"command": '
-                                   '"...", "args": [...], "env": {...}}}.')
+                                   '"...", "args": [...], "env": {...}}}, with optional limits '
+                                   '"max_processes", "max_calls" and "idle_s" (numbers, at least 1).')
     return value
 
 
@@ -252,7 +258,9 @@ DECLARATION: list[Setting] = [
           "reason), any other code only warns ([Hooks](tools.md#hooks)).", clean=_hook_commands),
         S("MCP_STDIO_SERVERS", "str", "", "The MCP servers the worker may start as processes, which team "
           "admins pick by name ([MCP servers](tools.md#mcp-servers)); `\"python\"` as a command is the "
-          "interpreter agentsite runs on.", shown="empty (`manage.py dev`: the reference time server as "
+          "interpreter agentsite runs on. Each process keeps a server it started for the next turns: "
+          "optional `max_processes` (4: at most this many of it at once, one per team), `max_calls` (8: "
+          "calls in flight on one) and `idle_s` (300: stopped after this long without a call).", shown="empty (`manage.py dev`: the reference time server as "
           "`time`)", clean=_mcp_stdio_servers),
     ),
     *_group(

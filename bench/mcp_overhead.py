@@ -4,8 +4,9 @@ One trivial tool, ``add(a, b)`` returning the sum, three ways: a runtime ``Funct
 (built-in), and the same function as a tool of an MCP server written with the SDK, called
 through ``McpTool.execute`` (what the turn loop calls) over Streamable HTTP on loopback and over
 stdio. Calls run one after another in one event loop after a warm-up, as the calls of one turn
-do: the client keeps one connection per server and loop (opened by the first call, closed by
-``close_connections()`` at the end of a turn), so these are calls on a kept connection; each
+do: the client keeps one connection per HTTP server and loop (opened by the first call, closed
+by ``close_connections()`` at the end of a turn) and one per stdio server and process (across
+turns), so these are calls on a kept connection; each
 one's wall time is a sample. What the first call of a turn costs (opening the connection) is
 measured apart. Then ``discover()`` (tools/list) of an SDK server with 200 generated tools, over
 HTTP (a discovery opens its own connection).
@@ -20,8 +21,10 @@ loopback (127.0.0.0/8, ::1/128), as an operator would.
     python -m bench.mcp_overhead --check    # and exit 1 if a target is missed
 
 Targets: an MCP call over HTTP on loopback adds <= 5 ms at the median over the built-in tool;
-``discover()`` of a 200-tool server over HTTP takes <= 50 ms at the median. stdio is reported,
-not checked (opening a stdio connection costs a process start, once per turn). The output says
+``discover()`` of a 200-tool server over HTTP takes <= 50 ms at the median; the first call of a
+turn over stdio (on the server the process keeps across turns) takes no longer than over HTTP
+(which opens the turn's connection) at the median. A worker's first stdio call, which starts the
+server's process, is reported. The output says
 where a new connection's time goes (connect and handshake, the call itself, closing), which
 requests the first and the next calls of a turn make, and what the SDK client alone costs on
 one open connection (the floor).
@@ -211,15 +214,20 @@ async def requests_per_call(endpoint: Any, calls: int = COUNTED_CALLS) -> list[l
     return per_call
 
 
-async def first_calls(tool: Any, runs: int) -> list[float]:
-    """Ms of the first call of a turn: the kept connections are closed before each, so each
-    opens a connection (and over stdio starts the server). One warm-up run."""
+async def first_calls(tool: Any, runs: int, *, of_process: bool = False) -> list[float]:
+    """Ms of the first call of a turn: the turn's kept connections are closed before each (a
+    turn's end), so over HTTP each opens a connection, and over stdio each goes to the server
+    the process keeps (``host``); ``of_process``: the process's servers are stopped too (a
+    worker's first call), so each starts the server. One warm-up run."""
+    from agents.tools.mcp.host import host_stop
     from agents.tools.mcp.pool import close_connections
 
     call = caller(tool)
     samples: list[float] = []
     for i in range(runs + 1):
         await close_connections()
+        if of_process:
+            await asyncio.to_thread(host_stop)
         started = time.perf_counter()
         await call(i)
         if i:
@@ -244,6 +252,7 @@ async def collect(scale: float) -> dict[str, Any]:
     from django.conf import settings
 
     from agents.tools.mcp.client import discover
+    from agents.tools.mcp.host import host_stop
     from agents.tools.mcp.pool import close_connections
 
     settings.OUTBOUND_ALLOWED_NETWORKS = LOOPBACK
@@ -264,14 +273,17 @@ async def collect(scale: float) -> dict[str, Any]:
             "http": await first_calls(runtime["mcp http"],
                                       max(int(FIRST_CALL_RUNS["http"] * scale), 3)),
             "stdio": await first_calls(runtime["mcp stdio"],
-                                       max(int(FIRST_CALL_RUNS["stdio"] * scale), 2))}
+                                       max(int(FIRST_CALL_RUNS["http"] * scale), 3)),
+            "stdio (starts it)": await first_calls(
+                runtime["mcp stdio"], max(int(FIRST_CALL_RUNS["stdio"] * scale), 2), of_process=True)}
         out["breakdown"] = {
             "http": await breakdown(http, max(int(BREAKDOWN_RUNS["http"] * scale), 5)),
             "stdio": await breakdown(stdio, max(int(BREAKDOWN_RUNS["stdio"] * scale), 3))}
         out["reused"] = {"http": await reused(http, n_http, HTTP_WARMUP),
                          "stdio": await reused(stdio, n_http, HTTP_WARMUP)}
         out["process"] = await process_start()
-        await close_connections()  # the kept connections (and the stdio server) of these calls
+        await close_connections()  # the kept connections of these calls
+        await asyncio.to_thread(host_stop)  # and the stdio server the process kept
     with http_server(LIST_TOOLS) as url:
         big, _ = endpoints(url)
         out["calls_big"] = await timed(caller(tools(big, stdio)["mcp http"]),

@@ -59,6 +59,16 @@ def _no_cool_downs() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_kept_stdio_servers() -> Iterator[None]:
+    """The stdio MCP servers a test started end with it (the process keeps them across turns;
+    a test's are not the next one's, whose team may have the same id)."""
+    from agents.tools.mcp import mcp_servers_stop
+
+    yield
+    mcp_servers_stop()
+
+
+@pytest.fixture(autouse=True)
 def _no_kept_exporters() -> Iterator[None]:
     """Which teams export their turns is kept per process for a few seconds; a test that sets
     an exporter up (or none) must not leave it to the next, whose team may have the same id."""

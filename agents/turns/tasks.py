@@ -20,6 +20,7 @@ from django.db import connections
 from django.utils import timezone
 
 from agents.models import TurnWorker
+from agents.tools.mcp import mcp_servers_stop
 from agents.turns.execution import turn_execute
 from agents.turns.health import beat_tick_record
 from agents.turns.reaper import trace_reap
@@ -61,6 +62,7 @@ reap_legacy = shared_task(name="traces.tasks.reap", ignore_result=True, acks_lat
 @worker_shutdown.connect
 def _close_turn_connections(**kwargs: Any) -> None:
     TurnDb.close_idle()
+    mcp_servers_stop()
 
 
 @beat_init.connect

@@ -1,8 +1,8 @@
 """Model Context Protocol servers as a source of tools.
 
 ``client``: plain async code around the official SDK (discover a server's tools, call one),
-with ``connection`` (connecting, and what its failures mean) and ``pool`` (the connections the
-calls of one event loop share); ``transport``: the SDK's HTTP client behind the platform's
+with ``connection`` (connecting, and what its failures mean), ``pool`` (the connections the
+calls of one event loop share) and ``host`` (the stdio servers a process keeps across turns); ``transport``: the SDK's HTTP client behind the platform's
 outbound-network policy;
 ``endpoints``: a ``McpServer`` row as something to connect to (stdio commands come only from
 the operator's ``settings.MCP_STDIO_SERVERS``); ``services``: discovery and the sync of a
@@ -19,6 +19,7 @@ from types import ModuleType
 
 CLIENT = "agents.tools.mcp.client"
 POOL = "agents.tools.mcp.pool"
+HOST = "agents.tools.mcp.host"
 
 
 def sdk_client() -> ModuleType:
@@ -39,3 +40,11 @@ async def mcp_connections_close() -> None:
     pool = sys.modules.get(POOL)
     if pool is not None:
         await pool.close_connections()
+
+
+def mcp_servers_stop() -> None:
+    """Stop the stdio servers this process kept across turns (``host``): at the worker's
+    shutdown. Nothing to do in a process that started none."""
+    host = sys.modules.get(HOST)
+    if host is not None:
+        host.host_stop()

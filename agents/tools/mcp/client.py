@@ -31,8 +31,9 @@ from pydantic import ValidationError
 from agents.runtime.tools import ToolError
 
 from .connection import Connection, bounded, connect, protocol_error, short
+from .host import on_process_connection
 from .pool import on_kept_connection
-from .types import CallResult, Discovery, Endpoint, RemoteTool
+from .types import STDIO, CallResult, Discovery, Endpoint, RemoteTool
 
 MAX_PAGES = 50
 
@@ -157,6 +158,8 @@ async def _call(endpoint: Endpoint, name: str, arguments: dict[str, Any], timeou
                           session_id=connection.session_id,
                           duration_ms=(time.perf_counter() - started) * 1000)
 
+    if endpoint.transport == STDIO:  # kept by the process across turns
+        return await on_process_connection(endpoint, timeout_s, work)
     return await on_kept_connection(endpoint, timeout_s, work)
 
 
@@ -164,6 +167,6 @@ async def call_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any], *,
                     timeout_s: float, max_bytes: int,
                     meta: dict[str, Any] | None = None) -> CallResult:
     """Call the server's tool ``name`` (its own name, not the prefixed one), on this event
-    loop's kept connection to the server."""
+    loop's kept connection to an HTTP server, or this process's to a stdio server (``host``)."""
     return await bounded(endpoint, timeout_s, f"the call of “{name}”",
                           _call(endpoint, name, arguments, timeout_s, max_bytes, meta))

@@ -18,7 +18,7 @@ from agents.models import McpServer
 from agents.runtime.tools import ToolError
 from agentsite.crypto import SecretUnreadable
 
-from .types import HTTP, STDIO, Endpoint
+from .types import HTTP, STDIO, Endpoint, StdioLimits
 
 
 class McpServerUnusable(ToolError):
@@ -51,10 +51,21 @@ def endpoint_for(server: McpServer) -> Endpoint:
             command = sys.executable
         return Endpoint(name=server.name, transport=STDIO, command=command,
                         args=tuple(str(a) for a in spec.get("args") or ()),
-                        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+                        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+                        team_id=server.team_id, limits=stdio_limits(spec))
     try:
         headers = server.headers()
     except (SecretUnreadable, ValueError) as exc:
         raise McpServerUnusable(f"MCP server “{server.name}”: its stored headers cannot be read "
                                 f"({exc}); enter them again.") from exc
-    return Endpoint(name=server.name, transport=HTTP, url=server.url, headers=headers)
+    return Endpoint(name=server.name, transport=HTTP, url=server.url, headers=headers,
+                    team_id=server.team_id)
+
+
+def stdio_limits(spec: dict[str, Any]) -> StdioLimits:
+    """An operator's entry's limits (``max_processes``, ``max_calls``, ``idle_s``; the
+    configuration has checked them), the defaults for those it leaves out."""
+    defaults = StdioLimits()
+    return StdioLimits(max_processes=int(spec.get("max_processes", defaults.max_processes)),
+                       max_calls=int(spec.get("max_calls", defaults.max_calls)),
+                       idle_s=float(spec.get("idle_s", defaults.idle_s)))

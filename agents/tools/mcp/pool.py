@@ -34,7 +34,8 @@ from agents.runtime.tracecontext import TRACEPARENT
 from .connection import Connection, connect, explain
 from .types import Endpoint
 
-IDLE_CLOSE_S = 60.0  # a kept connection without calls for this long is closed
+IDLE_CLOSE_S = 60.0  # a kept connection without calls for this long is closed (by default)
+PING_S = 5.0  # how long a health check waits for a server's answer to a ping
 CLOSE_WAIT_S = 10.0  # how long close_connections waits for an owner (a stdio process to exit)
 MAX_UNANSWERED = 2  # calls in a row without an answer (time limit): the server may be wedged
 
@@ -55,7 +56,8 @@ def _endpoint_key(endpoint: Endpoint, timeout_s: float) -> tuple[Any, ...]:
     name too, so messages name the server the caller knows; the time limit too, as the HTTP
     client's own timeouts are set when the connection opens)."""
     return (endpoint.name, endpoint.transport, endpoint.url, tuple(sorted(endpoint.headers.items())),
-            endpoint.command, tuple(endpoint.args), tuple(sorted(endpoint.env.items())), timeout_s)
+            endpoint.command, tuple(endpoint.args), tuple(sorted(endpoint.env.items())), timeout_s,
+            endpoint.team_id)
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -77,10 +79,11 @@ class _Owner:
     """The task that owns one kept connection (see the module docstring)."""
 
     def __init__(self, pool: _Pool, key: tuple[Any, ...], endpoint: Endpoint,
-                 timeout_s: float) -> None:
+                 timeout_s: float, idle_s: float | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.pool, self.key = pool, key
         self.endpoint, self.timeout_s = endpoint, timeout_s
+        self.idle_s = IDLE_CLOSE_S if idle_s is None else idle_s
         self.queue: asyncio.Queue[_Request | str] = asyncio.Queue()
         self.connected: asyncio.Future[Connection] = self.loop.create_future()
         self.connected.add_done_callback(_consume)
@@ -109,6 +112,23 @@ class _Owner:
         self.unanswered += 1
         if self.unanswered >= MAX_UNANSWERED:
             self.retire()
+
+    async def healthy(self, after_s: float) -> bool:
+        """Whether a connection unused for ``after_s`` still answers (``_ping``, within
+        ``PING_S``): one whose stdio server died or wedged while it waited is retired here, and
+        the call goes to a new one instead of failing. A connection in use, or used more
+        recently, is taken as it is."""
+        if self.requests or self.loop.time() - self.last_used < after_s:
+            return True
+        answered = self.submit(_ping)
+        if answered is None:
+            return False
+        try:
+            await asyncio.wait_for(answered, PING_S)
+        except Exception:  # noqa: BLE001 - whatever keeps it from answering, it is not healthy
+            self.retire()
+            return False
+        return True
 
     def retire(self) -> None:
         """Take no more requests; the owner closes the connection once those under way end."""
@@ -179,7 +199,7 @@ class _Owner:
                     item.result.set_exception(self._closed_error())
 
     async def _serve(self, connection: Connection) -> None:
-        self._arm_idle_timer(IDLE_CLOSE_S)
+        self._arm_idle_timer(self.idle_s)
         closing = False
         while not (closing and not self.requests):
             item = await self.queue.get()
@@ -191,8 +211,8 @@ class _Owner:
                 item.result.add_done_callback(lambda f, t=task: t.cancel() if f.cancelled() else None)
             elif item == _IDLE:
                 idle_for = self.loop.time() - self.last_used
-                if self.requests or idle_for < IDLE_CLOSE_S:
-                    self._arm_idle_timer(IDLE_CLOSE_S - idle_for if not self.requests else IDLE_CLOSE_S)
+                if self.requests or idle_for < self.idle_s:
+                    self._arm_idle_timer(self.idle_s - idle_for if not self.requests else self.idle_s)
                 else:
                     self.retire()
                     closing = True
@@ -231,6 +251,12 @@ class _Owner:
                 self.queue.put_nowait(_CLOSE)  # lets a closing owner see it has nothing left
 
 
+async def _ping(connection: Connection) -> None:
+    """A request every server answers, of either revision (the 2026-07-28 revision has no
+    ``ping``): the first page of its tools, never from the client's cache."""
+    await connection.client.list_tools(cache_mode="bypass")
+
+
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()  # loops of several threads share the mapping
 
@@ -244,16 +270,36 @@ def _pool() -> _Pool:
         return pool
 
 
-async def on_kept_connection(endpoint: Endpoint, timeout_s: float, work: Work) -> Any:
+def kept_owners(match: Callable[[Endpoint], bool]) -> list[_Owner]:
+    """The owners of this event loop's kept connections (taking calls) to endpoints that
+    ``match``, least recently used first."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(asyncio.get_running_loop())
+    owners = [o for o in pool.kept.values() if match(o.endpoint)] if pool else []
+    return sorted(owners, key=lambda o: o.last_used)
+
+
+def is_kept(endpoint: Endpoint, timeout_s: float) -> bool:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(asyncio.get_running_loop())
+    return pool is not None and _endpoint_key(endpoint, timeout_s) in pool.kept
+
+
+async def on_kept_connection(endpoint: Endpoint, timeout_s: float, work: Work, *,
+                             idle_s: float | None = None, check_after_s: float | None = None) -> Any:
     """``work(connection)`` on the kept connection to ``endpoint`` of this event loop, opened
-    first if there is none (or the last one failed)."""
+    first if there is none (or the last one failed); closed after ``idle_s`` without calls
+    (``IDLE_CLOSE_S`` by default).
+    With ``check_after_s``, a connection unused that long answers a ping first (``healthy``)."""
     pool = _pool()
     key = _endpoint_key(endpoint, timeout_s)
     for _attempt in range(3):
         owner = pool.kept.get(key)
         if owner is None or not owner.accepting:
-            owner = _Owner(pool, key, endpoint, timeout_s)
+            owner = _Owner(pool, key, endpoint, timeout_s, idle_s)
         await asyncio.shield(owner.connected)
+        if check_after_s is not None and not await owner.healthy(check_after_s):
+            continue
         result = owner.submit(work)
         if result is None:
             continue

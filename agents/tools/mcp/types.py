@@ -14,7 +14,9 @@ HTTP, STDIO = "http", "stdio"
 @dataclass(frozen=True)
 class Endpoint:
     """Where a server is: ``url`` and ``headers`` (http), or the operator's ``command``,
-    ``args`` and ``env`` (stdio). ``name`` is for messages."""
+    ``args`` and ``env`` (stdio). ``name`` is for messages; ``team_id``, whose server it is (a
+    connection is never shared across teams). ``limits``: how a process keeps a stdio server
+    (``StdioLimits``)."""
 
     name: str
     transport: str
@@ -23,6 +25,20 @@ class Endpoint:
     command: str = ""
     args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    team_id: int | None = None
+    limits: StdioLimits | None = None
+
+
+@dataclass(frozen=True)
+class StdioLimits:
+    """How a process keeps a stdio server (``host``), from its entry in the operator's
+    ``MCP_STDIO_SERVERS``: at most ``max_processes`` of it at once (one per team using it),
+    ``max_calls`` calls in flight on each (others wait their turn), each stopped after
+    ``idle_s`` without a call."""
+
+    max_processes: int = 4
+    max_calls: int = 8
+    idle_s: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
@@ -26,7 +27,9 @@ from agents.tools.mcp.services import (
     mcp_server_refresh,
     tool_name,
 )
+from agents.tools.mcp.types import StdioLimits
 from agents.tools.services import tools_sync_builtins
+from agentsite.config import _mcp_stdio_servers
 from agentsite.models import AuditEvent
 from tests.agents.tools.mcp.servers import running
 
@@ -174,6 +177,23 @@ def test_an_unknown_operator_key_is_a_clear_error(team_a, stdio_time) -> None:
                                "operator_key": "rm-rf", "enabled": "on", "default_policy": "ask",
                                "timeout_s": 30, "max_result_bytes": 1000, "ttl_s": 60})
     assert not form.is_valid() and "operator_key" in form.errors
+
+
+def test_a_stdio_endpoint_is_its_teams_with_the_operators_limits(team_a, team_b, settings) -> None:
+    settings.MCP_STDIO_SERVERS = {"time": {"command": "python", "max_processes": 2, "idle_s": 30},
+                                  "other": {"command": "/bin/server"}}
+    kept = endpoint_for(McpServer(team=team_a, name="a", transport="stdio", operator_key="time"))
+    assert (kept.team_id, kept.limits) == (team_a.pk, StdioLimits(max_processes=2, max_calls=8,
+                                                                  idle_s=30.0))
+    default = endpoint_for(McpServer(team=team_b, name="b", transport="stdio", operator_key="other"))
+    assert (default.team_id, default.limits) == (team_b.pk, StdioLimits())
+
+
+@pytest.mark.parametrize("limits", [{"max_calls": 0}, {"idle_s": "long"}, {"max_processes": True}])
+def test_the_operators_limits_must_be_numbers_of_at_least_one(limits) -> None:
+    entry = json.dumps({"time": {"command": "python", **limits}})
+    with pytest.raises(ImproperlyConfigured, match="max_processes"):
+        _mcp_stdio_servers(entry)
 
 
 def test_a_private_url_is_refused_on_save_unless_allowlisted(team_a, settings) -> None:

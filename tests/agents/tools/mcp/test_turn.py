@@ -1,6 +1,7 @@
 """A whole turn with the demo model whose only time tool is the operator's MCP time server:
 the model calls ``<server>_get_current_time``, the call goes over stdio, and the trace step
-carries the MCP facts; the server's process ends with the turn."""
+carries the MCP facts; the server's process outlives the turn, and the next turn's call goes to
+it (the process keeps it: ``host``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ def test_a_turn_asks_the_mcp_time_server(timekeeper, alice, team_a, sent_turns, 
     assert mcp["protocol_version"] == "2026-07-28"
     output = step.payloads.get(kind="output").content
     assert "Europe/Paris" in output
-    # The turn kept its connection to the server for its calls and closed it at its end.
-    assert not [p for p in psutil.Process().children(recursive=True)
-                if any("mcp_server_time" in part for part in p.cmdline())]
+    # The process keeps the server it started for the next turns: one process for two turns.
+    started = time_servers()
+    assert len(started) == 1
+    again = turn_start(conversation=conversation, membership=member_of(alice, conversation),
+                       text="What time is it in Asia/Tokyo?")
+    assert turn_run(again.pk) == "completed"
+    assert again.steps.get(kind="tool_call").success is True
+    assert time_servers() == started
+
+
+def time_servers() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True)
+            if any("mcp_server_time" in part for part in p.cmdline())]
