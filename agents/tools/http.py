@@ -35,7 +35,7 @@ import httpx
 
 from agents.runtime.scrub import scrub_secrets
 from agents.runtime.tools import Tool, ToolError, ToolResult
-from agents.runtime.tracecontext import current_traceparent
+from agents.runtime.tracecontext import current_trace_context
 from agentsite.crypto import decrypt, encrypt
 
 from .context import ToolContext
@@ -47,7 +47,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 REDACTED = "[REDACTED]"
-TRACEPARENT_HEADER = "traceparent"
+TRACE_HEADERS = ("traceparent", "tracestate")  # W3C trace context, lower case
 FETCH_TIMEOUT_S = 15.0
 FETCH_MAX_BYTES = 200_000
 
@@ -246,13 +246,13 @@ class HttpTool(Tool):
 
 
 def with_trace_context(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` with the current tool call's ``traceparent``, which replaces one of the
-    same name; ``headers`` as they are outside a traced call."""
-    traceparent = current_traceparent()
-    if not traceparent:
+    """``headers`` with the current tool call's ``traceparent`` (and ``tracestate``), which
+    replace any of the same names; ``headers`` as they are outside a traced call."""
+    context = current_trace_context()
+    if not context:
         return headers
-    kept = {n: v for n, v in headers.items() if n.lower() != TRACEPARENT_HEADER}
-    return {**kept, TRACEPARENT_HEADER: traceparent}
+    kept = {n: v for n, v in headers.items() if n.lower() not in TRACE_HEADERS}
+    return {**kept, **context}
 
 
 def _encode_param(value: Any) -> str:

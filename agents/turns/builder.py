@@ -215,6 +215,13 @@ def turn_traceparent_for(trace: Trace, *, sampled: bool = True) -> Callable[[int
     return traceparent_for
 
 
+def turn_tracestate(trace: Trace) -> str:
+    """The caller's ``tracestate``, sent on with each call's ``traceparent``: only with the
+    caller's own ``traceparent`` (a turn in its own trace has no vendor state to carry)."""
+    meta = trace.meta or {}
+    return str(meta.get("tracestate") or "") if parse_traceparent(meta.get("traceparent")) else ""
+
+
 def turn_history(*, trace: Trace, agent: Agent, branch: list[int] | None = None) -> list[RuntimeMessage]:
     """The history the turn continues: its branch of the conversation (``branch``: the turns
     before it, when the caller has them)."""
@@ -375,6 +382,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
     if sampled is None:
         sampled = export_on(trace.team_id)
     config.traceparent_for = turn_traceparent_for(trace, sampled=sampled)
+    config.tracestate = turn_tracestate(trace)
     branch = turn_branch_before(trace=trace)
     if agent.trajectory_states:
         config.previous_trajectory_state = previous_trajectory_state(trace=trace, branch=branch)

@@ -303,8 +303,10 @@ class ToolStep:
             return HookRunResult()
         arguments = json.dumps(call.input, ensure_ascii=False, sort_keys=True)
         payload = hook_payload(event, call.name, arguments, output, is_error)
-        result = await guarded(run_hooks(hooks, event, payload, tool_name=call.name),
-                               cancel=self.cancel, limit_s=None)
+        # A webhook hook sends the call's trace context on (``tracecontext``), as the tool does.
+        with traceparent_scope(self.traceparent(iteration, call), self.cfg.tracestate):
+            result = await guarded(run_hooks(hooks, event, payload, tool_name=call.name),
+                                   cancel=self.cancel, limit_s=None)
         for run in result.runs:
             await self.observer.emit(HookRan(
                 iteration=iteration, event=event, hook=run.hook, hook_kind=run.kind,
@@ -334,7 +336,7 @@ class ToolStep:
         try:
             # Set in this task for the call only; the task ``guarded`` starts for the tool
             # inherits it. Parallel calls each run in a task of their own (``run``).
-            with traceparent_scope(self.traceparent(iteration, call)):
+            with traceparent_scope(self.traceparent(iteration, call), self.cfg.tracestate):
                 result = await guarded(tool.execute(call.input), cancel=self.cancel,
                                        limit_s=self.cfg.tool_timeout_s)
         except TurnCancelled:

@@ -81,6 +81,8 @@ class TurnConfig:
     # (iteration, call id) -> the W3C ``traceparent`` a tool call carries to the services it
     # calls (``agents.runtime.tracecontext``); None, or a None answer: no trace context.
     traceparent_for: Callable[[int, str], str | None] | None = None
+    # The caller's W3C ``tracestate``, sent on beside each call's ``traceparent``.
+    tracestate: str = ""
 
 
 @dataclass(frozen=True, slots=True)

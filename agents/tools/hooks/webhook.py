@@ -6,7 +6,8 @@ The request (``WebhookHook.run``):
   events, ``message_payload`` for message events) and the headers
   ``Content-Type: application/json``, ``X-Agentsite-Event: <event>``,
   ``X-Agentsite-Hook: <hook uuid>``, ``X-Agentsite-Timestamp: <unix seconds>`` and
-  ``X-Agentsite-Signature: sha256=<hex>``, where ``<hex>`` is the HMAC-SHA256, keyed with the
+  ``X-Agentsite-Signature: sha256=<hex>`` (and, for a tool event of a traced turn, the tool
+  call's W3C ``traceparent`` and the caller's ``tracestate``), where ``<hex>`` is the HMAC-SHA256, keyed with the
   hook's secret, of ``"<timestamp>.<body>"`` (the timestamp header, a dot, the exact body
   bytes). A receiver recomputes it, compares in constant time and refuses old timestamps
   (``signature_valid`` is the reference check).
@@ -50,6 +51,7 @@ from agents.runtime.hooks import (
     matcher_matches,
 )
 from agents.runtime.scrub import scrubbed_line
+from agents.runtime.tracecontext import current_trace_context
 from agentsite.outbound import allowed_networks, base_url_problem, parse_ip
 from agentsite.outbound.transport import GuardedTransport
 
@@ -165,7 +167,10 @@ class WebhookHook:
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
                    "X-Agentsite-Event": event, "X-Agentsite-Hook": self.uuid,
                    "X-Agentsite-Timestamp": timestamp,
-                   "X-Agentsite-Signature": signature(self.secret, timestamp, body)}
+                   "X-Agentsite-Signature": signature(self.secret, timestamp, body),
+                   # The tool call's W3C trace context, when the turn is traced: the receiver's
+                   # spans join the turn's trace under the call's span.
+                   **current_trace_context()}
         async with httpx.AsyncClient(transport=self.transport or GuardedTransport(),
                                      trust_env=False, follow_redirects=False,
                                      timeout=httpx.Timeout(self.timeout_s)) as client:

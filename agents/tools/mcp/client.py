@@ -5,7 +5,7 @@ through (``transport``).
 The connection and its errors are ``connection``'s; the connections calls share, ``pool``'s.
 
 Trace context. A call's ``meta`` (``params._meta``) may carry the W3C ``traceparent`` of the
-tool call (``tool``). The SDK runs OpenTelemetry's propagation on every request it sends: it
+tool call (``tool``), and a ``tracestate``. The SDK runs OpenTelemetry's propagation on every request it sends: it
 opens a client span in the current OpenTelemetry context and writes that span's
 ``traceparent`` into ``_meta``, over ours. So the call runs in an OpenTelemetry context whose
 parent is our ``traceparent``: without a tracer provider installed (the default) the SDK writes
@@ -135,7 +135,11 @@ def _trace_parent(meta: dict[str, Any] | None) -> Iterator[None]:
     if not isinstance(traceparent, str) or not traceparent:
         yield
         return
-    token = otel_context.attach(W3C_TRACE_CONTEXT.extract({"traceparent": traceparent}))
+    carrier = {"traceparent": traceparent}
+    tracestate = (meta or {}).get("tracestate")
+    if isinstance(tracestate, str) and tracestate:
+        carrier["tracestate"] = tracestate
+    token = otel_context.attach(W3C_TRACE_CONTEXT.extract(carrier))
     try:
         yield
     finally:

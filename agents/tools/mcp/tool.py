@@ -7,8 +7,9 @@ marks ``isError`` is a failed result the model reads; a server that cannot be re
 answers nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
 
 Trace context. While a turn that is traced runs the tool, the ``tools/call`` request carries
-the call's W3C ``traceparent`` (``agents.runtime.tracecontext``) in its ``params._meta``, as
-``{"traceparent": "00-…"}``: MCP's place for trace context, which the SDK's servers read to
+the call's W3C ``traceparent`` (``agents.runtime.tracecontext``), and the caller's ``tracestate``
+when the turn came with one, in its ``params._meta``, as ``{"traceparent": "00-…",
+"tracestate": "…"}``: MCP's place for trace context, which the SDK's servers read to
 parent their spans (``client`` runs the SDK's own OpenTelemetry propagation under it).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.runtime.tools import Tool, ToolResult
-from agents.runtime.tracecontext import current_traceparent
+from agents.runtime.tracecontext import current_trace_context
 
 from . import sdk_client
 from .types import Endpoint
@@ -44,10 +45,10 @@ class McpTool(Tool):
             "transport": self.endpoint.transport, "method": "tools/call"}}
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
-        traceparent = current_traceparent()
+        context = current_trace_context()
         result = await sdk_client().call_tool(
             self.endpoint, self.remote_name, arguments, timeout_s=self.timeout_s,
-            max_bytes=self.max_bytes, meta={"traceparent": traceparent} if traceparent else None)
+            max_bytes=self.max_bytes, meta=context or None)
         meta = self.step_meta()
         meta["mcp"].update(protocol_version=result.protocol_version, session_id=result.session_id,
                            is_error=result.is_error)

@@ -14,7 +14,11 @@ from agents.runtime.events import RecordingObserver, ToolStarted
 from agents.runtime.loop import TurnConfig, TurnStatus, run_turn
 from agents.runtime.providers.base import ChatRequest, ChatResponse
 from agents.runtime.tools import FunctionTool, Tool
-from agents.runtime.tracecontext import current_traceparent, traceparent_scope
+from agents.runtime.tracecontext import (
+    current_trace_context,
+    current_traceparent,
+    traceparent_scope,
+)
 
 from .scripted_provider import FakeScriptedProvider, answer, calls
 
@@ -114,3 +118,15 @@ def test_the_scope_sets_and_restores():
             assert current_traceparent() is None
         assert current_traceparent() == "outer"
     assert current_traceparent() is None
+
+
+def test_the_trace_context_holds_the_tracestate_only_with_a_traceparent():
+    assert current_trace_context() == {}
+    with traceparent_scope("tp", "vendor=1"):
+        assert current_trace_context() == {"traceparent": "tp", "tracestate": "vendor=1"}
+        with traceparent_scope(None, "vendor=1"):
+            assert current_trace_context() == {}
+        with traceparent_scope("tp2"):
+            assert current_trace_context() == {"traceparent": "tp2"}
+        assert current_trace_context() == {"traceparent": "tp", "tracestate": "vendor=1"}
+    assert current_trace_context() == {}

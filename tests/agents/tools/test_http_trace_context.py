@@ -1,6 +1,7 @@
-"""HTTP tools carry the tool call's W3C ``traceparent`` to a real server on 127.0.0.1 (allowed by
-the outbound policy): the one ``traceparent_for`` gives the call in a turn, replacing a header
-of the same name the admin set; none outside a traced call, and ``http_fetch`` never sends one."""
+"""HTTP tools and webhook hooks carry the tool call's W3C ``traceparent`` (and the caller's
+``tracestate``) to a real server on 127.0.0.1 (allowed by the outbound policy): the one
+``traceparent_for`` gives the call in a turn, replacing a header of the same name the admin set;
+none outside a traced call, and ``http_fetch`` never sends one."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from typing import Any
 import pytest
 
 from agents.runtime.events import RecordingObserver, ToolFinished
+from agents.runtime.hooks import ToolHooks
 from agents.runtime.loop import TurnConfig, run_turn
 from agents.runtime.tracecontext import traceparent_scope
 from agents.tools.context import ToolContext
+from agents.tools.hooks.webhook import WebhookHook
 from agents.tools.http import HttpFetchTool, HttpTool
 from tests.agents.runtime.scripted_provider import FakeScriptedProvider, answer, calls
 
@@ -23,10 +26,12 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 class Server:
-    """A real HTTP server that answers every GET with the headers it received."""
+    """A real HTTP server that answers every GET with the headers it received, and every POST
+    (a webhook hook's) with an "allow" decision, keeping its headers too."""
 
     def __init__(self) -> None:
         self.received: list[dict[str, str]] = []
+        self.hooked: list[dict[str, str]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +39,16 @@ class Server:
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 server.received.append(headers)
                 body = json.dumps(headers).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.hooked.append({name.lower(): value for name, value in self.headers.items()})
+                body = json.dumps({"decision": "allow"}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -83,6 +98,23 @@ async def test_in_a_traced_turn_the_call_sends_its_traceparent(server):
     assert observer.of(ToolFinished)[0].success
     assert made == [(1, "call_1")]
     assert [r.get("traceparent") for r in server.received] == [TRACEPARENT]
+
+
+async def test_the_callers_tracestate_goes_with_it_to_the_tool_and_its_webhook_hook(server):
+    tool = http_tool(server, (("tracestate", "admin=stale"),))
+    hook = WebhookHook(name="audit", url=f"{server.url}/hook", secret="s3cret")
+    provider = FakeScriptedProvider([calls(("status", {}, "call_1")), answer("up")])
+    config = TurnConfig(model="m", traceparent_for=lambda iteration, call_id: TRACEPARENT,
+                        tracestate="vendor=opaque,other=1")
+
+    await run_turn(provider=provider, config=config, history=[], user_message="Is it up?",
+                   tools=[tool], tool_hooks=ToolHooks(pre=[hook], post=[hook]))
+
+    sent = [(r["traceparent"], r["tracestate"]) for r in [*server.hooked, *server.received]]
+    assert sent == [(TRACEPARENT, "vendor=opaque,other=1")] * 3  # the two hooks and the call
+    # Outside the call, the hook sends none.
+    await hook.run("PreToolUse", {"tool_name": "status"})
+    assert "traceparent" not in server.hooked[-1] and "tracestate" not in server.hooked[-1]
 
 
 async def test_the_calls_traceparent_replaces_the_admins_header(server):

@@ -1,6 +1,7 @@
 """The W3C trace context of a turn: ``turn_send`` keeps a valid ``traceparent`` (and its
 ``tracestate``) in the new trace's ``meta`` and ignores an invalid one; the runtime's
-``traceparent_for`` names each tool call's span, in the caller's trace when there is one."""
+``traceparent_for`` names each tool call's span, in the caller's trace when there is one, and
+the caller's ``tracestate`` goes on with it."""
 
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ def test_traceparent_for_uses_the_callers_trace_id(conversation, alice, sent_tur
     assert config.traceparent_for(2, "call_x") == expected
     assert expected.startswith(f"00-{CALLER_TRACE}-") and expected.endswith("-01")
     assert config.traceparent_for(2, "call_y") != expected  # each call its own span
+    assert config.tracestate == ""  # the caller sent none
+
+
+def test_the_callers_tracestate_is_sent_on_with_the_calls(conversation, alice, sent_turns):
+    trace = sent(conversation, alice, traceparent=TRACEPARENT, tracestate="congo=t61rcWkgMzE")
+
+    assert turn_setup_build(trace=trace).config.tracestate == "congo=t61rcWkgMzE"
 
 
 def test_without_one_traceparent_for_uses_the_traces_own_id(conversation, alice, sent_turns):
@@ -74,3 +82,4 @@ def test_without_one_traceparent_for_uses_the_traces_own_id(conversation, alice,
     assert config.traceparent_for(2, "call_x") == expected
     assert expected.startswith(f"00-{trace.uuid.hex}-") and expected.endswith("-00")
     assert turn_traceparent_for(trace, sampled=False)(2, "call_x") == expected
+    assert config.tracestate == ""

@@ -1,5 +1,5 @@
-"""MCP tools carry the tool call's W3C ``traceparent`` in the ``tools/call`` request's
-``params._meta``: a real server written with the SDK (``meta_server``) answers with the
+"""MCP tools carry the tool call's W3C ``traceparent`` (and the caller's ``tracestate``) in the
+``tools/call`` request's ``params._meta``: a real server written with the SDK (``meta_server``) answers with the
 ``_meta`` it received, over Streamable HTTP (the newest revision, and forced to 2025-11-25)
 and over stdio. Also the MCP facts of the result: a session id only where the server hands one
 out (Streamable HTTP on 2025-11-25)."""
@@ -59,12 +59,17 @@ async def test_the_call_sends_its_traceparent_in_meta(loopback, meta_urls, kind,
     try:
         with traceparent_scope(TRACEPARENT):
             traced = await tool.execute({"label": "traced"})
+        with traceparent_scope(TRACEPARENT, "vendor=opaque"):
+            with_state = await tool.execute({"label": "with state"})
         plain = await tool.execute({"label": "plain"})
     finally:
         await close_connections()
 
-    assert traced.success and plain.success
+    assert traced.success and with_state.success and plain.success
     assert json.loads(traced.output)["meta"]["traceparent"] == TRACEPARENT
+    assert "tracestate" not in json.loads(traced.output)["meta"]
+    meta = json.loads(with_state.output)["meta"]
+    assert (meta["traceparent"], meta["tracestate"]) == (TRACEPARENT, "vendor=opaque")
     assert "traceparent" not in json.loads(plain.output)["meta"]
     mcp = traced.meta["mcp"]
     assert (mcp["transport"], mcp["protocol_version"]) == (endpoint(kind, meta_urls).transport,
