@@ -276,6 +276,8 @@ STORAGES = {
 
 # -- security -----------------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
+# Django's database sessions, read with a query compiled once per process.
+SESSION_ENGINE = "agentsite.sessions"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the body's hx-headers, not the cookie
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True

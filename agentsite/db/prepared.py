@@ -9,7 +9,8 @@ and each call swaps its own values into the kept parameters and runs it through 
 iteration (model instances, ``select_related`` objects, annotations, converters, ``values()``
 rows, as the query would have made them).
 
-Values are integers (ids, counts), UUIDs, dates and text, as the build function's annotations
+Values are integers (ids, counts), UUIDs, dates, aware datetimes and text, as the build
+function's annotations
 say (integers when it has none); each is adapted for the database as the ORM adapts a field's
 value. A value must reach the SQL as a parameter: the read is compiled twice with different
 stand-ins, and one whose SQL differs (a value inlined, as a slice's bound is, or one the build
@@ -26,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -43,8 +44,10 @@ M = TypeVar("M")
 _INT_STANDINS = (2_093_151_977, 2_071_290_112)  # odd and even
 _UUID_STANDINS = (0x5F1E_0D2C_9A4B_4C33_8E7D_6B5A_4938_2716, 0x2A3B_4C5D_6E7F_4081_9293_A4B5_C6D7_E8F9)
 _DATE_STANDINS = (date(2093, 5, 7), date(2087, 9, 13))
+_DATETIME_STANDINS = (datetime(2093, 5, 7, 1, 2, 3, 456789, tzinfo=UTC),
+                      datetime(2087, 9, 13, 4, 5, 6, 123456, tzinfo=UTC))
 _TEXT_STANDINS = ("\x1fprepared-standin-a-", "\x1fprepared-standin-b-")
-KINDS = (int, uuid.UUID, date, str)
+KINDS = (int, uuid.UUID, date, datetime, str)
 
 
 def _standin(kind: type, index: int, which: int) -> Any:
@@ -52,6 +55,8 @@ def _standin(kind: type, index: int, which: int) -> Any:
         return uuid.UUID(int=_UUID_STANDINS[which] + index)
     if kind is date:
         return _DATE_STANDINS[which] + timedelta(days=index)
+    if kind is datetime:
+        return _DATETIME_STANDINS[which] + timedelta(seconds=index)
     if kind is str:
         return f"{_TEXT_STANDINS[which]}{index}"
     return _INT_STANDINS[which] + index
@@ -72,6 +77,8 @@ def _adapter(kind: type, connection: Any) -> Callable[[Any], Any]:
         return _uuid_hex
     if kind is date:
         return connection.ops.adapt_datefield_value
+    if kind is datetime:
+        return connection.ops.adapt_datetimefield_value
     return _as_it_is
 
 
@@ -114,7 +121,7 @@ class Prepared(Generic[M]):
         self._kinds = tuple(int if p.annotation is p.empty else p.annotation for p in parameters)
         unknown = [kind for kind in self._kinds if kind not in KINDS]
         if unknown:
-            raise ImproperlyConfigured(f"{build.__qualname__}: values are int, UUID, date or str, not {unknown}")
+            raise ImproperlyConfigured(f"{build.__qualname__}: values are int, UUID, date, datetime or str, not {unknown}")
         self._compiled: dict[tuple[Any, ...], _Compiled] = {}
         self._lock = threading.Lock()
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
 
 from agents.models import Conversation, Message
 from agentsite.db.prepared import Prepared
@@ -164,6 +165,22 @@ def test_uuids_and_dates_are_adapted_as_the_orm_adapts_them_and_a_shape_may_leav
         read(first.team_id, alice.pk, str(first.uuid), today, everyone=True)
     with pytest.raises(TypeError, match="is datetime, not date"):
         read(first.team_id, alice.pk, first.uuid, first.created_at, everyone=True)
+
+
+def _updated_after(conversation_id: int, after: datetime) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(pk=conversation_id, updated_at__gt=after).values_list("pk", flat=True)
+
+
+def test_aware_datetimes_are_adapted_as_the_orm_adapts_them(conversations):
+    read = Prepared(_updated_after)
+    first = conversations[0]
+    at = first.updated_at
+    for after, expected in ((at - timedelta(microseconds=1), [first.pk]), (at, []),
+                            (at.astimezone(timezone.get_fixed_timezone(-300)) - timedelta(seconds=1),
+                             [first.pk])):
+        assert read(first.pk, after) == list(_updated_after(first.pk, after)) == expected
+    with pytest.raises(TypeError, match="is date, not datetime"):
+        read(first.pk, at.date())
 
 
 def _titled(conversation_id: int, title: str) -> QuerySet[Conversation]:
