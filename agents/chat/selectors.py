@@ -3,33 +3,31 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 
 from agents.access import conversations_visible
 from agents.models import Agent, Conversation, Message
-from agents.runtime.history import estimate_tokens
-from agents.runtime.messages import Message as RuntimeMessage
 from agents.runtime.pricing import TOKEN_FIELDS
-from agents.team_config import kept, team_config_read
 from agents.turns.branches import TurnNode, TurnTree, Versions
 from agents.turns.selectors import branch_messages, conversation_active_traces
 from agents.turns.tool_cards import ToolCard, card_steps, tool_cards
-from agents.turns.windows import context_window
 from agentsite.access import sees_all_of_team, viewer_standin
 from agentsite.db.prepared import Prepared
 from agentsite.fragments import kept_key
 from agentsite.models import Membership, Team
 from traces.models import Feedback, Step, StepPayload, Trace
 from traces.record.live import uuid_hex
+
+from .kept_branch import branch_keep, branch_kept, branch_key
+from .meter import BranchEstimate, Meter, branch_estimate, conversation_meter
 
 
 # -- the chat ------------------------------------------------------------------------------------
@@ -135,33 +133,6 @@ MESSAGE_FIELDS = ("id", "uuid", "role", "text", "blocks", "trace_id", "conversat
 
 
 @dataclass
-class Meter:
-    """Tokens and cost spent in the conversation so far (every branch), and how much of the
-    model's context window the next turn's history fills."""
-
-    model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    cost_usd: Decimal = Decimal(0)
-    context_tokens: int = 0
-    context_window: int = 1
-    # Model requests whose tokens are estimates (the server reported no usage).
-    estimated_calls: int = 0
-    # The model the branch's last turn ran on, when routing chose another than ``model``.
-    last_model: str = ""
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens + self.cache_write_tokens + self.cache_read_tokens
-
-    @property
-    def context_percent(self) -> int:
-        return min(round(self.context_tokens * 100 / max(self.context_window, 1)), 999)
-
-
-@dataclass
 class TurnView:
     """One turn on the branch shown: the user's message and the answer, in reading order
     (``parts``: ("text", message) and ("card", ToolCard))."""
@@ -210,15 +181,27 @@ class TurnView:
 
 @dataclass
 class ChatView:
+    """The branch on screen. ``html``: its turns as kept rendered (``kept_branch``; ``loose``
+    and ``turns`` are then not read); ``keep_as``: the key to keep its rendered turns under
+    (``keep``), when they may be kept and were not."""
+
     conversation: Conversation
     leaf: Trace | None
     loose: list[Message]
     turns: list[TurnView]
     meter: Meter
+    html: str | None = None
+    keep_as: str | None = None
+    estimate: BranchEstimate | None = None
 
     @property
     def running(self) -> bool:
         return any(t.active for t in self.turns)
+
+    def keep(self, html: str) -> None:
+        """Keep ``html``, the branch's turns as the page rendered them, for the next pages."""
+        if self.keep_as is not None and self.estimate is not None:
+            branch_keep(self.keep_as, html, self.estimate)
 
 
 def streamed_text(trace_ids: Iterable[int]) -> dict[int, tuple[int, str]]:
@@ -275,11 +258,14 @@ def _with_feedback(turns: list[TurnView], reader_id: int | None) -> None:
                                         comment=turn.trace.my_comment or "")
 
 
-def chat_view(conversation: Conversation, *, at: Any = None, reader: Any = None) -> ChatView:
+def chat_view(conversation: Conversation, *, at: Any = None, reader: Any = None,
+              shown_with: tuple[Any, ...] = ()) -> ChatView:
     """The conversation's branch through the turn with public id ``at`` (its newest leaf), or
     the newest turn's branch; with its turns, tool cards, versions, meter and ``reader``'s
     ratings. Three queries (the turns, their messages, their tool calls with the start of their
-    arguments) and the context window's, however long the conversation is."""
+    arguments) and the context window's, however long the conversation is; with
+    ``shown_with`` (what the branch's HTML shows of its reader), a branch kept rendered is
+    served from the turns' query alone (``kept_branch``)."""
     reader_id = reader.pk if reader is not None else None
     traces = _traces(conversation.pk, reader_id)
     by_id = {t.pk: t for t in traces}
@@ -287,16 +273,25 @@ def chat_view(conversation: Conversation, *, at: Any = None, reader: Any = None)
     start = next((t.pk for t in traces if str(t.uuid.hex) == uuid_hex(at)), None) if at else None
     leaf_id = tree.latest_leaf(start) if start is not None else tree.latest()
     path = tree.path(leaf_id)
+    key = branch_key(conversation, path, by_id, tree, shown_with)
+    kept_branch = branch_kept(key)
+    if kept_branch is not None:
+        meter = conversation_meter(conversation, traces=traces, estimate=kept_branch.estimate)
+        # Rendered by this page's template from the record, autoescaped, when it was kept.
+        return ChatView(conversation, by_id.get(leaf_id), [], [], meter,
+                        html=mark_safe(kept_branch.html))  # noqa: S308
     rows, loose = branch_messages(conversation.pk, path, tree, MESSAGE_FIELDS)
     steps, arguments = card_steps(path) if path else ([], {})
     cards = tool_cards(steps, arguments, {pk: by_id[pk].uuid for pk in path})
     turns = _turn_views(path, by_id, tree, rows, cards)
     with_streamed_text(turns)
     _with_feedback(turns, reader_id)
-    meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
+    estimate = branch_estimate(conversation, [*loose, *rows])
+    meter = conversation_meter(conversation, traces=traces, estimate=estimate)
     for row in [*loose, *rows]:
         row.conversation = conversation
-    return ChatView(conversation, by_id.get(leaf_id), [m for m in loose if m.text], turns, meter)
+    return ChatView(conversation, by_id.get(leaf_id), [m for m in loose if m.text], turns, meter,
+                    keep_as=key, estimate=estimate)
 
 
 def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
@@ -313,7 +308,8 @@ def turn_view(trace: Trace) -> tuple[TurnView, Meter]:
     cards = tool_cards(steps, arguments, {trace.pk: trace.uuid})
     view = _turn_views([trace.pk], by_id, tree, [m for m in rows if m.trace_id == trace.pk
                                                 or m.pk == trace.user_message_id], cards)[0]
-    meter = conversation_meter(conversation, traces=traces, history=[*loose, *rows])
+    meter = conversation_meter(conversation, traces=traces,
+                               estimate=branch_estimate(conversation, [*loose, *rows]))
     return view, meter
 
 
@@ -353,45 +349,6 @@ def _uuids(versions: Versions, by_id: dict[int, Trace]) -> Versions:
         return by_id[pk].uuid if pk is not None and pk in by_id else None
 
     return Versions(versions.index, versions.count, uuid_of(versions.previous), uuid_of(versions.next))
-
-
-def conversation_meter(conversation: Conversation, *, traces: list[Trace],
-                       history: list[Message]) -> Meter:
-    """``history``: the branch's messages, oldest first (what the next turn would continue)."""
-    agent = conversation.agent
-    model = conversation.model_override or agent.model
-    # Kept with the team's configuration, as a turn keeps it (``turn_config``): the model's row
-    # of its provider and the catalogue's window cost two reads a page, one stamp here.
-    with team_config_read(conversation.team_id):
-        window = kept(conversation.team_id, ("meter-window", agent.provider_id, model), lambda: context_window(
-            model, agent.provider.settings_for(model).context_window, provider_kind=agent.provider.kind,
-            team_id=conversation.team_id))
-    meter = Meter(model=model, context_window=window)
-    for trace in traces:
-        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
-            setattr(meter, name, getattr(meter, name) + (getattr(trace, name) or 0))
-        meter.cost_usd += trace.cost_usd or Decimal(0)
-        meter.estimated_calls += trace.estimated_calls or 0
-    limit = agent.history_max_messages
-    recent = history[-limit:] if limit > 0 else history
-    messages = []
-    for row in recent:
-        try:
-            messages.append(RuntimeMessage.from_dict({"role": row.role, "blocks": row.blocks or []}))
-        except (KeyError, TypeError, ValueError):
-            continue
-    system = math.ceil(len(agent.system_prompt or "") / 4)
-    estimate = estimate_tokens(messages) + system
-    # What the model itself counted on the branch's last request (system prompt, tool specs and
-    # recalled memory included) plus its answer is the better figure; the estimate covers
-    # a branch with no request yet and messages added since.
-    last_turn = next((row.trace_id for row in reversed(history) if row.trace_id), None)
-    ran_on = next((t.model for t in traces if t.pk == last_turn), "") if last_turn else ""
-    if ran_on and ran_on != model:
-        meter.last_model = ran_on
-    measured = next((t.last_request_tokens or 0 for t in traces if t.pk == last_turn), 0)
-    meter.context_tokens = max(estimate, measured)
-    return meter
 
 
 def conversation_active_trace(conversation: Conversation) -> Trace | None:

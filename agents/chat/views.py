@@ -7,6 +7,7 @@ from django.contrib import messages as flash
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -144,14 +145,19 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     convo = _conversation(request, conversation_uuid)
     if request.GET.get("part") == "messages" and request.GET.get("since") == _version(convo):
         return HttpResponse(status=204)
-    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user)
+    # The owner and the team's admins send, edit, stop, approve and manage; others read.
+    can_act = can_act_in(request.membership, convo)
+    # What the branch's HTML shows of its reader, besides their ratings: the forms' CSRF token
+    # (kept for the session's) and what they may do. No token yet: nothing kept.
+    session = request.META.get("CSRF_COOKIE")
+    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user,
+                               shown_with=(session, can_act) if session else ())
     context = {
         "conversation": convo,
         "version": _version(convo),
         "view": view,
         "can_chat": request.membership.can_chat,
-        # The owner and the team's admins send, edit, stop, approve and manage; others read.
-        "can_act": can_act_in(request.membership, convo),
+        "can_act": can_act,
         "max_chars": turns.MAX_MESSAGE_CHARS,
         **_sidebar(request, convo),
         "commands": command_list(),
@@ -160,6 +166,9 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         "max_images": MAX_IMAGES_PER_MESSAGE,
         "model_choices": services.allowed_models(convo.agent),
     }
+    if view.keep_as is not None:  # rendered once here, kept for the next pages (kept_branch)
+        view.html = render_to_string("chat/conversation.html#branch", context, request)
+        view.keep(view.html)
     template = "chat/conversation.html"
     part = CONVERSATION_PARTS.get(request.GET.get("part", ""))
     if request.htmx and part:

@@ -10,7 +10,9 @@ from decimal import Decimal
 
 from django.core.cache import cache
 from django.core.cache.utils import make_template_fragment_key
+from django.db import connection
 from django.middleware.csrf import _unmask_cipher_token
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -192,3 +194,44 @@ def test_a_finished_turn_is_rendered_once_per_session_and_never_served_stale_or_
     tokens = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
     assert tokens and {_unmask_cipher_token(t) for t in tokens} == {bob_client.cookies["csrftoken"].value}
     assert bob_client.cookies["csrftoken"].value != alice_client.cookies["csrftoken"].value
+
+
+def _messages(html: str) -> str:
+    start = html.index('<ol id="messages"')
+    return html[start:html.index("</ol>", start)]
+
+
+def test_a_finished_branch_is_served_kept_until_anything_it_shows_changes(
+        client_for, alice, bob, conversation, sample_trace):
+    """A branch whose turns have ended is kept rendered (``agents.chat.kept_branch``): the next
+    view reads neither its messages nor its tool calls and shows the same HTML; a new turn, a
+    rating, a running turn or another reader's session each get it rendered afresh."""
+    Conversation.objects.filter(pk=conversation.pk).update(shared=True)
+    alice_client = client_for(alice)
+    page(alice_client, conversation)  # the first view sets the session's CSRF cookie
+    with CaptureQueriesContext(connection) as first_reads:
+        first = page(alice_client, conversation)
+    with CaptureQueriesContext(connection) as kept_reads:
+        again = page(alice_client, conversation)
+    assert _messages(again) == _messages(first)
+    read = [q["sql"] for q in kept_reads.captured_queries]
+    assert not [q for q in read if q.startswith(('SELECT "agents_message"', 'SELECT "traces_step"'))], read
+    assert [q for q in first_reads.captured_queries if q["sql"].startswith('SELECT "traces_step"')]
+    assert len(read) < len(first_reads.captured_queries)
+
+    # A rating (the reader's own) and a re-pricing show on the next view.
+    Feedback.objects.create(team=sample_trace.team, trace=sample_trace, user=alice,
+                            rating=Feedback.Rating.UP)
+    assert 'aria-pressed="true"' in _messages(page(alice_client, conversation))
+    Trace.objects.filter(pk=sample_trace.pk).update(cost_usd=Decimal("7.25"))
+    assert "· $7.25 ·" in _messages(page(alice_client, conversation))
+    # Bob's view is his own: no rating of his, his session's tokens.
+    bobs = _messages(page(client_for(bob), conversation))
+    assert 'aria-pressed="true"' not in bobs and "$7.25" in bobs
+
+    # A turn that runs is never kept: each view renders it afresh (its forms' tokens are masked
+    # anew at every rendering, where the kept copy above came back identical).
+    Trace.objects.filter(pk=sample_trace.pk).update(status=Trace.Status.RUNNING)
+    assert _messages(page(alice_client, conversation)) != _messages(page(alice_client, conversation))
+    view = selectors.chat_view(conversation, reader=alice, shown_with=("token", True))
+    assert view.keep_as is None and view.html is None and view.turns
