@@ -81,7 +81,7 @@ def _trace_with_flags(request: HttpRequest, trace_uuid) -> Trace:
 def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
     trace = _trace_with_flags(request, trace_uuid)
     steps, more_after = _timeline(trace)
-    states, previous = selectors.trace_states(trace)
+    states, states_before = _trajectory(trace)
     context = {
         "trace": trace,
         "can_act": selectors.trace_can_act(request.membership, trace),
@@ -89,8 +89,8 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
         "steps": steps,
         "more_after": more_after,
         "steps_key": steps_key(trace),
-        "states": decorate_states(states, trace=trace, previous=previous),
-        "states_before": states[0].iteration if previous else None,
+        "states": states,
+        "states_before": states_before,
         "feedback": list(trace.feedback.select_related("user")) if trace.has_feedback else [],
         "streaming": selectors.streaming_text(trace) if trace.is_active else None,
     }
@@ -99,9 +99,9 @@ def trace_detail(request: HttpRequest, trace_uuid) -> HttpResponse:
 
 
 def steps_key(trace: Trace) -> str | None:
-    """What a finished trace's timeline shows, for the page's ``{% cache %}`` of it
-    (``agentsite.fragments``): once a trace has ended its steps only change with a re-pricing
-    (its cost) or a late event. Its rows carry no form and nothing of the reader, so every
+    """What a finished trace's timeline and trajectory show, for the page's ``{% cache %}`` of
+    them (``agentsite.fragments``): once a trace has ended its steps and states only change
+    with a re-pricing (its cost) or a late event. Its rows carry no form and nothing of the reader, so every
     reader allowed to see the trace may be served the same copy."""
     return kept_key(trace.pk, trace.event_seq, trace.step_count, trace.cost_usd, trace.duration_ms,
                     running=trace.is_active)
@@ -116,6 +116,20 @@ def _timeline(trace: Trace) -> tuple[Any, Any]:
         steps = selectors.trace_steps(trace)
         decorate_steps(steps, scale=timeline_scale(trace))
         return steps, steps[-1].seq if len(steps) == selectors.STEP_CHUNK else None
+
+    return SimpleLazyObject(lambda: read()[0]), SimpleLazyObject(lambda: read()[1])
+
+
+def _trajectory(trace: Trace) -> tuple[Any, Any]:
+    """The trajectory's last states and the iteration to load earlier ones before (None: no
+    earlier ones), read only when the page renders them: a finished trace's are kept with its
+    timeline (``steps_key``)."""
+
+    @functools.cache
+    def read() -> tuple[list[Any], int | None]:
+        states, previous = selectors.trace_states(trace)
+        return decorate_states(states, trace=trace, previous=previous), (
+            states[0].iteration if previous else None)
 
     return SimpleLazyObject(lambda: read()[0]), SimpleLazyObject(lambda: read()[1])
 

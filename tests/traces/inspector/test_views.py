@@ -237,7 +237,8 @@ def test_the_text_streamed_so_far_is_on_the_page_and_at_its_own_url(client_for, 
 
 def test_a_finished_traces_timeline_is_kept_rendered_and_shown_afresh_when_it_changes(
         client_for, alice, bob, conversation):
-    """A finished trace's timeline is rendered once (``steps_key``) and then not even read; a
+    """A finished trace's timeline and trajectory are rendered once (``steps_key``) and then not
+    even read; a
     re-pricing (its cost) renders it again, a running trace's never is kept, and a reader who
     may not see the trace does not get the kept copy."""
     from traces.sample import make_sample_trace
@@ -256,6 +257,10 @@ def test_a_finished_traces_timeline_is_kept_rendered_and_shown_afresh_when_it_ch
                 and 'FROM "traces_step"' in q["sql"]]
     assert again.count('class="step k-') == 30 and len(timeline) == 1 and "LIMIT 200" in timeline[0]
     assert again[again.index('<ol id="steps"'):] == first[first.index('<ol id="steps"'):]
+    # Its trajectory too: read for the first page, kept with the timeline after it.
+    states = [q["sql"] for q in rendered.captured_queries if 'FROM "traces_trajectorystate"' in q["sql"]]
+    assert len(states) == 1 and not [q for q in still if 'FROM "traces_trajectorystate"' in q]
+    assert again.count('class="state"') == first.count('class="state"') > 0
 
     step = trace.steps.filter(kind=Step.Kind.LLM_REQUEST).order_by("seq").first()
     Step.objects.filter(pk=step.pk).update(cost_usd=Decimal("7.25"))
@@ -266,7 +271,9 @@ def test_a_finished_traces_timeline_is_kept_rendered_and_shown_afresh_when_it_ch
 
     Trace.objects.filter(pk=trace.pk).update(status=Trace.Status.RUNNING)
     Step.objects.filter(pk=step.pk).update(name="renamed-while-running")
-    assert "renamed-while-running" in c.get(url).content.decode()
+    with CaptureQueriesContext(connection) as running:
+        assert "renamed-while-running" in c.get(url).content.decode()
+    assert [q for q in running.captured_queries if 'FROM "traces_trajectorystate"' in q["sql"]]
     Conversation.objects.filter(pk=conversation.pk).update(shared=False)
     assert client_for(bob).get(url).status_code == 404
 
