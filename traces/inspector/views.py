@@ -44,7 +44,8 @@ def _trace(request: HttpRequest, trace_uuid) -> Trace:
 @require_GET
 def trace_list(request: HttpRequest) -> HttpResponse:
     filters, errors = selectors.TraceFilters.from_query(request.GET)
-    paginator = Paginator(selectors.trace_list(membership=request.membership, filters=filters), LIST_PAGE_SIZE)
+    paginator = Paginator(selectors.trace_list_pages(membership=request.membership, filters=filters),
+                          LIST_PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     rows = list(page.object_list)
     for t in rows:  # what a row shows: a finished one is kept rendered (agentsite.fragments)

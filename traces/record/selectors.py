@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -256,6 +256,49 @@ def trace_list(*, membership: Membership, filters: TraceFilters) -> QuerySet[Tra
     if filters.text:
         qs = qs.filter(Q(user_message__text__icontains=filters.text) | Q(answer__icontains=filters.text) | Q(error__icontains=filters.text))
     return qs
+
+
+class ListedTraces:
+    """The list without filters (its most read form) as ``Paginator`` pages it: its count, then
+    a page's slice, each a read compiled once per process (and page) instead of at every
+    request."""
+
+    def __init__(self, membership: Membership) -> None:
+        self.team_id, self.user_id = membership.team_id, membership.user_id
+        self.sees_all = sees_every_trace(membership)
+
+    def count(self) -> int:
+        counted = _listed_count_read(self.team_id, self.user_id, sees_all=self.sees_all)
+        return counted[0] if counted else 0
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, part: slice) -> list[Trace]:
+        start = part.start or 0
+        if part.stop <= start:  # an empty list's page
+            return []
+        return _listed_read(self.team_id, self.user_id, sees_all=self.sees_all, offset=start,
+                            limit=part.stop - start)
+
+
+def trace_list_pages(*, membership: Membership, filters: TraceFilters) -> QuerySet[Trace] | ListedTraces:
+    """``trace_list`` as the list page pages it."""
+    return trace_list(membership=membership, filters=filters) if filters.active else ListedTraces(membership)
+
+
+def _listed(team_id: int, user_id: int, *, sees_all: bool, offset: int, limit: int) -> QuerySet[Trace]:
+    viewer = viewer_standin(team_id, user_id, sees_all=sees_all)
+    return trace_list(membership=viewer, filters=TraceFilters())[offset:offset + limit]
+
+
+def _listed_count(team_id: int, user_id: int, *, sees_all: bool) -> QuerySet[Trace]:
+    visible = traces_visible(viewer_standin(team_id, user_id, sees_all=sees_all))
+    return visible.order_by().values("team_id").annotate(n=Count("pk")).values_list("n", flat=True)
+
+
+_listed_read = Prepared(_listed)
+_listed_count_read = Prepared(_listed_count)
 
 
 def _is_uuid(value: str) -> bool:

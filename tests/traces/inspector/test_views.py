@@ -126,6 +126,21 @@ def test_the_list_reads_each_kind_of_row_once_however_many_traces(
     assert len(response.context["traces"]) == 25 and "Page 1 of 2 · 30 traces" in html
     assert response.context["choices"]["models"] == [f"model-{n}" for n in range(4)]
 
+    # Without filters the list is read with compiled reads (``ListedTraces``): the same pages,
+    # counts and rows as the ORM's query, for an admin (every trace) and for a member (their own
+    # and the shared ones).
+    from traces.record.selectors import ListedTraces, TraceFilters, trace_list
+
+    for who in (alice, bob):
+        membership = member_of(who, conversation.team)
+        listed, orm = ListedTraces(membership), trace_list(membership=membership, filters=TraceFilters())
+        assert listed.count() == orm.count() > 0
+        for start, stop in ((0, 25), (25, 50), (10, 12), (0, 0)):
+            assert [t.pk for t in listed[start:stop]] == [t.pk for t in orm[start:stop]]
+        assert [t.user_message.text for t in listed[0:5]] == [t.user_message.text for t in orm[0:5]]
+    second = c.get(reverse("traces") + "?page=2")
+    assert len(second.context["traces"]) == 5 and "Page 2 of 2 · 30 traces" in second.content.decode()
+
 
 def test_the_inspector_reads_each_kind_of_row_once_however_long_the_trace(
         client_for, alice, bob, conversation, django_assert_max_num_queries):
