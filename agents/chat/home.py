@@ -4,7 +4,7 @@ budgets, and, while the team has only the offline demo model, how to connect a r
 
 from __future__ import annotations
 
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 from agents.chat import selectors
 from agents.models import Provider
 from agentsite.access import team_required
+from agentsite.db.prepared import Prepared
 from agentsite.live import list_version
 from agentsite.models import Membership, Team
 from traces.costs.budgets import request_budget_states
@@ -56,12 +57,18 @@ def _lists(request: HttpRequest) -> dict[str, object]:
 
 def _team_facts(team: Team) -> dict[str, object]:
     """Whether the team has only the offline demo model, and how many members it has: one
-    query."""
-    real = Provider.objects.filter(team=OuterRef("pk")).exclude(kind=Provider.Kind.DEMO)
-    row = (Team.objects.filter(pk=team.pk)
-           .annotate(members=Count("memberships"), real_model=Exists(real))
-           .values("members", "real_model").get())
+    query, compiled once per process."""
+    row = _facts_read.get(team.pk)
     return {"demo_only": not row["real_model"], "member_count": row["members"]}
+
+
+def _facts(team_id: int) -> QuerySet[Team]:
+    real = Provider.objects.filter(team=OuterRef("pk")).exclude(kind=Provider.Kind.DEMO)
+    return (Team.objects.filter(pk=team_id).annotate(members=Count("memberships"), real_model=Exists(real))
+            .values("members", "real_model"))
+
+
+_facts_read = Prepared(_facts)
 
 
 urlpatterns = [path("", home, name="home")]

@@ -31,10 +31,16 @@ from .meter import BranchEstimate, Meter, branch_estimate, conversation_meter
 
 
 # -- the chat ------------------------------------------------------------------------------------
-def agent_choices(*, team: Team) -> QuerySet[Agent]:
-    return (Agent.objects.filter(team=team).select_related("provider")
-            .only("uuid", "name", "description", "suggested_prompts", "model", "allowed_models",
-                  "provider__kind", "provider__name").order_by("name"))
+def agent_choices(*, team: Team) -> list[Agent]:
+    """The team's agents to chat with, by name (the home and chat pages': compiled once per
+    process)."""
+    return _agent_choices_read(team.pk)
+
+
+_agent_choices_read = Prepared(
+    lambda team_id: Agent.objects.filter(team_id=team_id).select_related("provider")
+    .only("uuid", "name", "description", "suggested_prompts", "model", "allowed_models",
+          "provider__kind", "provider__name").order_by("name"))
 
 
 def conversation_list(*, membership: Membership, query: str = "", scope: str = "mine",

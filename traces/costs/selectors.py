@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from agentsite.access import sees_all_of_team
+from agentsite.db.prepared import Prepared
 from agentsite.models import ApiKey, Membership, Team
 
 from ..models import ConversationCostRollup, CostRollup, Trace
@@ -272,8 +273,16 @@ def recent_spend(*, team: Team, user_id: int | None, days: int = 7) -> tuple[Dec
     """What the team, and the person, spent over the last ``days`` days (today included), in
     one query."""
     since = timezone.localdate() - timedelta(days=days - 1)
-    sums = {"team": Sum("cost_units")}
-    if user_id:
-        sums["mine"] = Sum("cost_units", filter=Q(user_id=user_id))
-    spent = CostRollup.objects.filter(team=team, day__gte=since).aggregate(**sums)
-    return units_usd(spent["team"]), units_usd(spent.get("mine"))
+    spent = _spent_read(team.pk, user_id or 0, since)  # one row, or none without roll-ups
+    team_units, mine_units = spent[0] if spent else (None, None)
+    return units_usd(team_units), units_usd(mine_units if user_id else None)
+
+
+def _spent(team_id: int, user_id: int, since: date) -> QuerySet[CostRollup]:
+    return (CostRollup.objects.filter(team_id=team_id, day__gte=since).order_by().values("team_id")
+            .annotate(team=Sum("cost_units"), mine=Sum("cost_units", filter=Q(user_id=user_id)))
+            .values_list("team", "mine"))
+
+
+# Every home page reads it: compiled once per process.
+_spent_read = Prepared(_spent)

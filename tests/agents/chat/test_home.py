@@ -5,6 +5,7 @@ exists."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 from django.urls import reverse
@@ -83,12 +84,17 @@ def test_recent_work_lists_only_what_the_person_may_see(client_for, alice, bob, 
     assert "Bob&#x27;s private plan" not in home(client_for(charlie))
 
 
-def test_the_weeks_spend_shows_against_the_budgets(client_for, alice, bob, agent, team_a):
+def test_the_weeks_spend_shows_against_the_budgets(client_for, alice, bob, charlie, agent, team_a):
     today = timezone.localdate()
     common = {"team": team_a, "day": today, "provider": "p", "model": "m", "agent_id": agent.pk}
     CostRollup.objects.create(user_id=alice.pk, cost_units=12_500_000_000, calls=1, **common)
     CostRollup.objects.create(user_id=bob.pk, cost_units=5_000_000_000, calls=1, **common)
     Budget.objects.create(team=team_a, period="day", limit_usd=Decimal("2"), mode="block")
+    theirs = home(client_for(charlie))  # another team's spend is not theirs
+    assert theirs.count('<span class="stat-value">$0</span>') == 2
+    # A week ago is not in the last 7 days.
+    CostRollup.objects.create(user_id=alice.pk, cost_units=90_000_000_000, calls=1,
+                              **{**common, "day": today - timedelta(days=7)})
     html = home(client_for(alice))
     assert "Spend, last 7 days" in html
     assert "$1.75" in html and "$1.25" in html  # the team's, then alice's own
