@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -122,6 +123,18 @@ def test_the_backfill_sends_ended_turns_with_their_live_ids(
     tool = next(s for s in spans if s.name == "execute_tool calculator")
     step = trace.steps.get(kind="tool_call")
     assert tool.span_id == f"{span_id_for(trace.uuid, tool_step_key(step.iteration, step.call_id)):016x}"
+
+    # Where this command's outbound policy refuses the team's endpoint (no allowlist for it, as
+    # a plain `manage.py` run may lack the worker's), it says so and why, tries nothing, fails.
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    export_config.forget()
+    requests, out, err = receiver.requests, io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="not sent"):
+        call_command("otel_backfill", since=today, stdout=out, stderr=err)
+    said = err.getvalue()
+    assert "1 turn(s) not sent: the outbound-network policy refuses its exporter's endpoint" in said
+    assert receiver.endpoint in said and "OUTBOUND_ALLOWED_NETWORKS" in said
+    assert receiver.requests == requests
 
 
 # -- what a test shows of the receiver's answer (issue 30, F1) ---------------------------------------

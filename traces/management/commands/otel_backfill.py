@@ -4,7 +4,11 @@ default), as the live export would have: the same spans with the same ids, so re
 key spans by id (Phoenix, Langfuse) keep one copy of a turn that was already sent.
 
 Turns are sent in batches through the same exporter (protobuf over OTLP/HTTP, retried with
-backoff); a team without an exporter, or with export off, is skipped and said so."""
+backoff); a team without an exporter, or with export off, is skipped and said so. A team's own
+endpoint goes through the outbound-network policy, as from the worker: one the policy refuses
+(an address on this host or network, without ``OUTBOUND_ALLOWED_NETWORKS`` set for this command
+as for the worker) is not tried, and the command says so and why. Spans not accepted make the
+command fail (exit status 1), after the other teams' were sent."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from agentsite.models import Team
+from agentsite.outbound import base_url_problem
 from traces.export.config import config_for, forget
 from traces.export.pipeline import span_exporter
 from traces.export.stored import trace_for_export, turn_spans
@@ -61,12 +66,18 @@ class Command(BaseCommand):
                 raise CommandError(f"--team: no team “{wanted}”.")
             traces = traces.filter(team=team)
         forget()
-        sent = turns = 0
+        sent = turns = lost = 0
         for team_id in traces.values_list("team_id", flat=True).distinct().order_by("team_id"):
             config = config_for(team_id)
             ids = list(traces.filter(team_id=team_id).order_by("created_at").values_list("pk", flat=True))
             if config is None:
                 self.stdout.write(f"team {team_id}: {len(ids)} turn(s) skipped, no exporter is on")
+                continue
+            refused = base_url_problem(config.endpoint) if config.guarded else None
+            if refused:
+                lost += len(ids)
+                self.stderr.write(f"team {team_id}: {len(ids)} turn(s) not sent: the outbound-network "
+                                  f"policy refuses its exporter's endpoint {config.endpoint}. {refused}")
                 continue
             exporter = None if options["dry_run"] else span_exporter(config)
             batch, failed = [], 0
@@ -89,8 +100,11 @@ class Command(BaseCommand):
             self.stdout.write(f"team {team_id}: {len(ids)} turn(s), {verb} to {config.endpoint}"
                               + (f", {failed} span(s) refused or lost" if failed else ""))
             if failed:
+                lost += failed
                 self.stderr.write(f"team {team_id}: the receiver refused or missed {failed} span(s)")
         self.stdout.write(f"{turns} turn(s), {sent} span(s)" + (" (dry run)" if options["dry_run"] else ""))
+        if lost:
+            raise CommandError("some turns were not sent, or not accepted: see above.")
 
     @staticmethod
     def _send(exporter, batch: list) -> int:
