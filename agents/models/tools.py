@@ -55,6 +55,12 @@ class McpServer(Stamped):
     ttl_s = models.PositiveIntegerField(
         default=3600, help_text="How long a tool list is trusted before it is fetched again (a "
                                 "server may ask for less).")
+    use_instructions = models.BooleanField(
+        default=False, verbose_name="Add its instructions to the system prompt",
+        help_text="The instructions the server gives for its tools (below, from the last "
+                  "discovery) are added to the system prompt of every agent that uses one of its "
+                  "tools. They are the server's text: tick only for a server you trust as you "
+                  "trust your own prompt.")
     # What the last discovery found.
     protocol_version = models.CharField(max_length=32, blank=True)
     server_info = models.JSONField(default=dict, blank=True)

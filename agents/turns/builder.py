@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +43,7 @@ from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
 from agents.tools.hooks import turn_message_hooks, turn_tool_hooks
-from agents.tools.mcp.services import mcp_refresh_if_stale
+from agents.tools.mcp.services import mcp_refresh_if_stale, with_server_instructions
 from agents.turns.answer_format import answer_check, answer_instructions
 from agents.turns.attachments import with_image_data
 from agents.turns.budgets import BudgetHooks, budget_routes
@@ -58,13 +57,13 @@ from agents.turns.routing import (
     route_turn,
 )
 from agents.turns.selectors import conversation_history_rows, turn_branch_before
+from agents.turns.trace_context import turn_traceparent_for, turn_tracestate
 from agents.turns.windows import answer_reserve, context_window
 from agentsite.models import Membership
 from memory.services import MemoryOwner, memory_turn_start
 from traces.costs.budgets import budget_scope
 from traces.costs.pricing import PriceTable, price_table_for
 from traces.export.config import export_on
-from traces.export.ids import parse_traceparent, tool_traceparent
 from traces.models import Budget, Trace, TrajectoryState
 
 logger = logging.getLogger(__name__)
@@ -79,14 +78,15 @@ def runtime_tools(agent: Agent, *, context: ToolContext,
     return tools_runtime_tools(agent, context=context, names=names)
 
 
-def mcp_refresh_for(agent: Agent) -> None:
-    """The tool lists of the MCP servers whose tools the agent uses, fetched again when older
+def mcp_refresh_for(agent: Agent) -> list[McpServer]:
+    """The MCP servers whose tools the agent uses, their tool lists fetched again when older
     than their time to live (a failed fetch keeps the last list and is retried a minute later;
     a server that is down fails its own tools' calls, never the turn)."""
     servers = kept(agent.team_id, ("mcp servers", agent.pk), lambda: list(
         McpServer.objects.filter(team_id=agent.team_id, enabled=True, tools__agents=agent).distinct()))
     if servers and mcp_refresh_if_stale(servers):
         team_config_changed(agent.team_id)  # the rest of the turn reads the refreshed tools
+    return servers
 
 
 def turn_tool_context(*, agent: Agent, trace: Trace, conversation: Conversation,
@@ -199,27 +199,6 @@ def _native_params(kind: str) -> frozenset[str] | None:
         return get_provider_class(kind).request_params
     except ValueError:
         return None
-
-
-def turn_traceparent_for(trace: Trace, *, sampled: bool = True) -> Callable[[int, str], str]:
-    """(iteration, call id) -> the ``traceparent`` of that tool call of ``trace``: the span
-    its step is exported as, in the trace of the caller's ``traceparent`` when the turn was
-    sent with one (``meta["traceparent"]``), else in the trace's own. ``sampled``: the flag
-    it carries, whether the turn's spans are exported."""
-    trace_uuid = trace.uuid
-    parent = parse_traceparent((trace.meta or {}).get("traceparent"))
-
-    def traceparent_for(iteration: int, call_id: str) -> str:
-        return tool_traceparent(trace_uuid, parent, iteration, call_id, sampled=sampled)
-
-    return traceparent_for
-
-
-def turn_tracestate(trace: Trace) -> str:
-    """The caller's ``tracestate``, sent on with each call's ``traceparent``: only with the
-    caller's own ``traceparent`` (a turn in its own trace has no vendor state to carry)."""
-    meta = trace.meta or {}
-    return str(meta.get("tracestate") or "") if parse_traceparent(meta.get("traceparent")) else ""
 
 
 def turn_history(*, trace: Trace, agent: Agent, branch: list[int] | None = None) -> list[RuntimeMessage]:
@@ -342,7 +321,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
     _with_model_settings(choice.provider)
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
-    mcp_refresh_for(agent)
+    servers = mcp_refresh_for(agent)
     fork = fork_spec(trace)
     version_tools = fork.get("tools") if fork is not None else None
     tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(
@@ -396,6 +375,7 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
         if tool_hooks or any(message_hooks.values()):
             tool_warnings.append(HOOKS_OFF_WARNING)
         tool_hooks, message_hooks = None, {"received_hooks": [], "sending_hooks": []}
+    config.system_prompt = with_server_instructions(config.system_prompt, servers)
     if message_hooks["sending_hooks"]:
         # A hook may rewrite or withhold the reply: nobody sees it before the hook has.
         config.stream = False

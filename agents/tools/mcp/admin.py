@@ -51,7 +51,7 @@ class McpServerForm(forms.ModelForm):
     class Meta:
         model = McpServer
         fields = ["team", "name", "transport", "url", "operator_key", "enabled",
-                  "default_policy", "timeout_s", "max_result_bytes", "ttl_s"]
+                  "default_policy", "timeout_s", "max_result_bytes", "ttl_s", "use_instructions"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -115,7 +115,7 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
         ("stdio (operator-defined)", {"fields": ["operator_key"]}),
         ("Limits", {"fields": ["timeout_s", "max_result_bytes", "ttl_s"]}),
         ("Last discovery", {"fields": ["protocol_version", "server_info", "instructions",
-                                       "last_refreshed_at", "last_error"]}),
+                                       "use_instructions", "last_refreshed_at", "last_error"]}),
     ]
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet:

@@ -257,3 +257,13 @@ def mcp_server_save(*, server: McpServer, headers: list[tuple[str, str]] | None 
         server.operator_key = ""
     server.save()
     return server
+
+
+def with_server_instructions(system_prompt: str, servers: Iterable[McpServer]) -> str:
+    """``system_prompt`` followed by the instructions of the ``servers`` whose admin ticked
+    ``use_instructions`` (those that gave any), each under a heading naming its server, in the
+    servers' name order: the same text turn after turn, so the prompt stays cache-friendly."""
+    parts = [f"## Instructions from the MCP server “{server.name}”\n{server.instructions.strip()}"
+             for server in sorted(servers, key=lambda s: s.name)
+             if server.use_instructions and server.instructions.strip()]
+    return "\n\n".join([p for p in (system_prompt.rstrip(), *parts) if p]) if parts else system_prompt

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.turns.builder import turn_setup_build, turn_traceparent_for
+from agents.turns.builder import turn_setup_build
 from agents.turns.services import trace_context_meta, turn_send
+from agents.turns.trace_context import turn_traceparent_for
 from tests.members import acting_of
 from traces.export import config as export_config
 from traces.export.ids import parse_traceparent, tool_traceparent
