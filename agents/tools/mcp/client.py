@@ -33,9 +33,10 @@ from agents.runtime.tools import ToolError
 from .connection import Connection, bounded, connect, protocol_error, short
 from .host import on_process_connection
 from .pool import on_kept_connection
-from .types import STDIO, CallResult, Discovery, Endpoint, RemoteTool
+from .types import STDIO, CallResult, Discovery, Endpoint, RemoteResource, RemoteTool
 
 MAX_PAGES = 50
+MAX_RESOURCES = 200  # listed per server (and as many templates): the model reads their list
 
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
@@ -78,7 +79,37 @@ async def _discover(endpoint: Endpoint, timeout_s: float) -> Discovery:
             instructions=client.instructions or "",
             tools=sorted(tools, key=lambda t: t.name),
             ttl_s=ttl_ms / 1000 if ttl_ms else None,
+            resources=await _resources(endpoint, connection),
         )
+
+
+async def _resources(endpoint: Endpoint, connection: Connection) -> list[RemoteResource]:
+    """The server's resources and templates (up to ``MAX_RESOURCES`` of each), when its
+    capabilities say it has resources; a server that fails to list them has none."""
+    client = connection.client
+    capabilities = getattr(client, "server_capabilities", None)
+    if capabilities is None or getattr(capabilities, "resources", None) is None:
+        return []
+    found: list[RemoteResource] = []
+    try:
+        for templates in (False, True):
+            cursor, listed = None, 0
+            for _page in range(MAX_PAGES):
+                page = await (client.list_resource_templates if templates else client.list_resources)(
+                    cursor=cursor, cache_mode="bypass")
+                for item in (page.resource_templates if templates else page.resources):
+                    if listed < MAX_RESOURCES:
+                        found.append(RemoteResource(
+                            uri=str(item.uri_template if templates else item.uri), name=item.name,
+                            title=item.title or "", description=item.description or "",
+                            mime_type=item.mime_type or "", template=templates))
+                        listed += 1
+                cursor = page.next_cursor
+                if not cursor or listed >= MAX_RESOURCES:
+                    break
+    except (MCPError, ValidationError):  # its tools still work; it offers no resources then
+        return []
+    return found
 
 
 async def discover(endpoint: Endpoint, *, timeout_s: float = 30.0) -> Discovery:
@@ -174,3 +205,51 @@ async def call_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any], *,
     loop's kept connection to an HTTP server, or this process's to a stdio server (``host``)."""
     return await bounded(endpoint, timeout_s, f"the call of “{name}”",
                           _call(endpoint, name, arguments, timeout_s, max_bytes, meta))
+
+
+def resource_text(result: Any, max_bytes: int) -> str:
+    """The contents of a ``resources/read`` answer: text as it is, binary contents as a short
+    placeholder (the model gets no base64); cut at ``max_bytes``."""
+    parts = []
+    for item in result.contents or []:
+        text = getattr(item, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+            continue
+        blob = getattr(item, "blob", "") or ""
+        try:
+            size = len(base64.b64decode(blob, validate=False))
+        except (binascii.Error, ValueError):
+            size = len(blob) * 3 // 4
+        parts.append(f"[binary: {item.uri} ({getattr(item, 'mime_type', None) or 'unknown type'}), "
+                     f"{size} bytes]")
+    return truncate("\n".join(parts), max_bytes)
+
+
+async def _read(endpoint: Endpoint, uri: str, timeout_s: float, max_bytes: int,
+                meta: dict[str, Any] | None) -> CallResult:
+    started = time.perf_counter()
+
+    async def work(connection: Connection) -> CallResult:
+        try:
+            with _trace_parent(meta):
+                result = await connection.client.read_resource(uri, meta=meta, cache_mode="bypass")
+        except ValidationError as exc:
+            raise ToolError(f"MCP server “{endpoint.name}” sent a resource for “{uri}” that is "
+                            f"not valid MCP ({short(exc)}).") from exc
+        return CallResult(text=resource_text(result, max_bytes), is_error=False,
+                          protocol_version=connection.client.protocol_version,
+                          session_id=connection.session_id,
+                          duration_ms=(time.perf_counter() - started) * 1000)
+
+    if endpoint.transport == STDIO:
+        return await on_process_connection(endpoint, timeout_s, work)
+    return await on_kept_connection(endpoint, timeout_s, work)
+
+
+async def read_resource(endpoint: Endpoint, uri: str, *, timeout_s: float, max_bytes: int,
+                        meta: dict[str, Any] | None = None) -> CallResult:
+    """Read the server's resource ``uri`` (``resources/read``), on the kept connection a call
+    would use."""
+    return await bounded(endpoint, timeout_s, f"with the resource “{short(uri, 200)}”",
+                         _read(endpoint, uri, timeout_s, max_bytes, meta))

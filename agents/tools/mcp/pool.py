@@ -8,7 +8,8 @@ connection instead of once per call. The SDK's client must be entered and left i
 each kept connection belongs to an owner task: it opens the connection, runs every request it
 is handed as a task of its own (calls of one turn run concurrently; the SDK session multiplexes
 them) and closes it when told to (``close_connections``, at the end of a turn), after
-``IDLE_CLOSE_S`` without calls, when a request fails other than by a time limit, or after
+``IDLE_CLOSE_S`` without calls, when a request fails other than by a time limit or an error the
+server answered (an unknown resource leaves the connection as it was), or after
 ``MAX_UNANSWERED`` calls in a row ran out of time (the next call opens a new connection; a call
 is never resent, as the tool may have run). A caller's time limit or cancellation ends its own
 request only.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import REQUEST_TIMEOUT
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from agents.runtime.tools import ToolError
 from agents.runtime.tracecontext import TRACEPARENT
@@ -38,6 +39,10 @@ IDLE_CLOSE_S = 60.0  # a kept connection without calls for this long is closed (
 PING_S = 5.0  # how long a health check waits for a server's answer to a ping
 CLOSE_WAIT_S = 10.0  # how long close_connections waits for an owner (a stdio process to exit)
 MAX_UNANSWERED = 2  # calls in a row without an answer (time limit): the server may be wedged
+# Errors a server answers about one request (bad parameters, an unknown resource among them;
+# an unknown method; -32002, the unknown resource of the 2025 revisions), which leave its
+# connection as it was.
+ANSWERED = (INVALID_PARAMS, METHOD_NOT_FOUND, -32002)
 
 logger = logging.getLogger(__name__)
 
@@ -234,8 +239,10 @@ class _Owner:
             if isinstance(explained, TimeoutError) or (
                     isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT):
                 self.unanswered_call()
-            else:
+            elif not (isinstance(exc, MCPError) and exc.code in ANSWERED
+                      and not (connection.bridge and connection.bridge.failure)):
                 self.retire()  # the next call gets a new connection
+            # (else the server answered that this request was wrong: the connection works)
             if not isinstance(explained, Exception):
                 explained = ToolError(f"MCP server “{self.endpoint.name}” failed: {explained!r}.")
             if not request.result.done():

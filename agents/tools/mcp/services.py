@@ -39,7 +39,7 @@ from ..names import BUILTIN_NAMES
 from ..validation import schema_problem
 from . import sdk_client
 from .endpoints import endpoint_for
-from .types import Discovery, RemoteTool
+from .types import READ_RESOURCE, Discovery, RemoteTool
 
 NAME_MAX = 64
 HASH_LEN = 8
@@ -155,7 +155,8 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
     with transaction.atomic():
         rows = {r.remote_name: r for r in ToolRow.objects.select_for_update().filter(
             mcp_server=server, kind=ToolRow.Kind.MCP)}
-        offered = {t.name for t in found.tools}
+        remote_tools = offered_tools(server, found)
+        offered = {t.name for t in remote_tools}
         for remote, row in sorted(rows.items()):
             if remote not in offered:
                 audit_record(actor=actor, action=AuditEvent.Action.DELETE, instance=row,
@@ -165,7 +166,7 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
         kept = {r.pk for remote, r in rows.items() if remote in offered}
         taken = set(ToolRow.objects.filter(team_id=server.team_id).exclude(pk__in=kept)
                     .values_list("name", flat=True))
-        for remote in found.tools:
+        for remote in remote_tools:
             name = tool_name(server.name, remote.name, taken)
             taken.add(name)
             values = {"name": name, "description": _description(remote, result.warnings),
@@ -267,3 +268,22 @@ def with_server_instructions(system_prompt: str, servers: Iterable[McpServer]) -
              for server in sorted(servers, key=lambda s: s.name)
              if server.use_instructions and server.instructions.strip()]
     return "\n\n".join([p for p in (system_prompt.rstrip(), *parts) if p]) if parts else system_prompt
+
+
+def offered_tools(server: McpServer, found: Discovery) -> list[RemoteTool]:
+    """The server's tools, and when it lists resources, one more that reads them
+    (``READ_RESOURCE``, "<server>_resources_read"), under the server's policy like the rest."""
+    if not found.resources:
+        return list(found.tools)
+    lines = [f"Reads a resource of the MCP server “{server.name}” by its URI and returns its "
+             "contents (text; binary contents are only named). Its resources:"]
+    for resource in found.resources:
+        about = " — ".join(p for p in (resource.title or resource.name, resource.description) if p)
+        kind = " (a template: fill in the {placeholders})" if resource.template else ""
+        mime = f" [{resource.mime_type}]" if resource.mime_type else ""
+        lines.append(f"- {resource.uri}{kind}: {about}{mime}")
+    schema = {"type": "object", "required": ["uri"], "properties": {"uri": {
+        "type": "string", "description": "The URI of one of the resources listed, or made from a template."}}}
+    return [*found.tools, RemoteTool(name=READ_RESOURCE, title="Read a resource",
+                                     description="\n".join(lines), input_schema=schema,
+                                     annotations={"readOnlyHint": True})]

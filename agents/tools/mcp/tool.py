@@ -4,7 +4,9 @@ The model calls it by its prefixed name (``<server>_<tool>``); the call goes to 
 under the tool's own name, on the turn's kept connection to the server (``client.call_tool``),
 bounded by the server's ``timeout_s`` and cut at its ``max_result_bytes``. A result the server
 marks ``isError`` is a failed result the model reads; a server that cannot be reached or
-answers nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step.
+answers nonsense raises ``ToolError``. Every result carries ``meta["mcp"]`` for the trace step. A server that lists resources has one more tool,
+``<server>_resources_read`` (remote name ``READ_RESOURCE``): its call reads the resource at the
+``uri`` it is given (``resources/read``), under the same policy as the server's other tools.
 
 Trace context. While a turn that is traced runs the tool, the ``tools/call`` request carries
 the call's W3C ``traceparent`` (``agents.runtime.tracecontext``), and the caller's ``tracestate``
@@ -21,7 +23,7 @@ from agents.runtime.tools import Tool, ToolResult
 from agents.runtime.tracecontext import current_trace_context
 
 from . import sdk_client
-from .types import Endpoint
+from .types import READ_RESOURCE, Endpoint
 
 
 class McpTool(Tool):
@@ -40,15 +42,25 @@ class McpTool(Tool):
     tool_type = "extension"
 
     def step_meta(self) -> dict[str, Any]:
+        reads = self.remote_name == READ_RESOURCE
         return {"tool_type": self.tool_type, "mcp": {
             "server": self.endpoint.name, "tool": self.remote_name,
-            "transport": self.endpoint.transport, "method": "tools/call"}}
+            "transport": self.endpoint.transport, "method": READ_RESOURCE if reads else "tools/call"}}
 
     async def execute(self, arguments: dict[str, Any]) -> ToolResult:
         context = current_trace_context()
-        result = await sdk_client().call_tool(
-            self.endpoint, self.remote_name, arguments, timeout_s=self.timeout_s,
-            max_bytes=self.max_bytes, meta=context or None)
+        if self.remote_name == READ_RESOURCE:
+            uri = arguments.get("uri")
+            if not isinstance(uri, str) or not uri.strip():
+                return ToolResult(False, "Give the URI of the resource to read, as “uri”.",
+                                  error="no resource URI", meta=self.step_meta())
+            result = await sdk_client().read_resource(
+                self.endpoint, uri.strip(), timeout_s=self.timeout_s, max_bytes=self.max_bytes,
+                meta=context or None)
+        else:
+            result = await sdk_client().call_tool(
+                self.endpoint, self.remote_name, arguments, timeout_s=self.timeout_s,
+                max_bytes=self.max_bytes, meta=context or None)
         meta = self.step_meta()
         meta["mcp"].update(protocol_version=result.protocol_version, session_id=result.session_id,
                            is_error=result.is_error)

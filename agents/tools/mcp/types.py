@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HTTP, STDIO = "http", "stdio"
+# The remote name of the tool that reads a server's resources (one per server that lists any):
+# no tool of a server can be called so, as tool names have no "/".
+READ_RESOURCE = "resources/read"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,19 @@ class RemoteTool:
 
 
 @dataclass(frozen=True)
+class RemoteResource:
+    """A resource the server lists (``uri``), or a template of resources (``uri`` is then its
+    RFC 6570 ``uriTemplate``, ``template`` true)."""
+
+    uri: str
+    name: str
+    title: str = ""
+    description: str = ""
+    mime_type: str = ""
+    template: bool = False
+
+
+@dataclass(frozen=True)
 class Discovery:
     protocol_version: str
     server_info: dict[str, Any]
@@ -58,6 +74,8 @@ class Discovery:
     tools: list[RemoteTool]
     # How long the server says its tool list may be cached (None: it did not say).
     ttl_s: float | None = None
+    # Its resources and resource templates, when it offers resources (``resources/list``).
+    resources: list[RemoteResource] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
