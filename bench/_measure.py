@@ -83,13 +83,28 @@ def machine_speed_ms() -> float:
     grows alike. On a shared virtual machine it varies between processes too (up to twice, in
     slow spells), so a scaled comparison is a guide, not a measurement."""
     if not _speed:
-        best = float("inf")
-        for _ in range(10):
-            started = time.process_time()
-            _calibration()
-            best = min(best, time.process_time() - started)
-        _speed.append(round(best * 1000, 2))
+        _speed.append(_calibrated_ms())
     return _speed[0]
+
+
+def _calibrated_ms() -> float:
+    best = float("inf")
+    for _ in range(10):
+        started = time.process_time()
+        _calibration()
+        best = min(best, time.process_time() - started)
+    return round(best * 1000, 2)
+
+
+def speed_drift_note(start_ms: float) -> str | None:
+    """The calibration again, at the end of a run: a note when the machine's speed moved by
+    more than a fifth since its start (a shared machine's slow spell), as every figure of the
+    run moved with it."""
+    end_ms = _calibrated_ms()
+    if start_ms and abs(end_ms - start_ms) / start_ms > 0.2:
+        return (f"  (caution: the machine's speed moved during the run: calibration {start_ms:.0f} ms at "
+                f"start, {end_ms:.0f} ms at the end; the run's times and CPU figures moved with it)")
+    return None
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -295,6 +310,9 @@ def record(bench: str, figures: Mapping[str, float], *, reference: Mapping[str, 
     lines, _ = comparison(bench, figures, baseline, tolerance=tolerance, args=run_arguments(), speed_ms=speed)
     for line in lines:
         print(line)
+    drift = speed_drift_note(speed)
+    if drift:
+        print(drift)
     results = os.environ.get(RESULTS_ENV)
     if results:
         with open(results, "a") as out:

@@ -37,3 +37,11 @@ def test_the_calibration_is_recorded_with_the_baseline(tmp_path):
                               "at": "2026-11-28T12:00:00+00:00", "speed_ms": 57.0}], commit="abc", path=path)
     assert json.loads(path.read_text())["benches"]["turns"]["speed_ms"] == 57.0
     assert _measure.machine_speed_ms() > 0
+
+
+def test_a_run_whose_machine_slowed_down_says_so(monkeypatch):
+    from bench import _measure
+
+    monkeypatch.setattr(_measure, "_calibrated_ms", lambda: 60.0)
+    assert "calibration 36 ms at start, 60 ms at the end" in _measure.speed_drift_note(36.0)
+    assert _measure.speed_drift_note(55.0) is None  # within a fifth
