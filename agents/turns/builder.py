@@ -42,7 +42,7 @@ from agents.team_config import kept, team_config_changed, team_config_read
 from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
-from agents.tools.hooks import turn_message_hooks, turn_tool_hooks
+from agents.tools.hooks import turn_message_hooks, turn_tool_hooks, with_hook_feedback_note
 from agents.tools.mcp.services import mcp_refresh_if_stale, with_server_instructions
 from agents.turns.answer_format import answer_check, answer_instructions
 from agents.turns.attachments import with_image_data
@@ -376,6 +376,8 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
             tool_warnings.append(HOOKS_OFF_WARNING)
         tool_hooks, message_hooks = None, {"received_hooks": [], "sending_hooks": []}
     config.system_prompt = with_server_instructions(config.system_prompt, servers)
+    if tool_hooks is not None:  # their feedback reaches the model in tool results: not to quote
+        config.system_prompt = with_hook_feedback_note(config.system_prompt)
     if message_hooks["sending_hooks"]:
         # A hook may rewrite or withhold the reply: nobody sees it before the hook has.
         config.stream = False

@@ -4,7 +4,13 @@
 
 from __future__ import annotations
 
-from .build import operator_commands, runtime_hook, turn_message_hooks, turn_tool_hooks
+from .build import (
+    operator_commands,
+    runtime_hook,
+    turn_message_hooks,
+    turn_tool_hooks,
+    with_hook_feedback_note,
+)
 from .messages import MessageVerdict, message_hooks_run
 from .webhook import WebhookHook, signature, signature_valid, webhook_url_problem
 
@@ -19,4 +25,5 @@ __all__ = [
     "turn_message_hooks",
     "turn_tool_hooks",
     "webhook_url_problem",
+    "with_hook_feedback_note",
 ]

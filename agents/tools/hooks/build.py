@@ -80,3 +80,16 @@ def turn_message_hooks(agent: Agent) -> tuple[list[RuntimeHook], list[RuntimeHoo
     """(on_message_received hooks, on_message_sending hooks) of ``agent``."""
     rows = agent_hook_rows(agent, (Event.MESSAGE_RECEIVED, Event.MESSAGE_SENDING))
     return _hooks(rows, Event.MESSAGE_RECEIVED), _hooks(rows, Event.MESSAGE_SENDING)
+
+
+# Told to the model of a turn whose tool calls have hooks (after the system prompt): the
+# "Hook feedback" ``merge_hook_feedback`` appends to a result is for it, not for the person.
+HOOK_FEEDBACK_NOTE = (
+    "Tool results may end with a \"Hook feedback:\" section: notes from this team's checks around "
+    "tool calls, meant for you. Act on them when they matter (a call refused, arguments changed); "
+    "do not quote or repeat them to the user.")
+
+
+def with_hook_feedback_note(system_prompt: str) -> str:
+    """``system_prompt`` followed by ``HOOK_FEEDBACK_NOTE``."""
+    return f"{system_prompt.rstrip()}\n\n{HOOK_FEEDBACK_NOTE}" if system_prompt.strip() else HOOK_FEEDBACK_NOTE

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from agents.chat.services import conversation_create
 from agents.models import Hook
 from agents.runtime.events import ToolFinished
 from agents.runtime.hooks import (
@@ -17,10 +18,14 @@ from agents.runtime.hooks import (
     message_payload,
 )
 from agents.tools.hooks import WebhookHook, turn_message_hooks, turn_tool_hooks, webhook_url_problem
+from agents.tools.hooks.build import HOOK_FEEDBACK_NOTE
 from agents.tools.validation import CheckedTool
+from agents.turns.builder import turn_setup_build
+from agents.turns.services import turn_start
 from agentsite.models import AuditEvent
 from tests.agents.runtime.test_tool_policy import counting_tool, turn
 from tests.agents.tools.hook_server import SECRET, serve_hooks
+from tests.members import member_of
 
 CALL = hook_payload(PRE_TOOL_USE, "calculator", '{"expression": "2+3"}')
 
@@ -184,6 +189,21 @@ def add_data(team, **overrides):
             "matcher": "", "position": "0", "enabled": "on", "timeout_s": "5"}
     data.update(overrides)
     return data
+
+
+def test_a_turn_with_tool_hooks_tells_the_model_their_feedback_is_not_to_quote(
+        make_agent, team_a, alice, sent_turns):
+    def prompt(agent) -> str:
+        conversation = conversation_create(agent=agent, membership=member_of(alice, team_a))
+        trace = turn_start(conversation=conversation, membership=member_of(alice, team_a), text="hi")
+        return turn_setup_build(trace=trace).config.system_prompt
+
+    hooked, plain = make_agent(name="Hooked", system_prompt="Be brief."), make_agent(name="Plain")
+    assert prompt(hooked) == "Be brief."
+    audit = Hook.objects.create(team=team_a, name="audit", event=PRE_TOOL_USE, url="https://x.example/")
+    audit.agents.set([hooked])
+    assert prompt(hooked) == f"Be brief.\n\n{HOOK_FEEDBACK_NOTE}"
+    assert "Hook feedback" not in prompt(plain)  # its turns have no hook
 
 
 def test_an_admin_adds_a_webhook_with_a_write_only_secret(client_for, alice, team_a):
