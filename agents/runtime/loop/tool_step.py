@@ -76,6 +76,7 @@ class ToolStep:
         self.approver = approver
         self.detector = LoopDetector() if cfg.loop_detection else None
         self.started: set[str] = set()
+        self.announced: dict[str, float] = {}  # calls whose ToolStarted is out, and when
         # When a call that waited for a person's approval could run (the wait is its own step).
         self.approved_at: dict[str, float] = {}
         self.finished: dict[str, ToolResultBlock] = {}
@@ -206,23 +207,33 @@ class ToolStep:
         return True
 
     async def handle_call(self, iteration: int, call: ToolUseBlock) -> ToolResultBlock:
-        arguments = call.input
         self.started.add(call.id)
-        await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name,
-                                             arguments=arguments))
         started = time.perf_counter()
         try:
             outcome = await self.run_call(iteration, call)
         except TurnCancelled:
+            await self.call_started(iteration, call)
             await self.finish_call(iteration, call, _Outcome(CANCELLED_OUTPUT, False, "cancelled"),
                                    self.ran_for(call, started))
             raise
+        await self.call_started(iteration, call)
         return await self.finish_call(iteration, call, outcome, self.ran_for(call, started))
 
+    async def call_started(self, iteration: int, call: ToolUseBlock) -> None:
+        """The call's ``ToolStarted`` (the model's arguments), once: after its before-hooks, so
+        that their steps come before the call's, in the order things happened."""
+        if call.id in self.announced:
+            return
+        self.announced[call.id] = time.perf_counter()
+        await self.observer.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name,
+                                             arguments=call.input))
+
     def ran_for(self, call: ToolUseBlock, started: float) -> float:
-        """Seconds the call took; for one that waited for a person's approval (its own step),
-        from the decision on: what ran then (the call and its after-hooks)."""
-        return max(time.perf_counter() - self.approved_at.pop(call.id, started), 0.0)
+        """Seconds the call took from its ``ToolStarted`` (its before-hooks are steps of their
+        own, before it); for one that waited for a person's approval (its own step), from the
+        decision on: what ran then (the call and its after-hooks)."""
+        began = self.announced.get(call.id, started)
+        return max(time.perf_counter() - self.approved_at.pop(call.id, began), 0.0)
 
     async def run_call(self, iteration: int, call: ToolUseBlock) -> _Outcome:
         """Claw Code's order: the before-hooks, the permission (the tool's policy, a hook's
@@ -234,6 +245,7 @@ class ToolStep:
         if problem is not None:
             return _Outcome(f"Error: {problem}", False, problem)
         pre = await self.run_tool_hooks(iteration, call, PRE_TOOL_USE, self.hooks.pre)
+        await self.call_started(iteration, call)
         rewritten: dict[str, Any] | None = None
         if pre.updated_input is not None and not (pre.denied or pre.cancelled):
             rewritten, problem = rewritten_arguments(tool.name, pre.updated_input, tool.arguments_problem)

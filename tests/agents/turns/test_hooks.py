@@ -60,6 +60,9 @@ def test_a_warning_webhook_lets_the_call_run(conversation, alice, sent_turns, us
     assert turn_run(trace.pk) == "completed"
     output = tool_output(conversation)
     assert output.startswith("5") and "Hook feedback:\nlogged for review" in output
+    # The steps in the order things happened: the before-hook, then the call it let run.
+    kinds = list(trace.steps.order_by("seq").values_list("kind", flat=True))
+    assert kinds == ["llm_request", "hook", "tool_call", "llm_request"], kinds
 
 
 def test_an_operator_command_that_exits_2_denies(conversation, alice, sent_turns, use_redis, settings):
