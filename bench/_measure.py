@@ -24,12 +24,13 @@ import contextlib
 import json
 import os
 import re
+import statistics
 import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = Path(__file__).with_name("baseline.json")
@@ -354,3 +355,26 @@ def write_baseline(results: list[dict[str, Any]], *, commit: str, path: Path = B
     baseline["benches"] = dict(sorted(benches.items()))
     path.write_text(json.dumps(baseline, indent=2, ensure_ascii=False) + "\n")
     return written
+
+
+class Timed(NamedTuple):
+    p50_ms: float  # server time
+    p90_ms: float
+    body: bytes  # the last one
+    cpu_ms: float  # median CPU time of this process per request
+
+
+def timed_get(client: Any, url: str, runs: int) -> Timed:
+    """GET ``url`` ``runs`` times (``client``: Django's test ``Client``): the median and 90th percentile server time in ms, the last
+    body (a streamed one read whole, as its time includes), and the median CPU per request."""
+    times, cpu = [], []
+    body = b""
+    for _ in range(runs):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        response = client.get(url)
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - cpu_started) * 1000)
+        assert response.status_code == 200, (url, response.status_code, body[:500])
+    times.sort()
+    return Timed(statistics.median(times), times[int(len(times) * 0.9) - 1], body, statistics.median(cpu))

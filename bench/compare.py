@@ -22,7 +22,8 @@ from django.test.utils import setup_test_environment
 from django.urls import reverse
 
 from bench import _measure, _profile
-from bench.world import bench_world, timed_get  # configures Django on a scratch database
+from bench._measure import timed_get
+from bench.world import bench_world  # configures Django on a scratch database
 from traces.models import StepPayload
 from traces.sample import make_sample_trace
 

@@ -20,7 +20,8 @@ from django.test.utils import setup_test_environment
 from django.urls import reverse
 
 from bench import _measure, _profile
-from bench.world import bench_world, timed_get  # configures Django on a scratch database
+from bench._measure import timed_get
+from bench.world import bench_world  # configures Django on a scratch database
 from traces.sample import make_sample_trace
 
 SIZES = (1_000, 10_000)

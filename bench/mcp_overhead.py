@@ -214,25 +214,24 @@ async def requests_per_call(endpoint: Any, calls: int = COUNTED_CALLS) -> list[l
     return per_call
 
 
-async def first_calls(tool: Any, runs: int, *, of_process: bool = False) -> list[float]:
-    """Ms of the first call of a turn: the turn's kept connections are closed before each (a
-    turn's end), so over HTTP each opens a connection, and over stdio each goes to the server
-    the process keeps (``host``); ``of_process``: the process's servers are stopped too (a
-    worker's first call), so each starts the server. One warm-up run."""
-    from agents.tools.mcp.host import host_stop
-    from agents.tools.mcp.pool import close_connections
-
+async def first_calls(tool: Any, runs: int, *, close: Callable[[], Awaitable[None]],
+                      stop_servers: Callable[[], None] | None = None) -> list[float]:
+    """Ms of the first call of a turn: the turn's kept connections are closed before each
+    (``close``, a turn's end), so over HTTP each opens a connection, and over stdio each goes
+    to the server the process keeps (``host``); with ``stop_servers`` (``host_stop``) the
+    process's servers are stopped too (a worker's first call), so each starts the server. One
+    warm-up run."""
     call = caller(tool)
     samples: list[float] = []
     for i in range(runs + 1):
-        await close_connections()
-        if of_process:
-            await asyncio.to_thread(host_stop)
+        await close()
+        if stop_servers is not None:
+            await asyncio.to_thread(stop_servers)
         started = time.perf_counter()
         await call(i)
         if i:
             samples.append((time.perf_counter() - started) * 1000)
-    await close_connections()
+    await close()
     return samples
 
 
@@ -270,12 +269,13 @@ async def collect(scale: float) -> dict[str, Any]:
         }
         out["requests"] = await requests_per_call(http)
         out["first"] = {
-            "http": await first_calls(runtime["mcp http"],
-                                      max(int(FIRST_CALL_RUNS["http"] * scale), 3)),
-            "stdio": await first_calls(runtime["mcp stdio"],
-                                       max(int(FIRST_CALL_RUNS["http"] * scale), 3)),
+            "http": await first_calls(runtime["mcp http"], max(int(FIRST_CALL_RUNS["http"] * scale), 3),
+                                      close=close_connections),
+            "stdio": await first_calls(runtime["mcp stdio"], max(int(FIRST_CALL_RUNS["http"] * scale), 3),
+                                       close=close_connections),
             "stdio (starts it)": await first_calls(
-                runtime["mcp stdio"], max(int(FIRST_CALL_RUNS["stdio"] * scale), 2), of_process=True)}
+                runtime["mcp stdio"], max(int(FIRST_CALL_RUNS["stdio"] * scale), 2),
+                close=close_connections, stop_servers=host_stop)}
         out["breakdown"] = {
             "http": await breakdown(http, max(int(BREAKDOWN_RUNS["http"] * scale), 5)),
             "stdio": await breakdown(stdio, max(int(BREAKDOWN_RUNS["stdio"] * scale), 3))}

@@ -213,16 +213,14 @@ def _page_queries(client, url: str) -> list[str]:
 def _timed_rounds(pages: list, runs: int) -> list[Any]:
     """Each page's ``Timed``, from ``runs`` rounds that request every page once in turn: on a
     shared machine whose speed moves during a run, every page meets the same spells."""
-    from bench.world import Timed, timed_get
-
     samples: list[list] = [[] for _ in pages]
     for _ in range(runs):
         for index, (_name, url, _limit, who) in enumerate(pages):
-            samples[index].append(timed_get(who, url, runs=1))
+            samples[index].append(_measure.timed_get(who, url, runs=1))
     timed = []
     for one in samples:
         times, cpu = sorted(t.p50_ms for t in one), [t.cpu_ms for t in one]
-        timed.append(Timed(statistics.median(times), times[int(len(times) * 0.9) - 1], one[-1].body,
+        timed.append(_measure.Timed(statistics.median(times), times[int(len(times) * 0.9) - 1], one[-1].body,
                                   statistics.median(cpu)))
     return timed
 

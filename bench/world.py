@@ -4,10 +4,8 @@ imports it is configured by the import."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from bench._django import setup_django
 
@@ -52,24 +50,3 @@ def bench_world() -> BenchWorld:
     return BenchWorld(team, user, membership, provider, agent, conversation, client)
 
 
-class Timed(NamedTuple):
-    p50_ms: float  # server time
-    p90_ms: float
-    body: bytes  # the last one
-    cpu_ms: float  # median CPU time of this process per request
-
-
-def timed_get(client: Client, url: str, runs: int) -> Timed:
-    """GET ``url`` ``runs`` times: the median and 90th percentile server time in ms, the last
-    body (a streamed one read whole, as its time includes), and the median CPU per request."""
-    times, cpu = [], []
-    body = b""
-    for _ in range(runs):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        response = client.get(url)
-        body = b"".join(response.streaming_content) if response.streaming else response.content
-        times.append((time.perf_counter() - started) * 1000)
-        cpu.append((time.process_time() - cpu_started) * 1000)
-        assert response.status_code == 200, (url, response.status_code, body[:500])
-    times.sort()
-    return Timed(statistics.median(times), times[int(len(times) * 0.9) - 1], body, statistics.median(cpu))
