@@ -148,7 +148,7 @@ DECLARATION: list[Setting] = [
           "an idle local disk to several ms on a busy or network one). Off, they commit at once and the server flushes them within a fraction of a "
           "second; the turn's end always waits, and with it every step before it. A crash of the database "
           "server (not of a worker) may then lose a running turn's last steps, which it is resumed without, "
-          "as after a lost worker. What a person or a client sent is always on disk before it is accepted."),
+          "as after a lost worker, and an API turn's start is flushed with its end. What a person sent in the chat is always on disk before it is accepted."),
     ),
     *_group(
         "Redis and workers",

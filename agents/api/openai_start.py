@@ -34,6 +34,7 @@ from agents.turns.services import (
     turn_send,
 )
 from agentsite.api_keys import Caller
+from agentsite.db import commit_unwaited
 from agentsite.models import ApiKey, Membership
 from traces.models import Trace
 
@@ -221,6 +222,9 @@ def chat_commit(prepared: Prepared) -> Started:
     caller, acting = prepared.caller, prepared.acting
     new = acting is None
     with transaction.atomic():
+        # Its client hears of the turn from its answer or its stream, never from this commit;
+        # the turn's end waits for the disk, and so flushes this first.
+        commit_unwaited()
         if acting is None:
             conversation = conversation_create(
                 membership=caller.membership, agent=prepared.agent,

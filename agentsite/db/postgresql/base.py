@@ -6,11 +6,13 @@ write-ahead log to disk (``synchronous_commit``): 0.2 ms on an idle local disk, 
 another process writes to, more on a network disk; often more than everything else a short
 write costs. A thread that calls ``agentsite.db.commit_lazily`` (a turn's database
 thread, whose steps a turn can be resumed from as after a lost worker) has its transactions
-committed with ``SET LOCAL synchronous_commit TO off``: at once, the server flushing them within
+committed with ``SET LOCAL synchronous_commit TO off`` (sent with the ``COMMIT``, one round
+trip, as psycopg's own commit would take): at once, the server flushing them within
 a fraction of a second (``wal_writer_delay``). A crash of the server, not of the process, may
 lose those last few; never a part of one, and never one without the ones before it, as the log
 is written in order. A transaction that calls ``agentsite.db.commit_durably`` (a turn's end)
-waits, and with it every commit before it.
+waits, and with it every commit before it; one that calls ``agentsite.db.commit_unwaited`` (an
+API turn's start, whose client hears of it from that end) does not.
 
 psycopg's own check (``ConnectionPool.check_connection``, which Django gives the pool with
 ``CONN_HEALTH_CHECKS``) sends an empty query and waits for the server's answer: a round trip,
@@ -64,23 +66,28 @@ class PoolCheck:
             raise
 
 
-LAZY_COMMIT = "SET LOCAL synchronous_commit TO off"
+# One simple-protocol query: the setting and the commit in one round trip. psycopg's own
+# ``commit()`` then finds the session idle and sends nothing.
+LAZY_COMMIT = "SET LOCAL synchronous_commit TO off; COMMIT"
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
     # A wrapper belongs to one thread: these are that thread's.
     commit_waits = True  # False: ``agentsite.db.commit_lazily``
-    commit_durable = False  # this transaction waits, whatever ``commit_waits`` says
+    # This transaction's own say, whatever ``commit_waits`` says: True waits
+    # (``agentsite.db.commit_durably``), False does not (``agentsite.db.commit_unwaited``).
+    commit_durable: bool | None = None
 
     def _commit(self) -> None:
-        if self.connection is not None and not self.commit_waits and not self.commit_durable:
+        waits = self.commit_waits if self.commit_durable is None else self.commit_durable
+        self.commit_durable = None
+        if self.connection is not None and not waits:
             with self.wrap_database_errors:
                 self.connection.execute(LAZY_COMMIT, prepare=False)
-        self.commit_durable = False
         super()._commit()
 
     def _rollback(self) -> None:
-        self.commit_durable = False
+        self.commit_durable = None
         super()._rollback()
 
     @property

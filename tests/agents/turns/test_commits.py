@@ -10,10 +10,14 @@ import threading
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test import RequestFactory
 
+from agents.api.openai_schemas import ChatCompletionIn
+from agents.api.openai_start import chat_start
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agents.turns.turn_threads import TurnDb
+from agentsite.api_keys import api_key_authenticate, api_key_create
 from agentsite.db import commit_durably, commit_lazily
 from agentsite.models import Team
 from tests.members import member_of
@@ -30,15 +34,32 @@ def commits(monkeypatch) -> list[tuple[str, str]]:
     """(thread name, the server's ``synchronous_commit`` as it was asked to commit) of every
     commit from here on, in order."""
     seen: list[tuple[str, str]] = []
-    real = psycopg.Connection.commit
+    real_commit, real_execute = psycopg.Connection.commit, psycopg.Connection.execute
 
-    def commit(conn: psycopg.Connection) -> None:
+    def note(conn: psycopg.Connection) -> None:
         with conn.cursor() as cursor:
             mode = cursor.execute("SHOW synchronous_commit", prepare=False).fetchone()[0]
         seen.append((threading.current_thread().name, mode))
-        real(conn)
+
+    def commit(conn: psycopg.Connection) -> None:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            note(conn)
+        real_commit(conn)
+
+    def execute(conn: psycopg.Connection, query, params=None, **kwargs):
+        # A commit sent as a query (with what precedes it in the same round trip): what the
+        # server was told before it, then the commit.
+        text = query.strip() if isinstance(query, str) and params is None else ""
+        if text.upper().endswith("COMMIT"):
+            before = text[:-len("COMMIT")].strip().rstrip(";")
+            if before:
+                real_execute(conn, before, **kwargs)
+            note(conn)
+            return real_execute(conn, "COMMIT", **kwargs)
+        return real_execute(conn, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "commit", commit)
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
     return seen
 
 
@@ -105,12 +126,40 @@ def test_a_turns_steps_commit_lazily_its_end_and_the_message_wait(
     assert trace.status == Trace.Status.COMPLETED and "391" in trace.answer
 
 
+@pytest.fixture
+def api_start(alice, team_a, make_agent):
+    """Start a turn as ``POST /v1/chat/completions`` does (its key checked, then stored)."""
+    agent = make_agent(name="Plain", tools=())
+    _, secret = api_key_create(membership=member_of(alice, team_a), name="ci", scopes=["chat"])
+
+    def start() -> Trace:
+        caller = api_key_authenticate(secret)
+        request = RequestFactory().post("/v1/chat/completions")
+        request.auth, request.user = caller, caller.user
+        request.team, request.membership = caller.team, caller.membership
+        body = ChatCompletionIn(model=agent.slug, messages=[{"role": "user", "content": "Hello"}])
+        return chat_start(request, body).trace
+
+    return start
+
+
+def test_an_api_turns_start_does_not_wait_its_end_does(api_start, sent_turns, use_redis, commits):
+    # Its client hears of the turn only from its answer (or its stream), whose commit waits
+    # for the disk and, the server's log being written in order, flushes the start with it.
+    trace = api_start()
+    assert commits == [("MainThread", "off")]
+    commits.clear()
+    assert turn_run(trace.pk) == "completed"
+    assert [mode for _, mode in commits][-1] == "on"
+
+
 def test_every_commit_of_a_turn_waits_when_the_settings_say_so(
-        conversation, alice, sent_turns, use_redis, commits, settings):
+        conversation, alice, sent_turns, use_redis, commits, settings, api_start):
     settings.DATABASE_STEPS_WAIT_FOR_DISK = True
     TurnDb.close_idle()  # threads made under the other setting
     trace = turn_start(conversation=conversation, membership=member_of(alice, conversation),
                        text="What is 17 * 23?")
     assert turn_run(trace.pk) == "completed"
+    assert turn_run(api_start().pk) == "completed"  # an API turn's start too
     assert {mode for _, mode in commits} == {"on"}
     TurnDb.close_idle()
