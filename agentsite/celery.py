@@ -38,7 +38,7 @@ app.conf.task_routes = {
     "traces.tasks.*": {"queue": "maintenance", "routing_key": "maintenance"},
 }
 # Named, not imported: the task modules load once Django is set up.
-app.autodiscover_tasks(["agentsite", "agents.turns"])
+app.autodiscover_tasks(["agentsite", "agents.turns", "traces"])
 
 
 class SentTask:

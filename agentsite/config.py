@@ -279,11 +279,14 @@ DECLARATION: list[Setting] = [
         S("OTEL_SERVICE_NAME", "str", "agentsite", "The service name of the spans."),
         S("AGENTSITE_OTEL_CONTENT", "str", "off", "What the default exporter's spans carry of prompts, "
           "answers, tool arguments and results: `off`, `redacted` or `full`.", clean=_otel_content),
-        S("AGENTSITE_OTEL_QUEUE_SIZE", "int", 4096, "Spans waiting to be sent, per exporter, before new "
-          "ones are dropped (and counted)."),
+        S("AGENTSITE_OTEL_QUEUE_SIZE", "int", 4096, "Steps waiting to be sent, per process, before new "
+          "ones are dropped (and counted; an ended turn's are sent again from the database)."),
         S("AGENTSITE_OTEL_DELAY_MS", "int", 500, "The wait between two batches of spans."),
         S("AGENTSITE_OTEL_TIMEOUT_S", "float", 10.0, "How long one send of spans may take, retries with "
           "backoff included."),
+        S("AGENTSITE_OTEL_BACKLOG_MAX", "int", 10000, "Ended turns a team's receiver may owe (it was down, "
+          "or refused them) before the oldest are given up: they are sent again from the database, every "
+          "15 s while it fails less often, until it accepts them."),
         S("SITE_URL", "str", "", "The site's public address, for the trace links in exported spans "
           "(unset: the links are paths).", shown="unset (`make run`: its own address)",
           clean=_strip_slash),

@@ -338,6 +338,7 @@ OTEL_SERVICE_NAME = read("OTEL_SERVICE_NAME")
 OTEL_EXPORT_QUEUE_SIZE = read("AGENTSITE_OTEL_QUEUE_SIZE")
 OTEL_EXPORT_DELAY_MS = read("AGENTSITE_OTEL_DELAY_MS")
 OTEL_EXPORT_TIMEOUT_S = read("AGENTSITE_OTEL_TIMEOUT_S")
+OTEL_EXPORT_BACKLOG_MAX = read("AGENTSITE_OTEL_BACKLOG_MAX")
 # The site's address as people reach it, for links in exported spans (agentsite.trace.url).
 SITE_URL = read("SITE_URL")
 
@@ -393,6 +394,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": TURN_BEAT_REAP_S,
         # A reap that could not start before the next one is due is simply skipped.
         "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_BEAT_REAP_S},
+    },
+    # Ended turns their receivers have not accepted yet (traces.export.delivery).
+    "otel-catch-up": {
+        "task": "traces.tasks.export_catch_up",
+        "schedule": 15.0,
+        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": 15.0},
     },
 }
 

@@ -314,12 +314,12 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
     with transaction.atomic():
         commit_durably()  # what the turn answered, and every step before it, is on disk first
         if trace is not None:
-            row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at,
+            row = {"conversation_id": trace.conversation_id, "started_at": trace.started_at, "team_id": trace.team_id,
                    "ephemeral": (trace.conversation.ephemeral
                                  if Trace.conversation.is_cached(trace) else False)}
         else:
             row = Trace.objects.filter(pk=trace_id).values(
-                "conversation_id", "started_at", ephemeral=F("conversation__ephemeral")).first()
+                "conversation_id", "started_at", "team_id", ephemeral=F("conversation__ephemeral")).first()
             if row is None:
                 return None
         conversation_lock(row["conversation_id"])
@@ -338,7 +338,7 @@ def trace_close(*, trace_id: int, attempt: int, outcome: TurnOutcome,
             return None
         if (open_steps is None or open_steps) and steps_interrupt(trace_id=trace_id):
             closed = None  # their ends moved the trace's event number and totals: read it again
-        transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace_id))
+        export_pipeline.turn_owed(trace_id, row["team_id"])
         messages = [Message(conversation_id=row["conversation_id"], role=m.role, blocks=m.blocks,
                             text=m.text, usage=m.usage, outcome=m.outcome, trace_id=trace_id)
                     for m in outcome.messages]
@@ -380,7 +380,7 @@ def trace_cancel_queued(*, trace: Trace, reason: str, now: datetime | None = Non
             dispatch_next(trace.conversation_id, now)
             if trace.api_key_id:
                 transaction.on_commit(functools.partial(ended_signal_send, trace_uuid=trace.uuid))
-            transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
+            export_pipeline.turn_owed(trace.pk, trace.team_id)
             if trace.quota_keys:
                 turn_settle(scopes=trace.quota_keys, request_id=trace.uuid.hex, tokens=0)
             trace_id = trace.pk

@@ -198,7 +198,7 @@ def _reap_one(trace: Trace, *, status: str, error_kind: str, message: str, now: 
                     duration_ms=duration_ms(trace.started_at, now),
                     event_seq=F("event_seq") + 1, **step_totals(trace.pk))
         dispatch_next(trace.conversation_id, now)
-        transaction.on_commit(functools.partial(export_pipeline.turn_ended, trace.pk))
+        export_pipeline.turn_owed(trace.pk, trace.team_id)
     fresh = trace_for_live(trace.pk)
     if fresh.api_key_id:  # a request through the API may be waiting for this answer
         ended_signal_send(trace_uuid=fresh.uuid)

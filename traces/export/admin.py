@@ -5,13 +5,18 @@ one span the way turns are sent and shows what the receiver answered."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
@@ -21,9 +26,10 @@ from agentsite.crypto import SecretUnreadable
 from agentsite.headers import header_lines_clean, headers_field
 from agentsite.outbound import base_url_problem
 
-from ..models import TraceExporter
+from ..models import ExportState, TraceExporter
 from . import config as export_config
 from . import pipeline, probe
+from .delivery import backlog_of
 
 HEADERS_HELP = ("One header per line, as “Name: value”: Langfuse takes “Authorization: Basic …” "
                 "(base64 of public-key:secret-key), Honeycomb “x-honeycomb-team: …”. Values are "
@@ -56,6 +62,10 @@ class TraceExporterForm(forms.ModelForm):
         return url
 
 
+def _when(moment: datetime | None) -> str:
+    return date_format(timezone.localtime(moment), "DATETIME_FORMAT") if moment is not None else "never"
+
+
 @admin.register(TraceExporter)
 class TraceExporterAdmin(AuditedAdmin, TeamScopedAdmin):
     form = TraceExporterForm
@@ -66,13 +76,36 @@ class TraceExporterAdmin(AuditedAdmin, TeamScopedAdmin):
     fieldsets = [
         (None, {"fields": ["team", "enabled", "endpoint", "headers", "clear_headers"]}),
         ("What the spans carry", {"fields": ["content", "max_field_chars", "service_name"]}),
+        ("Delivery", {"fields": ["delivery"]}),
     ]
+
+    @admin.display(description="State")
+    def delivery(self, obj: TraceExporter | None) -> str:
+        """How the team's spans are getting to the receiver (``traces.export.delivery``)."""
+        if obj is None or obj.pk is None:
+            return "-"
+        state = ExportState.objects.filter(team_id=obj.team_id).first()
+        owed, oldest = backlog_of(obj.team_id)
+        lines = [format_html("Last accepted: {}", _when(state.last_success_at if state else None)),
+                 format_html("Owed: {} ended turn(s){}", owed,
+                             format_html(", the oldest ended {}", _when(oldest)) if oldest else "")]
+        if state is not None and state.last_error_at is not None:
+            lines.append(format_html("Last error {}: {}", _when(state.last_error_at), state.last_error))
+            if state.next_try_at is not None and state.failures:
+                lines.append(format_html("Failing ({} in a row): tried again {}", state.failures,
+                                         _when(state.next_try_at)))
+        if state is not None and state.given_up:
+            lines.append(format_html("Given up: {} turn(s), past the backlog's bound", state.given_up))
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).defer("headers_encrypted")
 
     def get_readonly_fields(self, request: HttpRequest, obj: TraceExporter | None = None) -> Any:
-        return ("team",) if obj is not None else ()
+        return ("team", "delivery") if obj is not None else ()
+
+    def get_fieldsets(self, request: HttpRequest, obj: TraceExporter | None = None) -> Any:
+        return self.fieldsets if obj is not None else self.fieldsets[:-1]  # no delivery yet
 
     @method_decorator(sensitive_post_parameters("headers"))
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",

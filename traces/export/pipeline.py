@@ -3,11 +3,12 @@
 After a step commits finished (``step_finished``, from ``traces.record.services.step_record``) and
 after a turn ends (``turn_ended``), a job goes on this process's queue: a dictionary append,
 nothing more, on the turn's thread. One daemon thread per process reads the stored step
-(``stored``), builds its span (``spans``) and hands it to the exporter's ``BatchSpanProcessor`` (the OpenTelemetry
-SDK's: a bounded queue, batches every ``OTEL_EXPORT_DELAY_MS``, its own thread), whose
-``OTLPSpanExporter`` posts protobuf over HTTP and retries 429/502/503/504 with exponential
-backoff within ``OTEL_EXPORT_TIMEOUT_S``. A receiver that is down or slow fills these queues
-and spans are dropped (counted, logged once a minute); a turn never waits for any of it.
+(``stored``), builds its span (``spans``) and hands it to its exporter's ``Sender`` (``sender``:
+its own thread, batches every ``OTEL_EXPORT_DELAY_MS``, the OTLP exporter's retries), which
+says what the receiver accepted. A turn's end sends what its receiver has not had yet with the
+turn's own span, and the turn stays owed in the database until all of it was accepted
+(``delivery``): a receiver that is down or slow, a full queue or a lost worker delay spans,
+never lose them. A turn never waits for any of it.
 
 A team's endpoint is reached through the outbound-network policy (``guarded_session``); the
 operator's default endpoint (environment) is trusted.
@@ -19,25 +20,23 @@ sent to try an endpoint (the exporter page) is ``probe``.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
 from dataclasses import dataclass
 
-import requests
 from django.conf import settings
-from django.db import close_old_connections
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from django.db import close_old_connections, transaction
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from agentsite.outbound.session import guarded_session
-
-from ..models import TraceExporter
+from ..models import PendingExport, TraceExporter
+from . import delivery
 from .config import CACHE_S, ExportConfig, config_for, site_config
+from .sender import Sender
 from .spans import Turn
 from .stored import DONE, Record, cut_off, trace_for_export
 
@@ -51,46 +50,41 @@ IDLE_CLOSE_S = 5.0
 GATHER_S = 0.05
 
 
-# -- the exporters -------------------------------------------------------------------------------------
-def plain_session() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # the operator's endpoint, not a proxy from the environment
-    return session
+# -- what each turn has had ----------------------------------------------------------------------
+class Marks:
+    """Per running turn, the steps handed to its sender and those its receiver accepted (this
+    process's memory; a turn that ends settles with the database, ``delivery``). Bounded."""
 
+    MAX = 10_000
 
-def span_exporter(config: ExportConfig, *, timeout_s: float | None = None) -> OTLPSpanExporter:
-    return OTLPSpanExporter(
-        endpoint=config.endpoint, headers=dict(config.headers),
-        timeout=timeout_s if timeout_s is not None else settings.OTEL_EXPORT_TIMEOUT_S,
-        session=guarded_session() if config.guarded else plain_session())
+    def __init__(self) -> None:
+        self.queued: OrderedDict[int, set[int]] = OrderedDict()
+        self.accepted: dict[int, set[int]] = {}
+        self.lock = threading.Lock()
 
+    def handed(self, trace_id: int, seqs: list[int]) -> None:
+        with self.lock:
+            self.queued.setdefault(trace_id, set()).update(seqs)
+            self.queued.move_to_end(trace_id)
+            while len(self.queued) > self.MAX:
+                gone, _ = self.queued.popitem(last=False)
+                self.accepted.pop(gone, None)
 
-class ReportingExporter(SpanExporter):
-    """The OTLP exporter, saying once a minute per endpoint that batches are lost (the SDK's
-    own logger, quietened in settings, would warn on every retry of every batch)."""
+    def outcome(self, trace_id: int, seqs: list[int], ok: bool) -> None:
+        with self.lock:
+            if ok:
+                self.accepted.setdefault(trace_id, set()).update(seqs)
+            elif trace_id in self.queued:
+                self.queued[trace_id].difference_update(seqs)
 
-    def __init__(self, inner: OTLPSpanExporter, endpoint: str) -> None:
-        self.inner = inner
-        self.endpoint = endpoint
-        self.failed = 0
-        self.logged = 0.0
+    def of(self, trace_id: int) -> tuple[set[int], set[int]]:
+        with self.lock:
+            return set(self.queued.get(trace_id, ())), set(self.accepted.get(trace_id, ()))
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self.inner.export(spans)
-        if result != SpanExportResult.SUCCESS:
-            self.failed += len(spans)
-            now = time.monotonic()
-            if now - self.logged > DROP_LOG_S:
-                self.logged = now
-                logger.warning("OpenTelemetry export to %s failed after its retries: %s span(s) "
-                               "lost so far", self.endpoint, self.failed)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+    def forget(self, trace_id: int) -> set[int]:
+        with self.lock:
+            self.queued.pop(trace_id, None)
+            return self.accepted.pop(trace_id, set())
 
 
 @dataclass(slots=True)
@@ -101,11 +95,12 @@ class _Job:
 
 
 class Pipeline:
-    """This process's export queue, its thread and one batch processor per exporter."""
+    """This process's export queue, its thread and one sender per exporter."""
 
     def __init__(self) -> None:
         self.jobs: queue.Queue[_Job] = queue.Queue(maxsize=settings.OTEL_EXPORT_QUEUE_SIZE)
-        self.processors: dict[tuple[str, str, str], BatchSpanProcessor] = {}
+        self.senders: dict[tuple[str, str, str], Sender] = {}
+        self.marks = Marks()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.pid = 0
@@ -127,7 +122,8 @@ class Pipeline:
     def _start(self) -> None:
         if self.pid != os.getpid():  # a forked child starts afresh (the parent's threads are gone)
             self.jobs = queue.Queue(maxsize=settings.OTEL_EXPORT_QUEUE_SIZE)
-            self.processors = {}
+            self.senders = {}
+            self.marks = Marks()
         self.pid = os.getpid()
         self.thread = threading.Thread(target=self._run, name="otel-export", daemon=True)
         self.thread.start()
@@ -137,19 +133,17 @@ class Pipeline:
         now = time.monotonic()
         if now - self.dropped_logged > DROP_LOG_S:
             self.dropped_logged = now
-            logger.warning("OpenTelemetry export is behind: %s span job(s) dropped so far",
-                           self.dropped)
+            logger.warning("OpenTelemetry export is behind: %s span job(s) dropped so far (ended "
+                           "turns are sent from the database)", self.dropped)
 
-    def processor(self, config: ExportConfig) -> BatchSpanProcessor:
-        processor = self.processors.get(config.key)
-        if processor is None:
-            for key in [k for k in self.processors if k[0] == config.source]:
-                self.processors.pop(key).shutdown()  # the exporter changed: the old one goes
-            processor = self.processors[config.key] = BatchSpanProcessor(
-                ReportingExporter(span_exporter(config), config.endpoint), max_queue_size=settings.OTEL_EXPORT_QUEUE_SIZE,
-                schedule_delay_millis=settings.OTEL_EXPORT_DELAY_MS,
-                export_timeout_millis=settings.OTEL_EXPORT_TIMEOUT_S * 1000)
-        return processor
+    def sender(self, config: ExportConfig, team_id: int) -> Sender:
+        sender = self.senders.get(config.key)
+        if sender is None:
+            for key in [k for k in self.senders if k[0] == config.source]:
+                self.senders.pop(key).stop()  # the exporter changed: the old one goes
+            sender = self.senders[config.key] = Sender(config, functools.partial(
+                _report, team_id if config.source != "site" else None, config.endpoint))
+        return sender
 
     def _run(self) -> None:
         while True:
@@ -172,7 +166,7 @@ class Pipeline:
             started = time.perf_counter()
             try:
                 self._export(jobs)
-            except Exception:  # noqa: BLE001 - spans that cannot be built are lost, not the thread
+            except Exception:  # noqa: BLE001 - spans that cannot be built are sent from the database
                 logger.warning("could not export %s job(s)", len(jobs), exc_info=True)
             finally:
                 self.build_s += time.perf_counter() - started
@@ -189,34 +183,66 @@ class Pipeline:
             if trace is None or config is None:
                 continue
             record = Record(Turn(trace, config))
+            sender = self.sender(config, trace.team_id)
+            queued, _ = self.marks.of(trace_id)
+            if any(j.kind == "turn" for j in its_jobs):
+                self._turn_end(record, sender, queued)
+                continue
+            seqs = {j.seq for j in its_jobs} - queued
             spans: list[ReadableSpan] = []
-            seqs = sorted({j.seq for j in its_jobs if j.kind == "step"})
-            for step in record.steps(seq__in=seqs, status__in=DONE) if seqs else []:
+            sent: list[int] = []
+            for step in record.steps(seq__in=sorted(seqs), status__in=DONE) if seqs else []:
                 if step.duration_ms is None and trace.finished_at is not None:
                     step = cut_off(step, trace)  # ended by the turn's end (steps_interrupt)
                 spans.extend(record.spans_of(step))
-            if any(j.kind == "turn" for j in its_jobs):
-                spans.extend(record.end_spans())
-            processor = self.processor(config)
-            for span in spans:
-                processor.on_end(span)
-            self.exported += len(spans)
+                sent.append(step.seq)
+            if spans:
+                self.marks.handed(trace_id, sent)
+                sender.send(spans, functools.partial(self.marks.outcome, trace_id, sent))
+                self.exported += len(spans)
+
+    def _turn_end(self, record: Record, sender: Sender, queued: set[int]) -> None:
+        """The turn ended: what its receiver has not had, with the turn's own span; the turn
+        stays owed (``delivery``) until all of it was accepted."""
+        trace_id = record.trace.pk
+        pending = delivery.claim(trace_id)
+        if pending is None and PendingExport.objects.filter(trace_id=trace_id).exists():
+            return  # the catch-up holds it
+        owed = delivery.done_seqs(trace_id) | {delivery.TURN_SPAN}
+        skip = queued | set(pending.sent_steps if pending is not None else ())
+        spans = delivery.turn_spans_owed(record, skip, owed - {delivery.TURN_SPAN})
+        sending = sorted(owed - skip)
+        self.marks.handed(trace_id, sending)
+
+        def done(ok: bool) -> None:
+            self.marks.outcome(trace_id, sending, ok)
+            accepted = self.marks.forget(trace_id)
+            if pending is not None:
+                delivery.settle(pending, accepted, owed)
+
+        sender.send(spans, done)
+        self.exported += len(spans)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued job is built and every span sent (tests, shutdown)."""
         deadline = time.monotonic() + timeout_s
         while self.jobs.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
-        remaining = max(deadline - time.monotonic(), 0.1)
-        return all(p.force_flush(int(remaining * 1000)) for p in list(self.processors.values()))
-
+        return all(s.idle(max(deadline - time.monotonic(), 0.1)) for s in list(self.senders.values()))
 
     def discard(self) -> None:
-        """Let go of every exporter (tests): each is shut down on a thread of its own, so that
-        one whose receiver is gone does not hold the caller up."""
-        processors, self.processors = list(self.processors.values()), {}
-        for processor in processors:
-            threading.Thread(target=processor.shutdown, name="otel-shutdown", daemon=True).start()
+        """Let go of every sender (tests)."""
+        senders, self.senders = list(self.senders.values()), {}
+        for sender in senders:
+            sender.stop()
+        self.marks = Marks()
+
+
+def _report(team_id: int | None, endpoint: str, ok: bool, problem: str) -> None:
+    """A sender's outcome, for its team's exporter page (the site's exporter serves many teams:
+    the catch-up reports theirs)."""
+    if team_id is not None:
+        delivery.report(team_id, endpoint, ok, problem)
 
 
 PIPELINE = Pipeline()
@@ -264,6 +290,14 @@ def turn_ended(trace_id: int) -> None:
             PIPELINE.submit(_Job("turn", trace_id))
     except Exception:  # noqa: BLE001 - export never fails a turn
         logger.warning("could not queue the export of a turn", exc_info=True)
+
+
+def turn_owed(trace_id: int, team_id: int) -> None:
+    """Inside the transaction that ends a turn: owe its spans to the team's receiver until it
+    accepted them (``delivery``), and export the turn once the transaction committed."""
+    if exports_configured():
+        delivery.turn_owed(trace_id, team_id)
+    transaction.on_commit(functools.partial(turn_ended, trace_id))
 
 
 def forget_configured() -> None:

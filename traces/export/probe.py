@@ -19,7 +19,7 @@ from agentsite.outbound import reached_by_allowlist
 from agentsite.outbound.session import guarded_session
 
 from .config import ExportConfig
-from .pipeline import plain_session
+from .sender import plain_session
 from .spans import SCOPE, resource_for
 
 

@@ -1,6 +1,7 @@
 """The record of every turn and what it cost, a module per room that owns it: the record itself
 (``record``: Trace, Step and its payloads, trajectory states, feedback), its costs (``costs``:
-prices, roll-ups, budgets) and its export (``export``: a team's OpenTelemetry exporter).
+prices, roll-ups, budgets) and its export (``export``: a team's OpenTelemetry exporter, the turns it still owes and how
+delivery goes).
 Everything else imports them from here."""
 
 from traces.models.costs import (
@@ -10,7 +11,7 @@ from traces.models.costs import (
     CostRollup,
     ModelPrice,
 )
-from traces.models.export import TraceExporter
+from traces.models.export import ExportState, PendingExport, TraceExporter
 from traces.models.record import (
     Feedback,
     Step,
@@ -25,8 +26,10 @@ __all__ = [
     "ConversationCostRollup",
     "CostAmounts",
     "CostRollup",
+    "ExportState",
     "Feedback",
     "ModelPrice",
+    "PendingExport",
     "Step",
     "StepPayload",
     "TokenBuckets",

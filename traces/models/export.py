@@ -60,3 +60,42 @@ class TraceExporter(models.Model):
     def set_headers(self, pairs: list[tuple[str, str]]) -> None:
         self.header_names = [name for name, _ in pairs]
         self.headers_encrypted = encrypt(json.dumps([[n, v] for n, v in pairs])) if pairs else ""
+
+
+class PendingExport(models.Model):
+    """An ended turn whose spans its team's exporter has not yet accepted (``traces.export.
+    delivery``): written in the transaction that ends the turn, removed once the receiver
+    accepted every span of it. ``sent_steps``: the steps (by ``seq``; ``-1`` the turn's own
+    span) the receiver already accepted, which are not sent again. ``claimed_until``: a sender
+    is on it until then (the worker that ended it, or the catch-up)."""
+
+    trace = models.OneToOneField("traces.Trace", on_delete=models.CASCADE, primary_key=True,
+                                 related_name="+")
+    ended_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    sent_steps = models.JSONField(default=list, blank=True)
+    tries = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["ended_at"], name="pending_export_ended")]
+
+    def __str__(self) -> str:
+        return f"Spans of trace {self.trace_id} not yet accepted"
+
+
+class ExportState(models.Model):
+    """How a team's spans are getting to its receiver (its own exporter, or the site's): shown
+    on the exporter's page."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    endpoint = models.CharField(max_length=500, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    # The catch-up tries again from then (backoff while the receiver fails).
+    next_try_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)  # in a row
+    given_up = models.PositiveIntegerField(default=0)  # turns dropped from a full backlog
+
+    def __str__(self) -> str:
+        return f"Export of {self.team_id}"

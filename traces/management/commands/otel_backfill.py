@@ -1,7 +1,8 @@
 """``manage.py otel_backfill --since DATE [--until DATE] [--team NAME-OR-ID] [--dry-run]``: send
 the ended turns of a date range to each team's OpenTelemetry exporter (its own, else the site's
 default), as the live export would have: the same spans with the same ids, so receivers that
-key spans by id (Phoenix, Langfuse) keep one copy of a turn that was already sent.
+key spans by id (Phoenix, Langfuse) keep one copy of a turn that was already sent. A turn the
+live export still owed (its receiver was down) is owed no more once sent here.
 
 Turns are sent in batches through the same exporter (protobuf over OTLP/HTTP, retried with
 backoff); a team without an exporter, or with export off, is skipped and said so. A team's own
@@ -23,9 +24,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from agentsite.models import Team
 from agentsite.outbound import base_url_problem
 from traces.export.config import config_for, forget
-from traces.export.pipeline import span_exporter
+from traces.export.sender import span_exporter
 from traces.export.stored import trace_for_export, turn_spans
-from traces.models import Trace
+from traces.models import PendingExport, Trace
 
 BATCH = 256
 
@@ -80,20 +81,17 @@ class Command(BaseCommand):
                                   f"policy refuses its exporter's endpoint {config.endpoint}. {refused}")
                 continue
             exporter = None if options["dry_run"] else span_exporter(config)
-            batch, failed = [], 0
-            for trace_id in ids:
+            batch, of_turns, failed = [], [], 0
+            for index, trace_id in enumerate(ids):
                 trace = trace_for_export(trace_id)
-                if trace is None:
-                    continue
-                batch.extend(turn_spans(trace, config))
-                turns += 1
-                if len(batch) >= BATCH:
-                    failed += self._send(exporter, batch)
+                if trace is not None:
+                    batch.extend(turn_spans(trace, config))
+                    of_turns.append(trace_id)
+                    turns += 1
+                if batch and (len(batch) >= BATCH or index == len(ids) - 1):
+                    failed += self._send(exporter, batch, of_turns)
                     sent += len(batch)
-                    batch = []
-            if batch:
-                failed += self._send(exporter, batch)
-                sent += len(batch)
+                    batch, of_turns = [], []
             if exporter is not None:
                 exporter.shutdown()
             verb = "would send" if options["dry_run"] else "sent"
@@ -107,7 +105,12 @@ class Command(BaseCommand):
             raise CommandError("some turns were not sent, or not accepted: see above.")
 
     @staticmethod
-    def _send(exporter, batch: list) -> int:
+    def _send(exporter, batch: list, trace_ids: list[int]) -> int:
+        """Send; the spans not accepted. Turns the receiver accepted are owed no more (the
+        live export's catch-up does not send them again)."""
         if exporter is None:
             return 0
-        return 0 if exporter.export(batch) == SpanExportResult.SUCCESS else len(batch)
+        if exporter.export(batch) != SpanExportResult.SUCCESS:
+            return len(batch)
+        PendingExport.objects.filter(trace_id__in=trace_ids).delete()
+        return 0
