@@ -99,15 +99,17 @@ def server_env(port: int, grpc_port: int, working_dir: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(executable: Path, port: int | None = None) -> Iterator[str]:
-    """Phoenix on ``port`` (a free one by default) until the block ends, with an empty store;
-    yields its base URL once ``/healthz`` answers."""
+def serving(executable: Path, port: int | None = None, store: Path | None = None) -> Iterator[str]:
+    """Phoenix on ``port`` (a free one by default) until the block ends, with an empty store
+    (or the one in the directory ``store``, which a server started again there finds as it was
+    left); yields its base URL once ``/healthz`` answers."""
     if port:
         grpc_port = cached_server.free_ports(1)[0]
     else:
         port, grpc_port = cached_server.free_ports(2)
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory(prefix="phoenix-") as working:
+    with (contextlib.nullcontext(str(store)) if store is not None
+          else tempfile.TemporaryDirectory(prefix="phoenix-")) as working:
         log = Path(working) / "server.log"
         with cached_server.running([str(executable), "serve"], name="Phoenix",
                                    ready_url=f"{url}/healthz", log=log,
