@@ -80,7 +80,8 @@ def team_config_read(team_id: int) -> Iterator[None]:
     """Inside the block, ``kept`` serves the team's configuration from this process's memory
     while it has not changed (the stamp is taken once, here)."""
     stamps = dict(_stamps.get() or {})
-    stamps.setdefault(team_id, team_config_stamp(team_id))
+    if team_id not in stamps:  # an enclosing block took it already
+        stamps[team_id] = team_config_stamp(team_id)
     token = _stamps.set(stamps)
     try:
         yield

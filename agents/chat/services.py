@@ -7,6 +7,7 @@ or a team admin acts on it (``agents.access``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -14,6 +15,7 @@ from django.utils import timezone
 from agents.access import Acting, conversation_act_check
 from agents.models import Agent, Conversation
 from agents.runtime.commands import HELP_TEXT, CommandName, parse_command, unknown_command_reply
+from agents.tools.mcp.prompts import prompt_arguments, prompt_call, prompt_command_find
 from agents.turns.services import conversation_create, conversation_stop
 from agentsite.live import announce_lists_on_commit, recheck_sockets_on_commit
 from agentsite.models import Membership
@@ -94,12 +96,16 @@ class CommandReply:
     text: str
     redirect_to: Conversation | None = None
     changed_model: bool = False
+    # An MCP prompt's command: not answered here but sent as the turn's message, which runs
+    # the prompt (``Trace.meta[PROMPT_META]``: ``agents.tools.mcp.prompts``).
+    prompt: dict[str, Any] | None = None
 
 
 def chat_command(*, acting: Acting, text: str) -> CommandReply | None:
     """Run ``text`` when it is a chat command (``/new``, ``/model``, ``/models``, ``/stop``,
     ``/help``); None when it is an ordinary message. An unknown command answers with the help
-    text. No command reaches the model or starts a turn. Commands are typed where messages are
+    text. No command reaches the model or starts a turn, but an MCP prompt's, whose reply
+    carries the ``prompt`` the caller sends the message with. Commands are typed where messages are
     sent: ``acting`` is who may send in the conversation (``agents.access``)."""
     command = parse_command(text or "")
     if command is None:
@@ -119,6 +125,13 @@ def chat_command(*, acting: Acting, text: str) -> CommandReply | None:
         return _model_command(conversation, agent, command.argument)
     if name is CommandName.HELP:
         return CommandReply("help", HELP_TEXT)
+    prompt = prompt_command_find(agent, command.token)
+    if prompt is not None:
+        try:
+            arguments = prompt_arguments(prompt, command.argument)
+        except ValidationError as exc:
+            return CommandReply("prompt", " ".join(exc.messages))
+        return CommandReply("prompt", "", prompt=prompt_call(prompt, arguments))
     return CommandReply("unknown", unknown_command_reply(command))
 
 

@@ -20,6 +20,8 @@ from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
 from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.commands import command_list
+from agents.team_config import kept, team_config_read
+from agents.tools.mcp.prompts import PROMPT_META, agent_prompts
 from agents.turns import services as turns
 from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required
@@ -85,10 +87,10 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         try:
             acting = conversation_act_check(request.membership, conversation, "send messages in it")
             reply = services.chat_command(acting=acting, text=text)
-            if reply is not None:
+            if reply is not None and reply.prompt is None:
                 return _command_response(request, conversation, reply, text)
             turns.turn_send(acting=acting, text=text, parent=turns.LATEST,
-                            client_id=request.POST.get("client_id", ""))
+                            client_id=request.POST.get("client_id", ""), meta=_prompt_meta(reply))
         except ValidationError as exc:
             flash.error(request, " ".join(exc.messages))
     return redirect("conversation", conversation_uuid=conversation.uuid)
@@ -150,8 +152,10 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     # What the branch's HTML shows of its reader, besides their ratings: the forms' CSRF token
     # (kept for the session's) and what they may do. No token yet: nothing kept.
     session = request.META.get("CSRF_COOKIE")
-    view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user,
-                               shown_with=(session, can_act) if session else ())
+    with team_config_read(convo.team_id):  # one stamp for the meter's window and the prompts
+        view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user,
+                                   shown_with=(session, can_act) if session else ())
+        prompts = kept(convo.team_id, ("prompts", convo.agent_id), lambda: agent_prompts(convo.agent))
     context = {
         "conversation": convo,
         "version": _version(convo),
@@ -160,7 +164,8 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         "can_act": can_act,
         "max_chars": turns.MAX_MESSAGE_CHARS,
         **_sidebar(request, convo),
-        "commands": command_list(),
+        "commands": [*command_list(), *((p.usage, p.what) for p in prompts)],
+        "prompt_starters": prompts,
         "md_policy": streaming_policy(),
         "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,
         "max_images": MAX_IMAGES_PER_MESSAGE,
@@ -209,12 +214,13 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     text = request.POST.get("text", "")
     try:
         reply = services.chat_command(acting=acting, text=text)
-        if reply is not None:
+        if reply is not None and reply.prompt is None:
             return _command_response(request, convo, reply, text)
         parent = _parent(convo, request.POST.get("parent", ""))
         sent = turns.turn_send(acting=acting, text=text, parent=parent,
                                client_id=request.POST.get("client_id", ""),
-                               attachments=request.POST.getlist("attachments"), agent=convo.agent)
+                               attachments=request.POST.getlist("attachments"), agent=convo.agent,
+                               meta=_prompt_meta(reply))
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
@@ -228,6 +234,11 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
     # The first message names the conversation: the page's heading follows.
     return render(request, "chat/conversation.html#sent",
                   {"turn": turn, "conversation": convo, "titled": untitled and bool(convo.title)})
+
+
+def _prompt_meta(reply: services.CommandReply | None) -> dict[str, Any] | None:
+    """The turn's meta for an MCP prompt's command (``agents.tools.mcp.prompts``)."""
+    return {PROMPT_META: reply.prompt} if reply is not None and reply.prompt is not None else None
 
 
 def _command_response(request: HttpRequest, convo: Conversation, reply: services.CommandReply,

@@ -65,6 +65,8 @@ class McpServer(Stamped):
     protocol_version = models.CharField(max_length=32, blank=True)
     server_info = models.JSONField(default=dict, blank=True)
     instructions = models.TextField(blank=True)
+    # Its prompts (``RemotePrompt`` as dictionaries): the chat's "/" commands and starters.
+    prompts = models.JSONField(default=list, blank=True)
     last_refreshed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

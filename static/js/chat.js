@@ -32,6 +32,8 @@
     if (!form.classList || !form.classList.contains("starter-form") || !composer || !area) { return; }
     event.preventDefault();
     area.value = form.querySelector("input[name=text]").value;
+    // A prompt that needs arguments waits for them in the composer.
+    if (form.hasAttribute("data-fill")) { area.value += " "; area.focus(); return; }
     composer.requestSubmit();
   });
 
@@ -140,7 +142,7 @@
   function update() {
     var text = area.value;
     // Open while the message is a command word being typed: "/", "/mo", not "/model gpt".
-    if (!/^\/[A-Za-z-]*$/.test(text)) { closePalette(); return; }
+    if (!/^\/[A-Za-z0-9_-]*$/.test(text)) { closePalette(); return; }
     var typed = text.toLowerCase();
     options.forEach(function (o) { o.hidden = o.getAttribute("data-command").toLowerCase().indexOf(typed) !== 0; });
     if (!visible().length) { closePalette(); return; }

@@ -37,6 +37,8 @@ AGENTS = {
     "Clock": {"tools": [], "provider_options": {"token_delay_s": 0.01}},
     # a model with a (steep) price of the team's own: bob's daily budget is crossed in one turn
     "Metered": {"tools": [], "model": "demo-metered", "provider_options": {"token_delay_s": 0.005}},
+    # uses the tools of an MCP server with prompts ("notes", stdio): its "/" commands and starters
+    "Writer": {"tools": [], "provider_options": {"token_delay_s": 0.005}},
     # its calculator asks a person, who never answers within its 2 s (API: a denial)
     "Asker": {"tools": ["calculator"], "provider_options": {"token_delay_s": 0.005},
               "fields": {"approval_timeout_s": 2}},
@@ -54,9 +56,12 @@ API_KEYS = [
 # The operator's stdio MCP servers of the stack (``mcp-server-time``), and the team's server
 # of it, whose tools "Clock" has.
 MCP_STDIO_SERVERS = {"time": {"command": "python",
-                              "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}}
+                              "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+                     "notes": {"command": "python", "args": ["-m", "tests.agents.tools.mcp.servers"]}}
 MCP_SERVERS = [{"name": "time", "transport": "stdio", "operator_key": "time",
-                "default_policy": "ask", "agents": ["Clock"]}]
+                "default_policy": "ask", "agents": ["Clock"]},
+               {"name": "notes", "transport": "stdio", "operator_key": "notes",
+                "default_policy": "allow", "agents": ["Writer"]}]
 
 
 @pytest.fixture(scope="session")

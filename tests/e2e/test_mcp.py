@@ -84,3 +84,38 @@ def test_a_team_admin_adds_an_http_server_tests_it_and_another_team_sees_none_of
         charlie.page.goto(charlie.stack.url + "/admin/agents/mcpserver/")
         listing = charlie.page.locator("#content").inner_text()
         assert "echoes" not in listing and "time" not in listing
+
+
+def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_full(login):
+    s = login("alice")
+    s.open_chat_with("Writer")  # uses the tools of "notes", a stdio server with two prompts
+    starters = s.page.locator(".empty-chat .starters[aria-label^='Prompts']")
+    # A prompt that needs arguments fills the composer and waits for them.
+    starters.get_by_role("button", name="Greet someone…").click()
+    assert s.page.input_value("#composer-text") == "/notes_greet "
+    s.page.locator("#composer-text").press_sequentially('name="Ada Lovelace" tone=formal')
+    s.page.press("#composer-text", "Enter")
+    answer = s.answers("completed").first
+    answer.wait_for()
+    user = s.page.locator("li.message.role-user .bubble").first.inner_text()
+    assert user.strip() == '/notes_greet name="Ada Lovelace" tone=formal'  # shown as typed
+    # The demo model reflects what it was sent: the prompt's text, not the command.
+    assert 'You said: "Write a formal greeting for Ada Lovelace.' in answer.locator(".md").inner_text()
+
+    # The "/" palette lists them with the built-in commands; one without arguments runs at once.
+    s.open_chat_with("Writer")
+    s.page.fill("#composer-text", "/notes")
+    s.page.dispatch_event("#composer-text", "input")
+    palette = s.page.locator("#command-palette")
+    palette.wait_for()
+    shown = palette.locator("[role=option]:visible")
+    assert shown.count() == 2 and "Greet someone (from notes)" in palette.inner_text()
+    s.page.press("#composer-text", "Enter")  # the first: /notes_daily
+    daily = s.answers("completed").first
+    daily.wait_for()
+    assert "What did you do yesterday?" in daily.locator(".md").inner_text()
+    # A missing argument is answered in the chat, and nothing reaches the model.
+    s.send("/notes_greet tone=warm")
+    s.page.locator("li.notice").wait_for()
+    assert "/notes_greet needs name." in s.page.locator("li.notice").inner_text()
+    assert not s.watch.errors

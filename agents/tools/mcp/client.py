@@ -33,10 +33,11 @@ from agents.runtime.tools import ToolError
 from .connection import Connection, bounded, connect, protocol_error, short
 from .host import on_process_connection
 from .pool import on_kept_connection
-from .types import STDIO, CallResult, Discovery, Endpoint, RemoteResource, RemoteTool
+from .types import STDIO, CallResult, Discovery, Endpoint, RemotePrompt, RemoteResource, RemoteTool
 
 MAX_PAGES = 50
 MAX_RESOURCES = 200  # listed per server (and as many templates): the model reads their list
+MAX_PROMPTS = 100  # listed per server: people pick them as commands
 
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
@@ -80,7 +81,33 @@ async def _discover(endpoint: Endpoint, timeout_s: float) -> Discovery:
             tools=sorted(tools, key=lambda t: t.name),
             ttl_s=ttl_ms / 1000 if ttl_ms else None,
             resources=await _resources(endpoint, connection),
+            prompts=await _prompts(connection),
         )
+
+
+async def _prompts(connection: Connection) -> list[RemotePrompt]:
+    """The server's prompts (up to ``MAX_PROMPTS``), when its capabilities say it has prompts;
+    a server that fails to list them has none."""
+    client = connection.client
+    capabilities = getattr(client, "server_capabilities", None)
+    if capabilities is None or getattr(capabilities, "prompts", None) is None:
+        return []
+    found: list[RemotePrompt] = []
+    cursor = None
+    try:
+        for _page in range(MAX_PAGES):
+            page = await client.list_prompts(cursor=cursor)
+            for item in page.prompts[:MAX_PROMPTS - len(found)]:
+                found.append(RemotePrompt(
+                    name=item.name, title=item.title or "", description=item.description or "",
+                    arguments=tuple({"name": a.name, "description": a.description or "",
+                                     "required": bool(a.required)} for a in item.arguments or [])))
+            cursor = page.next_cursor
+            if not cursor or len(found) >= MAX_PROMPTS:
+                break
+    except (MCPError, ValidationError):  # its tools still work; it offers no prompts then
+        return []
+    return sorted(found, key=lambda p: p.name)
 
 
 async def _resources(endpoint: Endpoint, connection: Connection) -> list[RemoteResource]:
@@ -253,3 +280,43 @@ async def read_resource(endpoint: Endpoint, uri: str, *, timeout_s: float, max_b
     would use."""
     return await bounded(endpoint, timeout_s, f"with the resource “{short(uri, 200)}”",
                          _read(endpoint, uri, timeout_s, max_bytes, meta))
+
+
+def prompt_text(result: Any, max_bytes: int) -> str:
+    """The messages of a ``prompts/get`` answer as one text: each message's text (other
+    contents as ``result_text`` names them), a message of the assistant's marked as such."""
+    parts = []
+    for message in result.messages or []:
+        text = _describe_block(message.content) or ""
+        parts.append(f"(assistant) {text}" if message.role == "assistant" else text)
+    return truncate("\n\n".join(p for p in parts if p), max_bytes)
+
+
+async def _get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], timeout_s: float,
+                      max_bytes: int) -> CallResult:
+    started = time.perf_counter()
+
+    async def work(connection: Connection) -> CallResult:
+        try:
+            result = await connection.client.get_prompt(name, arguments)
+        except MCPError as exc:
+            raise protocol_error(f"MCP server “{endpoint.name}”", exc, connection.bridge) from exc
+        except ValidationError as exc:
+            raise ToolError(f"MCP server “{endpoint.name}” sent a prompt “{name}” that is not "
+                            f"valid MCP ({short(exc)}).") from exc
+        return CallResult(text=prompt_text(result, max_bytes), is_error=False,
+                          protocol_version=connection.client.protocol_version,
+                          session_id=connection.session_id,
+                          duration_ms=(time.perf_counter() - started) * 1000)
+
+    if endpoint.transport == STDIO:  # the process's kept server
+        return await on_process_connection(endpoint, timeout_s, work)
+    async with connect(endpoint, timeout_s) as connection:  # called outside any turn's loop
+        return await work(connection)
+
+
+async def get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], *,
+                     timeout_s: float, max_bytes: int) -> CallResult:
+    """The server's prompt ``name`` filled with ``arguments`` (``prompts/get``), as one text."""
+    return await bounded(endpoint, timeout_s, f"with the prompt “{short(name, 100)}”",
+                         _get_prompt(endpoint, name, arguments, timeout_s, max_bytes))

@@ -17,6 +17,7 @@ again for ``RETRY_AFTER_FAILURE_S``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -204,9 +205,10 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
             result.warnings.append(f"The server's instructions were cut from "
                                    f"{len(found.instructions):,} to {INSTRUCTIONS_MAX_CHARS:,} "
                                    "characters.")
+        server.prompts = [dataclasses.asdict(prompt) for prompt in found.prompts]
         server.last_refreshed_at = timezone.now()
         server.last_error = ""
-        server.save(update_fields=["protocol_version", "server_info", "instructions",
+        server.save(update_fields=["protocol_version", "server_info", "instructions", "prompts",
                                    "last_refreshed_at", "last_error", "updated_at"])
         audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=server,
                      before=before_server, after=snapshot(server))

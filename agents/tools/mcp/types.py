@@ -67,6 +67,17 @@ class RemoteResource:
 
 
 @dataclass(frozen=True)
+class RemotePrompt:
+    """A prompt the server lists (``prompts/list``): ``arguments`` as the server describes them
+    (``name``, ``description``, ``required``)."""
+
+    name: str
+    title: str = ""
+    description: str = ""
+    arguments: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class Discovery:
     protocol_version: str
     server_info: dict[str, Any]
@@ -76,6 +87,8 @@ class Discovery:
     ttl_s: float | None = None
     # Its resources and resource templates, when it offers resources (``resources/list``).
     resources: list[RemoteResource] = field(default_factory=list)
+    # Its prompts, when it offers prompts (``prompts/list``).
+    prompts: list[RemotePrompt] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
