@@ -132,7 +132,7 @@ def sidebar_key(groups: list[tuple[str, list[Conversation]]], current: Conversat
 TRACE_FIELDS = (
     "id", "uuid", "status", "conversation_id", "user_message_id", "created_at", "started_at",
     "error", "error_kind", "cancel_reason", "model", "provider_kind", "duration_ms", "cost_usd",
-    "event_seq", "estimated_calls", *TOKEN_FIELDS,
+    "event_seq", "estimated_calls", "meta", *TOKEN_FIELDS,
 )
 MESSAGE_FIELDS = ("id", "uuid", "role", "text", "blocks", "trace_id", "conversation_id",
                   "parent_turn_id", "created_at", "author_id", "outcome")

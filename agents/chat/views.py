@@ -22,6 +22,7 @@ from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.commands import command_list
 from agents.team_config import kept, team_config_read
 from agents.tools.mcp.prompts import PROMPT_META, agent_prompts
+from agents.tools.mcp.resources import RESOURCES_META, agent_resources, resource_refs
 from agents.turns import services as turns
 from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required
@@ -90,7 +91,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
             if reply is not None and reply.prompt is None:
                 return _command_response(request, conversation, reply, text)
             turns.turn_send(acting=acting, text=text, parent=turns.LATEST,
-                            client_id=request.POST.get("client_id", ""), meta=_prompt_meta(reply))
+                            client_id=request.POST.get("client_id", ""), meta=_message_meta(reply, []))
         except ValidationError as exc:
             flash.error(request, " ".join(exc.messages))
     return redirect("conversation", conversation_uuid=conversation.uuid)
@@ -156,6 +157,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         view = selectors.chat_view(convo, at=_uuid_or_none(request.GET.get("at", "")), reader=request.user,
                                    shown_with=(session, can_act) if session else ())
         prompts = kept(convo.team_id, ("prompts", convo.agent_id), lambda: agent_prompts(convo.agent))
+        resources = kept(convo.team_id, ("resources", convo.agent_id), lambda: agent_resources(convo.agent))
     context = {
         "conversation": convo,
         "version": _version(convo),
@@ -166,6 +168,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         **_sidebar(request, convo),
         "commands": [*command_list(), *((p.usage, p.what) for p in prompts)],
         "prompt_starters": prompts,
+        "attachable_resources": resources,
         "md_policy": streaming_policy(),
         "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,
         "max_images": MAX_IMAGES_PER_MESSAGE,
@@ -220,7 +223,7 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         sent = turns.turn_send(acting=acting, text=text, parent=parent,
                                client_id=request.POST.get("client_id", ""),
                                attachments=request.POST.getlist("attachments"), agent=convo.agent,
-                               meta=_prompt_meta(reply))
+                               meta=_message_meta(reply, resource_refs(convo.agent, request.POST.getlist("resources"))))
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:
@@ -236,9 +239,13 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
                   {"turn": turn, "conversation": convo, "titled": untitled and bool(convo.title)})
 
 
-def _prompt_meta(reply: services.CommandReply | None) -> dict[str, Any] | None:
-    """The turn's meta for an MCP prompt's command (``agents.tools.mcp.prompts``)."""
-    return {PROMPT_META: reply.prompt} if reply is not None and reply.prompt is not None else None
+def _message_meta(reply: services.CommandReply | None, resources: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The turn's meta for an MCP prompt's command and the MCP resources attached
+    (``agents.tools.mcp.prompts``, ``agents.tools.mcp.resources``)."""
+    meta = {PROMPT_META: reply.prompt} if reply is not None and reply.prompt is not None else {}
+    if resources:
+        meta[RESOURCES_META] = resources
+    return meta or None
 
 
 def _command_response(request: HttpRequest, convo: Conversation, reply: services.CommandReply,

@@ -67,6 +67,8 @@ class McpServer(Stamped):
     instructions = models.TextField(blank=True)
     # Its prompts (``RemotePrompt`` as dictionaries): the chat's "/" commands and starters.
     prompts = models.JSONField(default=list, blank=True)
+    # Its resources and templates (``RemoteResource`` as dictionaries): attached from the chat.
+    resources = models.JSONField(default=list, blank=True)
     last_refreshed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

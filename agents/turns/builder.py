@@ -44,7 +44,7 @@ from agents.tools import ToolContext, loop_tool_timeout
 from agents.tools import runtime_tools as tools_runtime_tools
 from agents.tools.context import DbRunner, run_sync
 from agents.tools.hooks import turn_message_hooks, turn_tool_hooks, with_hook_feedback_note
-from agents.tools.mcp.prompts import PROMPT_META, prompt_expand
+from agents.tools.mcp.resources import message_for_model
 from agents.tools.mcp.services import mcp_refresh_if_stale, with_server_instructions
 from agents.turns.answer_format import answer_check, answer_instructions
 from agents.turns.attachments import with_image_data
@@ -324,11 +324,10 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
     servers = mcp_refresh_for(agent)
-    if call := (trace.meta or {}).get(PROMPT_META):  # an MCP prompt's command: the model gets the prompt
-        try:
-            user_text = prompt_expand(call, servers, message)
-        except ToolError as exc:
-            raise TurnSetupError(str(exc)) from exc
+    try:  # an MCP prompt's command, MCP resources attached: what the model gets of the message
+        user_text = message_for_model(trace.meta or {}, servers, message, user_text) or user_text
+    except ToolError as exc:
+        raise TurnSetupError(str(exc)) from exc
     fork = fork_spec(trace)
     version_tools = fork.get("tools") if fork is not None else None
     tools, tool_warnings = runtime_tools(agent, context=turn_tool_context(

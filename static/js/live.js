@@ -748,6 +748,7 @@
     var body = new FormData();
     body.append("text", item.text);
     (item.attachments || []).forEach(function (id) { body.append("attachments", id); });
+    (item.resources || []).forEach(function (value) { body.append("resources", value); });
     body.append("client_id", item.id);
     body.append("parent", leaf());
     fetch(chat.composer.getAttribute("action"), { method: "POST", body: body, credentials: "same-origin", headers: csrfHeaders() })
@@ -820,6 +821,9 @@
       // images attached in the tray (chat.js) go with the message
       var attached = Array.prototype.map.call(chat.composer.querySelectorAll("input[name=attachments]"),
         function (input) { return input.value; });
+      // resources of the agent's MCP servers ticked in the "+" menu go with it too
+      var resources = Array.prototype.map.call(chat.composer.querySelectorAll("input[name=resources]:checked"),
+        function (input) { return input.value; });
       if (!text.trim() && !attached.length) { composerError("Write a message before sending it."); area.focus(); return; }
       if (text.length > chat.maxChars) {
         composerError("Your message is " + text.length.toLocaleString() + " characters long; the limit is " + chat.maxChars.toLocaleString() + ". Shorten it or send it in parts.");
@@ -828,9 +832,12 @@
       }
       composerError("");
       statusLine("");
-      outbox.items.push({ id: newId(), text: text, attachments: attached });
+      outbox.items.push({ id: newId(), text: text, attachments: attached, resources: resources });
       outboxSave();
       area.value = "";
+      chat.composer.querySelectorAll("input[name=resources]:checked").forEach(function (box) { box.checked = false; });
+      var menu = chat.composer.querySelector("details.attach-menu");
+      if (menu) { menu.open = false; }
       var tray = document.getElementById("attachment-tray");
       if (tray) { tray.textContent = ""; }
       autosize(area);

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from tests.agents.tools.mcp.servers import HOSTILE_DESCRIPTION, mcp_http_server
+from tests.helpers import wait_for
 
 
 def test_an_mcp_tool_that_asks_is_approved_by_one_member_and_declined_by_another(login):
@@ -118,4 +119,17 @@ def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_ful
     s.send("/notes_greet tone=warm")
     s.page.locator("li.notice").wait_for()
     assert "/notes_greet needs name." in s.page.locator("li.notice").inner_text()
+
+    # A resource of the server, attached from the "+" menu, goes with the next message only.
+    s.page.locator("details.attach-menu > summary").click()
+    s.page.locator(".resource-option", has_text="notes://welcome").locator("input").check()
+    s.send("Summarize it")
+    sent = s.page.locator("li.message.role-user", has_text="Summarize it")
+    sent.locator(".resource-chip").wait_for()
+    assert sent.locator(".resource-chip").inner_text() == "Attached: welcome"
+    wait_for(lambda: s.answers("completed").count() == 2, what="the answer to the message with a resource")
+    # The demo model reflects what it was sent: the message, then the resource's contents.
+    assert "Summarize it [Attached resource notes://welcome from the MCP server “notes”] Welcome to the test server." \
+        in s.answers("completed").nth(1).locator(".md").inner_text()
+    assert not s.page.locator("input[name=resources]:checked").count()
     assert not s.watch.errors

@@ -254,7 +254,7 @@ def resource_text(result: Any, max_bytes: int) -> str:
 
 
 async def _read(endpoint: Endpoint, uri: str, timeout_s: float, max_bytes: int,
-                meta: dict[str, Any] | None) -> CallResult:
+                meta: dict[str, Any] | None, kept: bool) -> CallResult:
     started = time.perf_counter()
 
     async def work(connection: Connection) -> CallResult:
@@ -269,17 +269,26 @@ async def _read(endpoint: Endpoint, uri: str, timeout_s: float, max_bytes: int,
                           session_id=connection.session_id,
                           duration_ms=(time.perf_counter() - started) * 1000)
 
+    return await _on_a_connection(endpoint, timeout_s, work, kept=kept)
+
+
+async def _on_a_connection(endpoint: Endpoint, timeout_s: float, work: Any, *, kept: bool) -> Any:
+    """``work(connection)`` on this process's stdio server, or on this event loop's kept
+    connection to an HTTP server (``kept``), or on one of its own (outside any turn's loop)."""
     if endpoint.transport == STDIO:
         return await on_process_connection(endpoint, timeout_s, work)
-    return await on_kept_connection(endpoint, timeout_s, work)
+    if kept:
+        return await on_kept_connection(endpoint, timeout_s, work)
+    async with connect(endpoint, timeout_s) as connection:
+        return await work(connection)
 
 
 async def read_resource(endpoint: Endpoint, uri: str, *, timeout_s: float, max_bytes: int,
-                        meta: dict[str, Any] | None = None) -> CallResult:
+                        meta: dict[str, Any] | None = None, kept: bool = True) -> CallResult:
     """Read the server's resource ``uri`` (``resources/read``), on the kept connection a call
-    would use."""
+    would use (``kept``), or on one of its own."""
     return await bounded(endpoint, timeout_s, f"with the resource “{short(uri, 200)}”",
-                         _read(endpoint, uri, timeout_s, max_bytes, meta))
+                         _read(endpoint, uri, timeout_s, max_bytes, meta, kept))
 
 
 def prompt_text(result: Any, max_bytes: int) -> str:
@@ -309,10 +318,7 @@ async def _get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], 
                           session_id=connection.session_id,
                           duration_ms=(time.perf_counter() - started) * 1000)
 
-    if endpoint.transport == STDIO:  # the process's kept server
-        return await on_process_connection(endpoint, timeout_s, work)
-    async with connect(endpoint, timeout_s) as connection:  # called outside any turn's loop
-        return await work(connection)
+    return await _on_a_connection(endpoint, timeout_s, work, kept=False)  # outside any turn's loop
 
 
 async def get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], *,

@@ -8,8 +8,8 @@ limits"``); a prompt with a single argument also takes the whole rest as it (``/
 Ada``). The chat checks them against what the server listed (``prompt_arguments``: an unknown
 name, a missing required one) before any turn starts. The turn's worker fetches the prompt
 (``prompts/get``, through the SDK like every call) and sends its text to the model in place of
-the command (``prompt_expand``); the conversation shows the command as typed, the trace and
-the later turns' history what the model got.
+the command (``prompt_expand``, by way of ``resources.message_for_model``); the conversation
+shows the command as typed, the trace and the later turns' history what the model got.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 
-from agents.models import Agent, McpServer, Message
+from agents.models import Agent, McpServer
 from agents.runtime.tools import ToolError
 
 from . import sdk_client
@@ -126,10 +126,9 @@ def prompt_call(command: PromptCommand, arguments: dict[str, str]) -> dict[str, 
     return {"server": command.server_id, "name": command.name, "arguments": arguments}
 
 
-def prompt_expand(call: dict[str, Any], servers: list[McpServer], message: Message | None = None) -> str:
+def prompt_expand(call: dict[str, Any], servers: list[McpServer]) -> str:
     """The text of the prompt ``call`` names, fetched from its server (one of ``servers``, the
-    agent's); ``ToolError`` saying why not. ``message``, the turn's: its blocks, which later
-    turns' history reads, become that text (its ``text``, which the chat shows, stays as typed)."""
+    agent's); ``ToolError`` saying why not."""
     server = next((s for s in servers if s.pk == call.get("server")), None)
     if server is None:
         raise ToolError("The prompt's MCP server is no longer one this agent uses, so the "
@@ -140,8 +139,4 @@ def prompt_expand(call: dict[str, Any], servers: list[McpServer], message: Messa
         max_bytes=server.max_result_bytes)
     if not result.text.strip():
         raise ToolError(f"The MCP server “{server.name}” answered the prompt with no text.")
-    if message is not None:
-        kept_blocks = [b for b in message.blocks or [] if isinstance(b, dict) and b.get("type") != "text"]
-        message.blocks = [{"type": "text", "text": result.text}, *kept_blocks]
-        Message.objects.filter(pk=message.pk).update(blocks=message.blocks)
     return result.text

@@ -206,10 +206,11 @@ def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
                                    f"{len(found.instructions):,} to {INSTRUCTIONS_MAX_CHARS:,} "
                                    "characters.")
         server.prompts = [dataclasses.asdict(prompt) for prompt in found.prompts]
+        server.resources = [dataclasses.asdict(resource) for resource in found.resources]
         server.last_refreshed_at = timezone.now()
         server.last_error = ""
         server.save(update_fields=["protocol_version", "server_info", "instructions", "prompts",
-                                   "last_refreshed_at", "last_error", "updated_at"])
+                                   "resources", "last_refreshed_at", "last_error", "updated_at"])
         audit_record(actor=actor, action=AuditEvent.Action.UPDATE, instance=server,
                      before=before_server, after=snapshot(server))
     return result
