@@ -388,20 +388,12 @@ HEALTH_CHECKS = {
     "beat": "agents.turns.health.check_beat",
 }
 
-CELERY_BEAT_SCHEDULE = {
-    "turns-reap": {
-        "task": "agents.turns.tasks.reap",
-        "schedule": TURN_BEAT_REAP_S,
-        # A reap that could not start before the next one is due is simply skipped.
-        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": TURN_BEAT_REAP_S},
-    },
+# Each on the maintenance queue; one that could not start before the next is due is skipped.
+CELERY_BEAT_SCHEDULE = {name: {"task": task, "schedule": every, "options": {
+    "queue": "maintenance", "routing_key": "maintenance", "expires": every}} for name, task, every in (
+    ("turns-reap", "agents.turns.tasks.reap", TURN_BEAT_REAP_S),
     # Ended turns their receivers have not accepted yet (traces.export.delivery).
-    "otel-catch-up": {
-        "task": "traces.tasks.export_catch_up",
-        "schedule": 15.0,
-        "options": {"queue": "maintenance", "routing_key": "maintenance", "expires": 15.0},
-    },
-}
+    ("otel-catch-up", "traces.tasks.export_catch_up", 15.0))}
 
 # Unset: derived from SECRET_KEY (agentsite.crypto).
 FIELD_ENCRYPTION_KEY = read("FIELD_ENCRYPTION_KEY")

@@ -72,11 +72,10 @@ def _no_kept_stdio_servers() -> Iterator[None]:
 def _no_kept_exporters() -> Iterator[None]:
     """Which teams export their turns is kept per process for a few seconds; a test that sets
     an exporter up (or none) must not leave it to the next, whose team may have the same id."""
-    from traces.export import config, delivery, pipeline
+    from traces.export import config, pipeline
 
     config.forget()
     pipeline.forget_configured()
-    delivery.forget_reported()
     yield
     if pipeline.PIPELINE.jobs.unfinished_tasks:  # a test's spans leave before the next test
         pipeline.PIPELINE.flush(5.0)

@@ -301,6 +301,9 @@ def turn_owed(trace_id: int, team_id: int) -> None:
 
 
 def forget_configured() -> None:
+    """Read again whether any exporter is set, and write the next outcome of every send down
+    (after a change in this process; tests)."""
     _configured[:] = [0.0, False]
+    delivery.forget_reported()
 
 
