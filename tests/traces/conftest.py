@@ -1,10 +1,21 @@
 """Fixtures of the cost and budget tests: an agent whose demo model has a price, and alice's
-conversation with it. (The agent, the conversation and the sample trace are shared by every app,
-in ``tests/conftest.py``.)"""
+conversation with it; of the export tests, a real OTLP receiver in this process. (The agent,
+the conversation and the sample trace are shared by every app, in ``tests/conftest.py``.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.otel.receiver import OTLPReceiver
+
+
+@pytest.fixture
+def receiver() -> Iterator[OTLPReceiver]:
+    """An OTLP/HTTP receiver on loopback (``tests.otel.receiver``), stopped after the test."""
+    with OTLPReceiver() as running:
+        yield running
 
 
 @pytest.fixture

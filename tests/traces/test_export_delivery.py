@@ -36,12 +36,6 @@ def _loopback(settings):
 
 
 @pytest.fixture
-def receiver():
-    with OTLPReceiver() as running:
-        yield running
-
-
-@pytest.fixture
 def exporter(team_a, receiver):
     row = TraceExporter.objects.create(team=team_a, endpoint=receiver.endpoint)
     export_config.forget()

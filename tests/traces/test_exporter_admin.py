@@ -18,19 +18,12 @@ from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
 from agentsite.models import AuditEvent
 from tests.members import member_of
-from tests.otel.receiver import OTLPReceiver
 from traces.export import config as export_config
 from traces.export import probe
 from traces.export.ids import span_id_for, tool_step_key
 from traces.models import TraceExporter
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def receiver():
-    with OTLPReceiver() as running:
-        yield running
 
 
 def add(client, team, **fields):

@@ -43,12 +43,6 @@ def _loopback(settings):
 
 
 @pytest.fixture
-def receiver():
-    with OTLPReceiver() as running:
-        yield running
-
-
-@pytest.fixture
 def exporter(team_a, receiver):
     def make(**fields) -> TraceExporter:
         row, _ = TraceExporter.objects.update_or_create(

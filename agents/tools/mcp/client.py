@@ -185,6 +185,13 @@ def truncate(text: str, max_bytes: int) -> str:
             "are shown.]")
 
 
+def _answered(connection: Connection, text: str, started: float, *, is_error: bool = False) -> CallResult:
+    """What a request answered, with the connection's protocol and session and the time since
+    ``started`` (``time.perf_counter``)."""
+    return CallResult(text=text, is_error=is_error, protocol_version=connection.client.protocol_version,
+                      session_id=connection.session_id, duration_ms=(time.perf_counter() - started) * 1000)
+
+
 @contextmanager
 def _trace_parent(meta: dict[str, Any] | None) -> Iterator[None]:
     """The OpenTelemetry context of a request whose ``_meta`` names its ``traceparent`` (see
@@ -215,10 +222,7 @@ async def _call(endpoint: Endpoint, name: str, arguments: dict[str, Any], timeou
         except ValidationError as exc:
             raise ToolError(f"MCP server “{endpoint.name}” sent a result for “{name}” that is "
                             f"not valid MCP ({short(exc)}).") from exc
-        return CallResult(text=result_text(result, max_bytes), is_error=bool(result.is_error),
-                          protocol_version=connection.client.protocol_version,
-                          session_id=connection.session_id,
-                          duration_ms=(time.perf_counter() - started) * 1000)
+        return _answered(connection, result_text(result, max_bytes), started, is_error=bool(result.is_error))
 
     if endpoint.transport == STDIO:  # kept by the process across turns
         return await on_process_connection(endpoint, timeout_s, work)
@@ -264,10 +268,7 @@ async def _read(endpoint: Endpoint, uri: str, timeout_s: float, max_bytes: int,
         except ValidationError as exc:
             raise ToolError(f"MCP server “{endpoint.name}” sent a resource for “{uri}” that is "
                             f"not valid MCP ({short(exc)}).") from exc
-        return CallResult(text=resource_text(result, max_bytes), is_error=False,
-                          protocol_version=connection.client.protocol_version,
-                          session_id=connection.session_id,
-                          duration_ms=(time.perf_counter() - started) * 1000)
+        return _answered(connection, resource_text(result, max_bytes), started)
 
     return await _on_a_connection(endpoint, timeout_s, work, kept=kept)
 
@@ -313,10 +314,7 @@ async def _get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], 
         except ValidationError as exc:
             raise ToolError(f"MCP server “{endpoint.name}” sent a prompt “{name}” that is not "
                             f"valid MCP ({short(exc)}).") from exc
-        return CallResult(text=prompt_text(result, max_bytes), is_error=False,
-                          protocol_version=connection.client.protocol_version,
-                          session_id=connection.session_id,
-                          duration_ms=(time.perf_counter() - started) * 1000)
+        return _answered(connection, prompt_text(result, max_bytes), started)
 
     return await _on_a_connection(endpoint, timeout_s, work, kept=False)  # outside any turn's loop
 

@@ -6,82 +6,53 @@ Streamable HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from agents.chat import services
-from agents.models import McpServer, Tool
 from agents.tools.mcp.resources import RESOURCES_META, agent_resources, resource_refs
-from agents.tools.mcp.services import mcp_server_refresh
 from agents.turns.tasks import turn_run
-from tests.members import member_of
 from traces.models import StepPayload, Trace
 
-from .servers import mcp_http_server
-
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def notes_url() -> Iterator[str]:
-    with mcp_http_server(resources=True, prompts=True) as url:
-        yield url
-
-
-@pytest.fixture
-def reader(make_agent, team_a, loopback, notes_url):
-    server = McpServer.objects.create(team=team_a, name="notes", transport="http", url=notes_url,
-                                      default_policy="allow")
-    assert mcp_server_refresh(server).ok
-    agent = make_agent(name="Reader", tools=())
-    agent.tools.add(Tool.objects.get(team=team_a, name="notes_echo"))
-    return agent
-
-
-@pytest.fixture
-def reading(reader, alice):
-    return services.conversation_create(agent=reader, membership=member_of(alice, reader.team))
 
 
 def value_of(agent, uri: str) -> str:
     return next(r.value for r in agent_resources(agent) if r.uri == uri)
 
 
-def test_the_agents_servers_resources_are_offered_but_not_their_templates(reader, make_agent):
-    offered = {r.uri: r for r in agent_resources(reader)}
+def test_the_agents_servers_resources_are_offered_but_not_their_templates(writer, make_agent):
+    offered = {r.uri: r for r in agent_resources(writer)}
     assert sorted(offered) == ["notes://logo", "notes://welcome"]
     assert offered["notes://welcome"].label == "welcome" and offered["notes://welcome"].server == "notes"
     assert agent_resources(make_agent(name="Other", tools=())) == []
 
 
-def test_only_the_agents_resources_may_be_attached_and_a_few_at_most(reader, make_agent):
-    welcome = value_of(reader, "notes://welcome")
-    assert resource_refs(reader, [welcome, welcome]) == [
+def test_only_the_agents_resources_may_be_attached_and_a_few_at_most(writer, make_agent):
+    welcome = value_of(writer, "notes://welcome")
+    assert resource_refs(writer, [welcome, welcome]) == [
         {"server": int(welcome.split()[0]), "uri": "notes://welcome", "label": "welcome"}]
     with pytest.raises(ValidationError, match="not one of this agent's"):
         resource_refs(make_agent(name="Other", tools=()), [welcome])
     with pytest.raises(ValidationError, match="not one of this agent's"):
-        resource_refs(reader, [f"{welcome.split()[0]} file:///etc/passwd"])
+        resource_refs(writer, [f"{welcome.split()[0]} file:///etc/passwd"])
     with pytest.raises(ValidationError, match="at most 5"):
-        resource_refs(reader, [f"{n} x" for n in range(6)])
+        resource_refs(writer, [f"{n} x" for n in range(6)])
 
 
-def test_the_plus_menu_lists_them(client_for, alice, reading):
-    page = client_for(alice).get(reverse("conversation", args=[reading.uuid])).content.decode()
+def test_the_plus_menu_lists_them(client_for, alice, writing):
+    page = client_for(alice).get(reverse("conversation", args=[writing.uuid])).content.decode()
     assert 'name="resources" value="' in page and "notes · notes://welcome" in page
     assert '<label class="linklike" for="attach-input">Images…</label>' in page
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_model_gets_the_attached_resources_after_the_message(client_for, alice, reader, reading,
+def test_the_model_gets_the_attached_resources_after_the_message(client_for, alice, writer, writing,
                                                                 sent_turns, use_redis):
     client = client_for(alice)
-    response = client.post(reverse("message_send", args=[reading.uuid]), {
-        "text": "Summarize these", "resources": [value_of(reader, "notes://welcome"),
-                                                 value_of(reader, "notes://logo")]},
+    response = client.post(reverse("message_send", args=[writing.uuid]), {
+        "text": "Summarize these", "resources": [value_of(writer, "notes://welcome"),
+                                                 value_of(writer, "notes://logo")]},
         HTTP_HX_REQUEST="true")
     assert response.status_code == 200 and "Attached: welcome" in response.content.decode()
     trace = Trace.objects.get()
@@ -94,13 +65,13 @@ def test_the_model_gets_the_attached_resources_after_the_message(client_for, ali
     message = trace.user_message
     message.refresh_from_db()
     assert message.text == "Summarize these" and "Welcome to the test server." in message.blocks[0]["text"]
-    page = client.get(reverse("conversation", args=[reading.uuid])).content.decode()
+    page = client.get(reverse("conversation", args=[writing.uuid])).content.decode()
     assert "Attached: welcome" in page and "Attached: logo" in page
 
 
 def test_a_resource_that_is_not_the_agents_is_refused_before_anything_starts(
-        client_for, alice, reading, sent_turns):
-    response = client_for(alice).post(reverse("message_send", args=[reading.uuid]), {
+        client_for, alice, writing, sent_turns):
+    response = client_for(alice).post(reverse("message_send", args=[writing.uuid]), {
         "text": "Read this", "resources": ["999 notes://welcome"]}, HTTP_HX_REQUEST="true")
     assert response.status_code == 422 and "Choose again from the list." in response.content.decode()
     assert not Trace.objects.exists() and sent_turns == []

@@ -5,55 +5,23 @@ its text in place of the command. A real server written with the SDK, over Strea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from agents.chat import services
-from agents.models import McpServer, Tool
+from agents.models import McpServer
 from agents.tools.mcp.prompts import PROMPT_META, agent_prompts, prompt_arguments, prompt_expand
-from agents.tools.mcp.services import mcp_server_discover, mcp_server_refresh
+from agents.tools.mcp.services import mcp_server_discover
 from agents.turns.tasks import turn_run
-from tests.members import acting_of, member_of
+from tests.members import acting_of
 from traces.models import StepPayload, Trace
-
-from .servers import mcp_http_server
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(scope="module")
-def prompts_url() -> Iterator[str]:
-    with mcp_http_server(prompts=True) as url:
-        yield url
-
-
-@pytest.fixture
-def notes(team_a, loopback, prompts_url) -> McpServer:
-    server = McpServer.objects.create(team=team_a, name="notes", transport="http", url=prompts_url,
-                                      default_policy="allow")
-    assert mcp_server_refresh(server).ok
-    server.refresh_from_db()
-    return server
-
-
-@pytest.fixture
-def writer(make_agent, team_a, notes):
-    """An agent that uses one of the server's tools, so its prompts are offered with it."""
-    agent = make_agent(name="Writer", tools=())
-    agent.tools.add(Tool.objects.get(team=team_a, name="notes_echo"))
-    return agent
-
-
-@pytest.fixture
-def writing(writer, alice):
-    return services.conversation_create(agent=writer, membership=member_of(alice, writer.team))
-
-
-def test_discovery_lists_the_prompts_and_their_arguments(team_a, loopback, prompts_url, modern_url):
-    found = mcp_server_discover(McpServer(team=team_a, name="notes", transport="http", url=prompts_url))
+def test_discovery_lists_the_prompts_and_their_arguments(team_a, loopback, notes_url, modern_url):
+    found = mcp_server_discover(McpServer(team=team_a, name="notes", transport="http", url=notes_url))
     greet = next(p for p in found.prompts if p.name == "greet")
     assert [p.name for p in found.prompts] == ["daily", "greet"]
     assert greet.title == "Greet someone" and greet.description == "A greeting for a person."

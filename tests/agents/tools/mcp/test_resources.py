@@ -6,7 +6,6 @@ real server written with the SDK, over Streamable HTTP."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -19,15 +18,7 @@ from agents.tools.mcp.pool import close_connections
 from agents.tools.mcp.services import mcp_server_discover, mcp_server_refresh
 from agents.tools.mcp.transport import GuardedBridge
 
-from .servers import mcp_http_server
-
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def notes_url() -> Iterator[str]:
-    with mcp_http_server(resources=True) as url:
-        yield url
 
 
 def test_discovery_lists_the_resources_and_templates(team_a, loopback, notes_url, modern_url):
