@@ -5,7 +5,7 @@ the conversation's agent uses (``agent_resources``, from their last discovery; t
 left to the agent's ``<server>_resources_read`` tool, which fills them in). The chosen ones go
 with the message (``resource_refs`` checks that each is one of those); the turn's worker reads
 them (``resources/read``, through the SDK) and the model gets their contents after the
-message's text, each under a line naming it. The message shows what was typed and the names
+message's text, each under a line naming it, scrubbed of credentials as a tool's output is. The message shows what was typed and the names
 of what was attached; its blocks, which later turns' history reads, hold what the model got.
 
 ``message_for_model`` is what the worker asks: the text the model gets for a message that runs
@@ -21,6 +21,8 @@ from asgiref.sync import async_to_sync
 from django.core.exceptions import ValidationError
 
 from agents.models import Agent, McpServer, Message
+from agents.runtime.sanitize import bidi_visible
+from agents.runtime.scrub import scrub_secrets
 from agents.runtime.tools import ToolError
 
 from . import sdk_client
@@ -106,7 +108,9 @@ def message_for_model(meta: dict[str, Any], servers: list[McpServer], message: M
     call, refs = meta.get(PROMPT_META), meta.get(RESOURCES_META)
     if not call and not refs:
         return None
-    parts = [prompt_expand(call, servers) if call else text, *resources_read(refs or [], servers)]
+    # What the server sent is scrubbed of credentials, as a tool's output is; what was typed is not.
+    served = [*([prompt_expand(call, servers)] if call else []), *resources_read(refs or [], servers)]
+    parts = [*([] if call else [text]), *(bidi_visible(scrub_secrets(p)) for p in served)]
     full = "\n\n".join(p for p in parts if p.strip())
     others = [b for b in message.blocks or [] if isinstance(b, dict) and b.get("type") != "text"]
     message.blocks = [{"type": "text", "text": full}, *others]

@@ -30,8 +30,9 @@ SLOW_TOOL_SECONDS = 30.0
 
 
 def build_server(*, resources: bool = False, prompts: bool = False) -> MCPServer:
-    """The test server; with ``resources``, a resource (``notes://welcome``), a template of
-    them (``notes://{name}``) and a binary one (``notes://logo``); with ``prompts``, a prompt
+    """The test server; with ``resources``, two resources (``notes://welcome``, and
+    ``notes://deploy``, which holds a credential), a template of them (``notes://{name}``) and
+    a binary one (``notes://logo``); with ``prompts``, a prompt
     with one required argument and one optional (``greet``), and one without (``daily``)."""
     server = MCPServer("test-server", instructions="Use echo to repeat text.", version="9.9")
     if prompts:
@@ -49,6 +50,10 @@ def build_server(*, resources: bool = False, prompts: bool = False) -> MCPServer
                          mime_type="text/plain")
         def welcome() -> str:
             return "Welcome to the test server."
+
+        @server.resource("notes://deploy", name="deploy", description="How to deploy.")
+        def deploy() -> str:
+            return "Deploy with the key AKIAIOSFODNN7EXAMPLE from the vault."
 
         @server.resource("notes://logo", name="logo", mime_type="image/png")
         def logo() -> bytes:

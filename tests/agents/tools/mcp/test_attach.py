@@ -10,6 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from agents.models import Message
 from agents.tools.mcp.resources import RESOURCES_META, agent_resources, resource_refs
 from agents.turns.tasks import turn_run
 from traces.models import StepPayload, Trace
@@ -23,7 +24,7 @@ def value_of(agent, uri: str) -> str:
 
 def test_the_agents_servers_resources_are_offered_but_not_their_templates(writer, make_agent):
     offered = {r.uri: r for r in agent_resources(writer)}
-    assert sorted(offered) == ["notes://logo", "notes://welcome"]
+    assert sorted(offered) == ["notes://deploy", "notes://logo", "notes://welcome"]
     assert offered["notes://welcome"].label == "welcome" and offered["notes://welcome"].server == "notes"
     assert agent_resources(make_agent(name="Other", tools=())) == []
 
@@ -65,6 +66,14 @@ def test_the_model_gets_the_attached_resources_after_the_message(client_for, ali
     message = trace.user_message
     message.refresh_from_db()
     assert message.text == "Summarize these" and "Welcome to the test server." in message.blocks[0]["text"]
+    # What the server sent is scrubbed of credentials, as a tool's output is.
+    client.post(reverse("message_send", args=[writing.uuid]), {
+        "text": "How do I deploy?", "resources": [value_of(writer, "notes://deploy")]}, HTTP_HX_REQUEST="true")
+    deploy = Trace.objects.exclude(pk=trace.pk).get()
+    assert turn_run(deploy.pk) == "completed"
+    request = StepPayload.objects.get(step__trace=deploy, kind="request").content
+    assert "Deploy with the key [REDACTED_API_KEY] from the vault." in request
+    assert "AKIAIOSFODNN7EXAMPLE" not in str(Message.objects.get(pk=deploy.user_message_id).blocks)
     page = client.get(reverse("conversation", args=[writing.uuid])).content.decode()
     assert "Attached: welcome" in page and "Attached: logo" in page
 

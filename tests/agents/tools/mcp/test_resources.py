@@ -24,7 +24,8 @@ pytestmark = pytest.mark.django_db
 def test_discovery_lists_the_resources_and_templates(team_a, loopback, notes_url, modern_url):
     found = mcp_server_discover(McpServer(team=team_a, name="notes", transport="http", url=notes_url))
     assert sorted((r.uri, r.name, r.template) for r in found.resources) == [
-        ("notes://logo", "logo", False), ("notes://welcome", "welcome", False),
+        ("notes://deploy", "deploy", False), ("notes://logo", "logo", False),
+        ("notes://welcome", "welcome", False),
         ("notes://{name}", "note", True)]
     assert mcp_server_discover(McpServer(team=team_a, name="plain", transport="http",
                                          url=modern_url)).resources == []
