@@ -35,7 +35,7 @@ from ..models import ExportState, PendingExport, Step
 from .config import ExportConfig, config_for
 from .sender import Answers, send_once, span_exporter
 from .spans import Turn
-from .stored import DONE, Record, trace_for_export
+from .stored import DONE, Record, cut_off, trace_for_export
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ def turn_spans_owed(record: Record, skip: set[int], seqs: set[int] | None = None
     wanted = (seqs if seqs is not None else done_seqs(record.trace.pk)) - skip
     spans: list[ReadableSpan] = []
     for step in record.steps(seq__in=sorted(wanted), status__in=DONE) if wanted else []:
+        if step.duration_ms is None and record.trace.finished_at is not None:
+            step = cut_off(step, record.trace)  # ended by the turn's end (steps_interrupt)
         spans.extend(record.spans_of(step))
     if TURN_SPAN not in skip:
         spans.extend(record.end_spans())
