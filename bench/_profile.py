@@ -1,7 +1,9 @@
 """Flame graphs of a benchmark's processes: ``profiled(bench, pids, directory)`` attaches
 ``py-spy record`` to those processes for the block and writes one SVG flame graph per process
 into ``directory`` (``--profile DIR``, or ``BENCH_PROFILE_DIR``; ``BENCH_PROFILE_GIL=1`` samples
-only the threads holding the GIL; ``BENCH_PROFILE_FORMAT=raw`` writes collapsed stacks instead).
+only the threads holding the GIL; ``BENCH_PROFILE_IDLE=1`` samples waiting threads too, each
+thread apart, for where a request's wall time goes; ``BENCH_PROFILE_FORMAT=raw`` writes
+collapsed stacks instead).
 ``make bench-profile`` runs every benchmark with it.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 PROFILE_ENV = "BENCH_PROFILE_DIR"
 PROFILE_GIL_ENV = "BENCH_PROFILE_GIL"
+PROFILE_IDLE_ENV = "BENCH_PROFILE_IDLE"  # wall time: idle threads sampled too, one stack per thread
 PROFILE_RATE = 100  # samples per second
 
 
@@ -64,6 +67,8 @@ def profiled(bench: str, pids: Mapping[str, int | None], directory: str | os.Pat
                    "--rate", str(PROFILE_RATE), "--nonblocking"]
         if gil:
             command.append("--gil")
+        if os.environ.get(PROFILE_IDLE_ENV, "") not in ("", "0"):
+            command += ["--idle", "--threads"]
         if name in subprocesses:
             command.append("--subprocesses")
         with open(log, "w") as out:
