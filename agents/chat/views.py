@@ -11,11 +11,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.access import (
-    Acting,
-    can_act_in,
-    conversation_act_check,
-)
+from agents.access import Acting, can_act_in, conversation_act_check
 from agents.chat import selectors, services
 from agents.chat.markdown import streaming_policy
 from agents.models import Agent, Attachment, Conversation, Message
@@ -23,6 +19,7 @@ from agents.runtime.commands import command_list
 from agents.team_config import kept, team_config_read
 from agents.tools.mcp.prompts import PROMPT_META, agent_prompts
 from agents.tools.mcp.resources import RESOURCES_META, agent_resources, resource_refs
+from agents.tools.mcp.sign_in import personal_servers, sign_ins_missing
 from agents.turns import services as turns
 from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required
@@ -158,6 +155,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
                                    shown_with=(session, can_act) if session else ())
         prompts = kept(convo.team_id, ("prompts", convo.agent_id), lambda: agent_prompts(convo.agent))
         resources = kept(convo.team_id, ("resources", convo.agent_id), lambda: agent_resources(convo.agent))
+        personal = kept(convo.team_id, ("personal servers", convo.agent_id), lambda: personal_servers(convo.agent))
     context = {
         "conversation": convo,
         "version": _version(convo),
@@ -169,6 +167,7 @@ def conversation(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         "commands": [*command_list(), *((p.usage, p.what) for p in prompts)],
         "prompt_starters": prompts,
         "attachable_resources": resources,
+        "sign_ins_missing": sign_ins_missing(personal, request.user) if can_act else [],
         "md_policy": streaming_policy(),
         "max_image_mb": MAX_IMAGE_BYTES // 1024 // 1024,
         "max_images": MAX_IMAGES_PER_MESSAGE,

@@ -6,7 +6,7 @@ from agents.models.conversations import Attachment, Conversation, Message
 from agents.models.hooks import Hook
 from agents.models.providers import Provider, ProviderModel
 from agents.models.routing import ModelRoute, RoutingRule
-from agents.models.tools import McpServer, Tool, ToolPolicy
+from agents.models.tools import McpServer, McpSignIn, Tool, ToolPolicy
 from agents.models.workers import TurnWorker
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Conversation",
     "Hook",
     "McpServer",
+    "McpSignIn",
     "Message",
     "ModelRoute",
     "Provider",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -33,6 +34,11 @@ class McpServer(Stamped):
     class Transport(models.TextChoices):
         HTTP = "http", "Streamable HTTP"
         STDIO = "stdio", "stdio (operator-defined)"
+
+    class SignIn(models.TextChoices):
+        NONE = "", "None (or a fixed header)"
+        TEAM = "team", "One sign-in for the team"
+        PERSON = "person", "Each person signs in"
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="mcp_servers")
@@ -71,6 +77,19 @@ class McpServer(Stamped):
     resources = models.JSONField(default=list, blank=True)
     last_refreshed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # OAuth (the MCP authorization spec), for servers that need sign-in.
+    sign_in = models.CharField(
+        max_length=8, choices=SignIn.choices, default=SignIn.NONE, blank=True,
+        help_text="Servers that need sign-in (OAuth): one account for the whole team (a team "
+                  "admin signs in), or each person's own account (each person signs in once "
+                  "and their calls carry their own token).")
+    oauth_scope = models.CharField(
+        max_length=500, blank=True, verbose_name="OAuth scope",
+        help_text="Scopes to ask for, separated by spaces; empty: what the server asks for.")
+    # The OAuth client this site is at the server's authorization server: registered
+    # dynamically at the first sign-in, or entered by an admin (pre-registered); a Fernet token
+    # of the SDK's ``OAuthClientInformationFull`` as JSON (it may hold a client secret).
+    oauth_client_encrypted = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -87,6 +106,49 @@ class McpServer(Stamped):
 
     def set_headers(self, headers: dict[str, str]) -> None:
         self.headers_encrypted = encrypt(json.dumps(headers)) if headers else ""
+
+
+class McpSignIn(models.Model):
+    """One OAuth sign-in to an MCP server: the team's (``user`` empty) or one person's. The
+    tokens are encrypted (a Fernet token of the SDK's ``OAuthToken`` as JSON), never shown,
+    traced, exported or logged. While a sign-in is under way, ``state`` is the authorization
+    request's and ``code_encrypted`` receives the code the authorization server sent back."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="sign_ins")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True,
+                             blank=True, related_name="mcp_sign_ins")
+    tokens_encrypted = models.TextField(blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)  # of the access token
+    scope = models.CharField(max_length=500, blank=True)
+    signed_in_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                     null=True, blank=True, related_name="+")
+    signed_in_at = models.DateTimeField(null=True, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    # A sign-in under way.
+    state = models.CharField(max_length=200, blank=True, db_index=True)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                   null=True, blank=True, related_name="+")
+    started_at = models.DateTimeField(null=True, blank=True)
+    code_encrypted = models.TextField(blank=True, editable=False)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "MCP sign-in"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "user"], name="mcpsignin_one_per_person"),
+            models.UniqueConstraint(fields=["server"], condition=models.Q(user__isnull=True),
+                                    name="mcpsignin_one_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server} ({self.user or 'team'})"
+
+    @property
+    def signed_in(self) -> bool:
+        return bool(self.tokens_encrypted)
+
+    def tokens_json(self) -> str:
+        return decrypt(self.tokens_encrypted) if self.tokens_encrypted else ""
 
 
 class Tool(Stamped):

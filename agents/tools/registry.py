@@ -94,7 +94,7 @@ def http_tool(row: ToolRow, context: ToolContext) -> HttpTool:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
 
 
-def mcp_tool(row: ToolRow) -> McpTool:
+def mcp_tool(row: ToolRow, context: ToolContext) -> McpTool:
     server = row.mcp_server
     if server is None or server.team_id != row.team_id:
         raise ToolUnavailable(f"{_label(row)} has no MCP server; it was left out of the turn.")
@@ -106,7 +106,7 @@ def mcp_tool(row: ToolRow) -> McpTool:
     if problem:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {problem}")
     try:
-        endpoint = endpoint_for(server)
+        endpoint = endpoint_for(server, user_id=context.user_id)
     except McpServerUnusable as exc:
         raise ToolUnavailable(f"{_label(row)} cannot be used: {exc}") from exc
     return McpTool(name=row.name, description=row.description, parameters=schema,
@@ -123,7 +123,7 @@ def runtime_tool_for_row(row: ToolRow, context: ToolContext) -> Tool:
     if row.kind == ToolRow.Kind.HTTP:
         tool: Tool = http_tool(row, context)
     elif row.kind == ToolRow.Kind.MCP:
-        tool = mcp_tool(row)
+        tool = mcp_tool(row, context)
     else:
         builtin = BUILTINS.get(row.name) if row.kind == ToolRow.Kind.BUILTIN else None
         if builtin is None:

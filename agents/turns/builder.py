@@ -80,13 +80,13 @@ def runtime_tools(agent: Agent, *, context: ToolContext,
     return tools_runtime_tools(agent, context=context, names=names)
 
 
-def mcp_refresh_for(agent: Agent) -> list[McpServer]:
+def mcp_refresh_for(agent: Agent, user_id: int | None = None) -> list[McpServer]:
     """The MCP servers whose tools the agent uses, their tool lists fetched again when older
     than their time to live (a failed fetch keeps the last list and is retried a minute later;
     a server that is down fails its own tools' calls, never the turn)."""
     servers = kept(agent.team_id, ("mcp servers", agent.pk), lambda: list(
         McpServer.objects.filter(team_id=agent.team_id, enabled=True, tools__agents=agent).distinct()))
-    if servers and mcp_refresh_if_stale(servers):
+    if servers and mcp_refresh_if_stale(servers, user_id=user_id):
         team_config_changed(agent.team_id)  # the rest of the turn reads the refreshed tools
     return servers
 
@@ -323,9 +323,10 @@ def _setup_build(*, trace: Trace, on_retry: OnRetry | None, db: DbRunner | None,
     _with_model_settings(choice.provider)
     provider, fallbacks, fallback_warnings = reliable_provider(
         agent=agent, primary=choice.provider, on_retry=on_retry)
-    servers = mcp_refresh_for(agent)
+    servers = mcp_refresh_for(agent, trace.user_id)
     try:  # an MCP prompt's command, MCP resources attached: what the model gets of the message
-        user_text = message_for_model(trace.meta or {}, servers, message, user_text) or user_text
+        user_text = message_for_model(trace.meta or {}, servers, message, user_text,
+                                      user_id=trace.user_id) or user_text
     except ToolError as exc:
         raise TurnSetupError(str(exc)) from exc
     fork = fork_spec(trace)

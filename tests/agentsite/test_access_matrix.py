@@ -23,7 +23,7 @@ from django.apps import apps
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from agents.models import Attachment, Conversation
+from agents.models import Attachment, Conversation, McpServer
 from agentsite import services
 from agentsite.api_keys import api_key_create
 from agentsite.models import Membership
@@ -60,6 +60,7 @@ KWARG_KIND = {  # URL keyword -> which expectation rows of the table apply
     "conversation_id": PRIVATE_OBJECT, "trace_id": PRIVATE_OBJECT, "response_id": PRIVATE_OBJECT,
     "agent_id": TEAM_READ, "model": TEAM_READ,
     "invitation_uuid": TEAM_OBJECT, "membership_uuid": TEAM_OBJECT, "tool_uuid": TEAM_OBJECT,
+    "server_uuid": TEAM_OBJECT,  # an MCP server's team sign-in (team admins only)
     "object_id": ADMIN_OBJECT, "id": ADMIN_OBJECT,
 }
 # Keywords that only qualify another object's URL (the step of a trace, the payload kind...).
@@ -129,6 +130,8 @@ def world(alice, bob, vera, charlie, agent, team_a):
             "invitation_uuid": issued.invitation.uuid, "token": issued.token,
             "membership_uuid": Membership.objects.get(user=bob).uuid, "team": team_a,
             "tool_uuid": agent.tools.first().uuid, "id": alice.pk, "key_uuid": key.uuid,
+            "server_uuid": McpServer.objects.create(team=team_a, name="matrix", transport="http", sign_in="team",
+                                                    url="https://mcp.example.com/mcp").uuid,
             "conversation_id": conversation.uuid, "trace_id": trace.uuid, "agent_id": agent.uuid,
             "model": agent.slug, "response_id": f"resp_{trace.uuid.hex}",
             "keys": keys}

@@ -1,12 +1,15 @@
 """MCP tools in a real browser: the operator's stdio time server (``mcp-server-time``) whose
 calls ask a person — approved by one member, declined by another — with the MCP step in the
 inspector; a team admin adds a Streamable-HTTP server (written with the SDK) in the admin,
-tests it and lists its tools, hostile descriptions shown as text; another team sees none of it."""
+tests it and lists its tools, hostile descriptions shown as text; another team sees none of it;
+a server that needs sign-in (OAuth, written with the SDK's server auth support) signed in to
+through its authorization server and back."""
 
 from __future__ import annotations
 
 import re
 
+from tests.agents.tools.mcp.oauth_server import InMemoryAuthority, protected_server
 from tests.agents.tools.mcp.servers import HOSTILE_DESCRIPTION, mcp_http_server
 from tests.helpers import wait_for
 
@@ -133,3 +136,34 @@ def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_ful
         in s.answers("completed").nth(1).locator(".md").inner_text()
     assert not s.page.locator("input[name=resources]:checked").count()
     assert not s.watch.errors
+
+
+def test_a_team_admin_signs_in_to_a_server_that_needs_it_and_back(login):
+    authority = InMemoryAuthority()
+    with protected_server(authority) as url:
+        alice = login("alice")
+        page = alice.page
+        page.goto(alice.stack.url + "/admin/agents/mcpserver/add/")
+        team = page.locator("select[name=team]")
+        if team.count():
+            team.select_option(label="Team A")
+        page.fill("input[name=name]", "vault")
+        page.select_option("select[name=transport]", "http")
+        page.fill("input[name=url]", url)
+        page.select_option("select[name=sign_in]", "team")
+        page.click("input[name=_continue]")
+        page.wait_for_url(re.compile(r"/admin/agents/mcpserver/\d+/change/"))
+        change_url = page.url
+        assert "Not signed in." in page.locator("#content").inner_text()
+
+        page.click("a[href*='/sign-in/']")
+        page.locator("text=one account for the whole team").wait_for()
+        page.click("button:has-text('Sign in')")
+        # Through the authorization server (which approves at once) and back to the admin page.
+        page.wait_for_url(change_url, timeout=30_000)
+        text = page.locator("body").inner_text()
+        assert "Signed in to “vault”; its tools were fetched again (1 in all)." in text
+        assert "Signed in by alice" in text
+        page.locator("#mcp-tools a:has-text('vault_whoami')").wait_for()
+        assert len(authority.clients) == 1 and authority.access  # registered, and a token issued
+        assert not alice.watch.errors

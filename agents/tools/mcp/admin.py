@@ -19,6 +19,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.decorators import method_decorator
+from django.utils.formats import date_format
+from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
@@ -30,6 +32,7 @@ from agentsite.headers import header_lines_clean, headers_field
 from agentsite.outbound import base_url_problem
 
 from .endpoints import operator_key_problem, stdio_servers
+from .oauth import client_info, preregistered_client
 from .services import (
     mcp_server_disable,
     mcp_server_discover,
@@ -44,6 +47,18 @@ HEADERS_HELP = ("One header per line, as “Name: value”, e.g. “Authorizatio
 class McpServerForm(forms.ModelForm):
     headers = headers_field(HEADERS_HELP)
     clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
+    oauth_client_id = forms.CharField(
+        required=False, max_length=500, label="Pre-registered client ID",
+        help_text="Only for an authorization server that does not register clients itself: the "
+                  "client ID you registered there, with the sign-in callback below as its "
+                  "redirect URI. Empty: this site registers itself at the first sign-in.")
+    oauth_client_secret = forms.CharField(
+        required=False, max_length=500, label="Pre-registered client secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Stored encrypted, never shown again; empty for a public client.")
+    forget_oauth_client = forms.BooleanField(
+        required=False, label="Forget the client registration",
+        help_text="The next sign-in registers again (or uses the client ID above).")
     operator_key = forms.ChoiceField(required=False, label="Operator's stdio server",
                                      help_text="stdio only: one of the servers the site "
                                                "operator set up (MCP_STDIO_SERVERS).")
@@ -51,7 +66,8 @@ class McpServerForm(forms.ModelForm):
     class Meta:
         model = McpServer
         fields = ["team", "name", "transport", "url", "operator_key", "enabled",
-                  "default_policy", "timeout_s", "max_result_bytes", "ttl_s", "use_instructions"]
+                  "default_policy", "timeout_s", "max_result_bytes", "ttl_s", "use_instructions",
+                  "sign_in", "oauth_scope"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -90,7 +106,41 @@ class McpServerForm(forms.ModelForm):
                 problem = base_url_problem(url)
                 if problem:
                     self.add_error("url", problem)
+        if data.get("sign_in") and transport == McpServer.Transport.STDIO:
+            self.add_error("sign_in", "Only servers reached over HTTP sign in.")
+        if data.get("sign_in") and any(name.lower() == "authorization" for name, _ in data.get("headers") or ()):
+            self.add_error("headers", "The sign-in supplies the Authorization header: leave it out.")
+        if data.get("oauth_client_secret") and not data.get("oauth_client_id"):
+            self.add_error("oauth_client_id", "Enter the client ID the secret belongs to.")
         return data
+
+
+def sign_in_summary(server: McpServer) -> str:
+    """The sign-in's state on the server's admin page, with the link to make it."""
+    if server.pk is None or not server.sign_in:
+        return "None: choose one above for a server that needs sign-in, and save."
+    link = reverse("mcp_sign_in", args=[server.uuid])
+    if server.sign_in == McpServer.SignIn.TEAM:
+        row = server.sign_ins.filter(user=None).select_related("signed_in_by").first()
+        if row is not None and row.signed_in:
+            who = row.signed_in_by.get_username() if row.signed_in_by else "someone"
+            state = format_html("Signed in by {} on {}.", who, date_format(row.signed_in_at, "DATETIME_FORMAT")
+                                if row.signed_in_at else "?")
+        else:
+            state = format_html("Not signed in{}.", f": {row.last_error}" if row and row.last_error else "")
+        action = "Sign in again or sign out" if row is not None and row.signed_in else "Sign in"
+    else:
+        people = server.sign_ins.exclude(tokens_encrypted="").count()
+        state = format_html("{} {} signed in with their own account.", people,
+                            "person has" if people == 1 else "people have")
+        action = "Sign in yourself"
+    info = client_info(server)
+    client = ("not registered yet (it registers at the first sign-in)" if info is None else
+              f"pre-registered, client ID “{info.client_id}”" if info.software_id == "preregistered" else
+              f"registered by this site, client ID “{info.client_id}”")
+    return format_html('{} <a href="{}">{}</a>.<br>Client: {}. Sign-in callback (the redirect '
+                       "URI): <code>{}</code> on this site's address.", state, link, action, client,
+                       reverse("mcp_sign_in_callback"))
 
 
 def _pretty(schema: Any) -> str:
@@ -107,11 +157,13 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
     list_select_related = ("team",)
     search_fields = ("name", "url")
     readonly_fields = ("protocol_version", "server_info", "instructions", "last_refreshed_at",
-                       "last_error")
+                       "last_error", "sign_in_state")
     actions = ["refresh_servers", "disable_servers"]
     fieldsets = [
         (None, {"fields": ["team", "name", "transport", "enabled", "default_policy"]}),
         ("Streamable HTTP", {"fields": ["url", "headers", "clear_headers"]}),
+        ("Sign-in (OAuth)", {"fields": ["sign_in", "oauth_scope", "sign_in_state", "oauth_client_id",
+                                        "oauth_client_secret", "forget_oauth_client"]}),
         ("stdio (operator-defined)", {"fields": ["operator_key"]}),
         ("Limits", {"fields": ["timeout_s", "max_result_bytes", "ttl_s"]}),
         ("Last discovery", {"fields": ["protocol_version", "server_info", "instructions",
@@ -128,9 +180,9 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: McpServer | None = None) -> list[Any]:
         sets = list(self.fieldsets)
         if obj is not None:
-            drop = ("stdio (operator-defined)" if obj.transport == McpServer.Transport.HTTP
-                    else "Streamable HTTP")
-            sets = [s for s in sets if s[0] != drop]
+            drop = (("stdio (operator-defined)",) if obj.transport == McpServer.Transport.HTTP
+                    else ("Streamable HTTP", "Sign-in (OAuth)"))
+            sets = [s for s in sets if s[0] not in drop]
         elif not stdio_servers():
             sets = [s for s in sets if s[0] != "stdio (operator-defined)"]
         if obj is None:
@@ -140,15 +192,24 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
         return (*self.readonly_fields, "team", "transport") if obj is not None else self.readonly_fields
 
-    @method_decorator(sensitive_post_parameters("headers"))
+    @admin.display(description="State")
+    def sign_in_state(self, obj: McpServer) -> str:
+        return sign_in_summary(obj)
+
+    @method_decorator(sensitive_post_parameters("headers", "oauth_client_secret"))
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
                         extra_context: dict | None = None) -> HttpResponse:
         return super().changeform_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: McpServer, form: McpServerForm, change: bool) -> None:
         data = getattr(form, "cleaned_data", {})
+        client = None
+        if data.get("oauth_client_id"):
+            client = preregistered_client(data["oauth_client_id"], data.get("oauth_client_secret") or "",
+                                          request.build_absolute_uri(reverse("mcp_sign_in_callback")))
         mcp_server_save(server=obj, headers=data.get("headers") or None,
-                        clear_headers=bool(data.get("clear_headers")))
+                        clear_headers=bool(data.get("clear_headers")), oauth_client=client,
+                        forget_oauth_client=bool(data.get("forget_oauth_client")))
 
     def render_change_form(self, request: HttpRequest, context: dict, add: bool = False,
                            change: bool = False, form_url: str = "", obj: McpServer | None = None) -> Any:
@@ -188,7 +249,7 @@ class McpServerAdmin(AuditedAdmin, TeamScopedAdmin):
         server = self._server(request, object_id)
         discovery, error = None, ""
         try:
-            discovery = mcp_server_discover(server)
+            discovery = mcp_server_discover(server, user_id=request.user.pk)
         except ToolError as exc:
             error = str(exc)
         tools = [{"tool": t, "schema": _pretty(t.input_schema),

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from agents.runtime.tools import ToolError
 
+from . import oauth
 from .transport import GuardedBridge
 from .types import HTTP, STDIO, Endpoint
 
@@ -52,7 +53,10 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect(endpoint: Endpoint, timeout_s: float) -> AsyncIterator[Connection]:
+async def connect(endpoint: Endpoint, timeout_s: float, *,
+                  auth: httpx2.Auth | None = None) -> AsyncIterator[Connection]:
+    """A connection to ``endpoint``; over HTTP with ``auth`` (by default, for a server that
+    needs sign-in, the stored sign-in's: ``oauth.auth_for``)."""
     options: dict[str, Any] = {"mode": "auto", "read_timeout_seconds": timeout_s, "cache": None,
                                "client_info": CLIENT_INFO}
     if endpoint.transport == HTTP:
@@ -62,7 +66,9 @@ async def connect(endpoint: Endpoint, timeout_s: float) -> AsyncIterator[Connect
         # call would break the kept connection for the calls after it. Each request is bounded
         # by the SDK's ``read_timeout_seconds`` and the caller's own limit instead, and what is
         # still waiting is cancelled when the connection closes.
-        http = httpx2.AsyncClient(transport=bridge, headers=dict(endpoint.headers),
+        if auth is None and endpoint.sign_in is not None:
+            auth = oauth.auth_for(endpoint)
+        http = httpx2.AsyncClient(transport=bridge, headers=dict(endpoint.headers), auth=auth,
                                   timeout=httpx2.Timeout(timeout_s, read=None), trust_env=False,
                                   follow_redirects=False)
         async with http:

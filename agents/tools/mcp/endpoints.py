@@ -13,12 +13,13 @@ import sys
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from agents.models import McpServer
 from agents.runtime.tools import ToolError
 from agentsite.crypto import SecretUnreadable
 
-from .types import HTTP, STDIO, Endpoint, StdioLimits
+from .types import HTTP, STDIO, Endpoint, SignInRef, StdioLimits
 
 
 class McpServerUnusable(ToolError):
@@ -40,7 +41,19 @@ def operator_key_problem(key: str) -> str | None:
     return None
 
 
-def endpoint_for(server: McpServer) -> Endpoint:
+def sign_in_ref(server: McpServer, user_id: int | None) -> SignInRef | None:
+    """Whose sign-in a connection to ``server`` for person ``user_id`` uses (None: it needs
+    none): the team's, or with per-person sign-in that person's own."""
+    if server.sign_in not in (McpServer.SignIn.TEAM, McpServer.SignIn.PERSON):
+        return None
+    personal = server.sign_in == McpServer.SignIn.PERSON
+    return SignInRef(server_id=server.pk, personal=personal, user_id=user_id if personal else None,
+                     url=reverse("mcp_sign_in", args=[server.uuid]))
+
+
+def endpoint_for(server: McpServer, *, user_id: int | None = None) -> Endpoint:
+    """How to reach ``server``; for a server that needs sign-in, with the sign-in of
+    ``user_id``'s turn (the team's, or theirs with per-person sign-in)."""
     if server.transport == McpServer.Transport.STDIO:
         problem = operator_key_problem(server.operator_key)
         if problem:
@@ -59,7 +72,7 @@ def endpoint_for(server: McpServer) -> Endpoint:
         raise McpServerUnusable(f"MCP server “{server.name}”: its stored headers cannot be read "
                                 f"({exc}); enter them again.") from exc
     return Endpoint(name=server.name, transport=HTTP, url=server.url, headers=headers,
-                    team_id=server.team_id)
+                    team_id=server.team_id, sign_in=sign_in_ref(server, user_id))
 
 
 def stdio_limits(spec: dict[str, Any]) -> StdioLimits:

@@ -62,7 +62,7 @@ def _endpoint_key(endpoint: Endpoint, timeout_s: float) -> tuple[Any, ...]:
     client's own timeouts are set when the connection opens)."""
     return (endpoint.name, endpoint.transport, endpoint.url, tuple(sorted(endpoint.headers.items())),
             endpoint.command, tuple(endpoint.args), tuple(sorted(endpoint.env.items())), timeout_s,
-            endpoint.team_id)
+            endpoint.team_id, endpoint.sign_in)
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

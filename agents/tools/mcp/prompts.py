@@ -126,7 +126,7 @@ def prompt_call(command: PromptCommand, arguments: dict[str, str]) -> dict[str, 
     return {"server": command.server_id, "name": command.name, "arguments": arguments}
 
 
-def prompt_expand(call: dict[str, Any], servers: list[McpServer]) -> str:
+def prompt_expand(call: dict[str, Any], servers: list[McpServer], *, user_id: int | None = None) -> str:
     """The text of the prompt ``call`` names, fetched from its server (one of ``servers``, the
     agent's); ``ToolError`` saying why not."""
     server = next((s for s in servers if s.pk == call.get("server")), None)
@@ -135,7 +135,7 @@ def prompt_expand(call: dict[str, Any], servers: list[McpServer]) -> str:
                         "command could not be run.")
     arguments = {str(k): str(v) for k, v in (call.get("arguments") or {}).items()}
     result = async_to_sync(sdk_client().get_prompt)(
-        endpoint_for(server), str(call.get("name")), arguments, timeout_s=server.timeout_s,
+        endpoint_for(server, user_id=user_id), str(call.get("name")), arguments, timeout_s=server.timeout_s,
         max_bytes=server.max_result_bytes)
     if not result.text.strip():
         raise ToolError(f"The MCP server “{server.name}” answered the prompt with no text.")

@@ -84,7 +84,8 @@ def resource_refs(agent: Agent, values: list[str]) -> list[dict[str, Any]]:
     return refs
 
 
-def resources_read(refs: list[dict[str, Any]], servers: list[McpServer]) -> list[str]:
+def resources_read(refs: list[dict[str, Any]], servers: list[McpServer], *,
+                   user_id: int | None = None) -> list[str]:
     """The contents of the attached resources, each under a line naming it; ``ToolError``
     when one cannot be read."""
     parts = []
@@ -94,14 +95,15 @@ def resources_read(refs: list[dict[str, Any]], servers: list[McpServer]) -> list
             raise ToolError(f"The resource “{ref.get('uri')}” belongs to an MCP server this agent "
                             "no longer uses, so it could not be read.")
         result = async_to_sync(sdk_client().read_resource)(
-            endpoint_for(server), str(ref.get("uri")), timeout_s=server.timeout_s,
+            endpoint_for(server, user_id=user_id), str(ref.get("uri")), timeout_s=server.timeout_s,
             max_bytes=server.max_result_bytes, kept=False)
         parts.append(f"[Attached resource {ref.get('uri')} from the MCP server “{server.name}”]\n"
                      f"{result.text}")
     return parts
 
 
-def message_for_model(meta: dict[str, Any], servers: list[McpServer], message: Message, text: str) -> str | None:
+def message_for_model(meta: dict[str, Any], servers: list[McpServer], message: Message, text: str,
+                      *, user_id: int | None = None) -> str | None:
     """What the model gets for the turn's ``message`` (typed as ``text``) when it runs an MCP
     prompt or has resources attached (see the module); None when it gets ``text``. Its blocks,
     which later turns' history reads, become that text."""
@@ -109,7 +111,8 @@ def message_for_model(meta: dict[str, Any], servers: list[McpServer], message: M
     if not call and not refs:
         return None
     # What the server sent is scrubbed of credentials, as a tool's output is; what was typed is not.
-    served = [*([prompt_expand(call, servers)] if call else []), *resources_read(refs or [], servers)]
+    served = [*([prompt_expand(call, servers, user_id=user_id)] if call else []),
+              *resources_read(refs or [], servers, user_id=user_id)]
     parts = [*([] if call else [text]), *(bidi_visible(scrub_secrets(p)) for p in served)]
     full = "\n\n".join(p for p in parts if p.strip())
     others = [b for b in message.blocks or [] if isinstance(b, dict) and b.get("type") != "text"]

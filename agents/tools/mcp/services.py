@@ -30,7 +30,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import McpServer
+from agents.models import McpServer, McpSignIn
 from agents.models import Tool as ToolRow
 from agents.runtime.tools import ToolError
 from agentsite.audit import audit_record, snapshot
@@ -40,6 +40,7 @@ from ..names import BUILTIN_NAMES
 from ..validation import schema_problem
 from . import sdk_client
 from .endpoints import endpoint_for
+from .oauth import client_set
 from .types import READ_RESOURCE, Discovery, RemoteTool
 
 NAME_MAX = 64
@@ -64,9 +65,10 @@ def tool_name(server_name: str, remote_name: str, taken: set[str] = frozenset())
     raise ToolError(f"No free name for the tool “{remote_name}” of MCP server “{server_name}”.")
 
 
-def mcp_server_discover(server: McpServer) -> Discovery:
-    """What ``server`` offers now; nothing is saved. ``ToolError`` when it cannot be asked."""
-    endpoint = endpoint_for(server)
+def mcp_server_discover(server: McpServer, *, user_id: int | None = None) -> Discovery:
+    """What ``server`` offers now (asked with ``user_id``'s sign-in, when it needs one);
+    nothing is saved. ``ToolError`` when it cannot be asked."""
+    endpoint = endpoint_for(server, user_id=user_id)
     return async_to_sync(sdk_client().discover)(endpoint, timeout_s=server.timeout_s)
 
 
@@ -141,11 +143,12 @@ def _description(tool: RemoteTool, warnings: list[str]) -> str:
     return cut
 
 
-def mcp_server_refresh(server: McpServer, actor: Any = None) -> Refresh:
-    """List ``server``'s tools and sync its Tool rows (see the module docstring)."""
+def mcp_server_refresh(server: McpServer, actor: Any = None, *, user_id: int | None = None) -> Refresh:
+    """List ``server``'s tools and sync its Tool rows (see the module docstring); a server that
+    needs sign-in is asked with the sign-in of ``user_id`` (by default the ``actor``'s)."""
     before_server = snapshot(server)
     try:
-        found = mcp_server_discover(server)
+        found = mcp_server_discover(server, user_id=user_id if user_id is not None else getattr(actor, "pk", None))
     except ToolError as exc:
         server.last_error = str(exc)
         server.save(update_fields=["last_error", "updated_at"])
@@ -233,9 +236,11 @@ def mcp_server_is_stale(server: McpServer, *, now: Any = None) -> bool:
     return now >= server.last_refreshed_at + timedelta(seconds=mcp_server_ttl(server))
 
 
-def mcp_refresh_if_stale(servers: Iterable[McpServer], *, actor: Any = None) -> list[Refresh]:
-    """Refresh the enabled servers whose tool list is out of date; the others cost nothing."""
-    return [mcp_server_refresh(s, actor=actor) for s in servers
+def mcp_refresh_if_stale(servers: Iterable[McpServer], *, actor: Any = None,
+                         user_id: int | None = None) -> list[Refresh]:
+    """Refresh the enabled servers whose tool list is out of date (with ``user_id``'s sign-in
+    where one is needed); the others cost nothing."""
+    return [mcp_server_refresh(s, actor=actor, user_id=user_id) for s in servers
             if s.enabled and mcp_server_is_stale(s)]
 
 
@@ -248,8 +253,20 @@ def mcp_server_disable(server: McpServer, *, actor: Any = None) -> None:
 
 
 def mcp_server_save(*, server: McpServer, headers: list[tuple[str, str]] | None = None,
-                    clear_headers: bool = False) -> McpServer:
-    """Save ``server``; ``headers`` replace the stored ones (encrypted), None keeps them."""
+                    clear_headers: bool = False, oauth_client: Any = None,
+                    forget_oauth_client: bool = False) -> McpServer:
+    """Save ``server``; ``headers`` replace the stored ones (encrypted), None keeps them;
+    ``oauth_client`` (the SDK's ``OAuthClientInformationFull``) replaces its OAuth client.
+    When its URL or kind of sign-in changes, its sign-ins are forgotten (a token is never sent
+    to another server than the one it was got for) with the client this site registered."""
+    before = McpServer.objects.filter(pk=server.pk).values("url", "sign_in").first() if server.pk else None
+    moved = before is not None and (before["url"] != server.url or before["sign_in"] != server.sign_in)
+    if moved or forget_oauth_client:
+        client_set(server, None)
+    if oauth_client is not None:
+        client_set(server, oauth_client)
+    if moved or not server.sign_in:
+        McpSignIn.objects.filter(server_id=server.pk).delete()
     if clear_headers:
         server.set_headers({})
     elif headers:

@@ -18,7 +18,8 @@ READ_RESOURCE = "resources/read"
 class Endpoint:
     """Where a server is: ``url`` and ``headers`` (http), or the operator's ``command``,
     ``args`` and ``env`` (stdio). ``name`` is for messages; ``team_id``, whose server it is (a
-    connection is never shared across teams). ``limits``: how a process keeps a stdio server
+    connection is never shared across teams, nor across people when it carries a person's
+    ``sign_in``). ``limits``: how a process keeps a stdio server
     (``StdioLimits``)."""
 
     name: str
@@ -30,6 +31,20 @@ class Endpoint:
     env: Mapping[str, str] = field(default_factory=dict)
     team_id: int | None = None
     limits: StdioLimits | None = None
+    # For a server that needs sign-in: whose (``oauth``).
+    sign_in: SignInRef | None = None
+
+
+@dataclass(frozen=True)
+class SignInRef:
+    """Whose OAuth sign-in a connection to a server uses: server ``server_id``'s team sign-in,
+    or (``personal``) person ``user_id``'s (None: no person, so none). ``url`` is where it is
+    made (for the message that asks for it)."""
+
+    server_id: int
+    personal: bool
+    user_id: int | None
+    url: str
 
 
 @dataclass(frozen=True)
