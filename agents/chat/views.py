@@ -219,10 +219,11 @@ def message_send(request: HttpRequest, conversation_uuid: Any) -> HttpResponse:
         if reply is not None and reply.prompt is None:
             return _command_response(request, convo, reply, text)
         parent = _parent(convo, request.POST.get("parent", ""))
+        typed = zip(request.POST.getlist("template_server"), request.POST.getlist("template_uri"), strict=False)
         sent = turns.turn_send(acting=acting, text=text, parent=parent,
                                client_id=request.POST.get("client_id", ""),
                                attachments=request.POST.getlist("attachments"), agent=convo.agent,
-                               meta=_message_meta(reply, resource_refs(convo.agent, request.POST.getlist("resources"))))
+                               meta=_message_meta(reply, resource_refs(convo.agent, request.POST.getlist("resources"), typed)))
     except ValidationError as exc:
         return _error(request, convo, exc)
     if not request.htmx:

@@ -824,6 +824,10 @@
       // resources of the agent's MCP servers ticked in the "+" menu go with it too
       var resources = Array.prototype.map.call(chat.composer.querySelectorAll("input[name=resources]:checked"),
         function (input) { return input.value; });
+      // and the URIs typed into a template's box (left at its fixed start, it attaches nothing)
+      chat.composer.querySelectorAll("input[name=template_uri]").forEach(function (input) {
+        if (input.value.trim() && input.value !== input.defaultValue) { resources.push(input.dataset.server + " " + input.value.trim()); }
+      });
       if (!text.trim() && !attached.length) { composerError("Write a message before sending it."); area.focus(); return; }
       if (text.length > chat.maxChars) {
         composerError("Your message is " + text.length.toLocaleString() + " characters long; the limit is " + chat.maxChars.toLocaleString() + ". Shorten it or send it in parts.");
@@ -836,6 +840,7 @@
       outboxSave();
       area.value = "";
       chat.composer.querySelectorAll("input[name=resources]:checked").forEach(function (box) { box.checked = false; });
+      chat.composer.querySelectorAll("input[name=template_uri]").forEach(function (input) { input.value = input.defaultValue; });
       var menu = chat.composer.querySelector("details.attach-menu");
       if (menu) { menu.open = false; }
       var tray = document.getElementById("attachment-tray");

@@ -135,6 +135,20 @@ def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_ful
     assert "Summarize it [Attached resource notes://welcome from the MCP server “notes”] Welcome to the test server." \
         in s.answers("completed").nth(1).locator(".md").inner_text()
     assert not s.page.locator("input[name=resources]:checked").count()
+
+    # A resource template's box, begun with its fixed start: the URI typed into it is attached.
+    s.page.locator("details.attach-menu > summary").click()
+    box = s.page.locator(".resource-template input[name=template_uri]")
+    assert box.input_value() == "notes://"
+    box.fill("notes://groceries")
+    s.send("And this one")
+    typed = s.page.locator("li.message.role-user", has_text="And this one")
+    typed.locator(".resource-chip").wait_for()
+    assert typed.locator(".resource-chip").inner_text() == "Attached: notes://groceries"
+    wait_for(lambda: s.answers("completed").count() == 3, what="the answer to the message with a typed resource")
+    assert "[Attached resource notes://groceries from the MCP server “notes”] Note groceries" \
+        in s.answers("completed").nth(2).locator(".md").inner_text()
+    assert box.input_value() == "notes://"  # the box is back to its start
     assert not s.watch.errors
 
 

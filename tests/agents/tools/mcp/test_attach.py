@@ -22,11 +22,27 @@ def value_of(agent, uri: str) -> str:
     return next(r.value for r in agent_resources(agent) if r.uri == uri)
 
 
-def test_the_agents_servers_resources_are_offered_but_not_their_templates(writer, make_agent):
-    offered = {r.uri: r for r in agent_resources(writer)}
-    assert sorted(offered) == ["notes://deploy", "notes://logo", "notes://welcome"]
-    assert offered["notes://welcome"].label == "welcome" and offered["notes://welcome"].server == "notes"
+def test_the_agents_servers_resources_are_offered_and_their_templates_last(writer, make_agent):
+    offered = agent_resources(writer)
+    assert sorted(r.uri for r in offered[:3]) == ["notes://deploy", "notes://logo", "notes://welcome"]
+    welcome = next(r for r in offered if r.uri == "notes://welcome")
+    assert welcome.label == "welcome" and welcome.server == "notes" and not welcome.template
+    template = offered[-1]
+    assert (template.uri, template.template, template.prefix) == ("notes://{name}", True, "notes://")
     assert agent_resources(make_agent(name="Other", tools=())) == []
+
+
+def test_a_uri_typed_from_a_template_must_fit_it(writer):
+    server = str(agent_resources(writer)[0].server_id)
+    assert resource_refs(writer, [], [(server, "notes://todo")]) == [
+        {"server": int(server), "uri": "notes://todo", "label": "notes://todo"}]
+    assert resource_refs(writer, [f"{server} notes://todo"]) == resource_refs(writer, [], [(server, "notes://todo")])
+    assert resource_refs(writer, [], [(server, "notes://"), (server, "")]) == []  # left as it was
+    for uri in ("notes://a/b", "file:///etc/passwd", "notes://" + "x" * 3000):
+        with pytest.raises(ValidationError, match="nor fits one of their templates"):
+            resource_refs(writer, [], [(server, uri)])
+    with pytest.raises(ValidationError):
+        resource_refs(writer, [], [("999", "notes://todo")])  # not the agent's server
 
 
 def test_only_the_agents_resources_may_be_attached_and_a_few_at_most(writer, make_agent):
@@ -76,6 +92,19 @@ def test_the_model_gets_the_attached_resources_after_the_message(client_for, ali
     assert "AKIAIOSFODNN7EXAMPLE" not in str(Message.objects.get(pk=deploy.user_message_id).blocks)
     page = client.get(reverse("conversation", args=[writing.uuid])).content.decode()
     assert "Attached: welcome" in page and "Attached: logo" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resource_typed_from_a_template_reaches_the_model(client_for, alice, writer, writing,
+                                                            sent_turns, use_redis):
+    server = str(agent_resources(writer)[0].server_id)
+    client_for(alice).post(reverse("message_send", args=[writing.uuid]), {
+        "text": "Read it", "template_server": [server], "template_uri": ["notes://groceries"]},
+        HTTP_HX_REQUEST="true")  # as a form sent without the page's script has it
+    trace = Trace.objects.get()
+    assert turn_run(trace.pk) == "completed"
+    request = StepPayload.objects.get(step__trace=trace, kind="request").content
+    assert "[Attached resource notes://groceries from the MCP server “notes”]\\nNote groceries" in request
 
 
 def test_a_resource_that_is_not_the_agents_is_refused_before_anything_starts(
