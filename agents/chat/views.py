@@ -17,9 +17,9 @@ from agents.chat.markdown import streaming_policy
 from agents.models import Agent, Attachment, Conversation, Message
 from agents.runtime.commands import command_list
 from agents.team_config import kept, team_config_read
+from agents.tools.mcp.credentials import personal_servers, sign_ins_missing
 from agents.tools.mcp.prompts import PROMPT_META, agent_prompts
 from agents.tools.mcp.resources import RESOURCES_META, agent_resources, resource_refs
-from agents.tools.mcp.sign_in import personal_servers, sign_ins_missing
 from agents.turns import services as turns
 from agents.turns.attachments import MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE, attachment_create
 from agentsite.access import get_for_team_or_404, team_required

@@ -41,6 +41,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from agents.models import TurnWorker
+from agents.tools.mcp.watch import mcp_watch_start, mcp_watch_stop
 from agents.turns.attachments import attachments_unsent_forget
 from agents.turns.lifecycle import trace_hand_back
 from agents.turns.reaper import trace_reap
@@ -208,12 +209,14 @@ _life_lock = threading.Lock()
 
 
 def turn_worker_start(*, hostname: str | None) -> TurnWorkerLife:
-    """Start this process's beat and reaper, once per process."""
+    """Start this process's beat and reaper (and its listening to MCP servers), once per
+    process."""
     global _life
     with _life_lock:
         if _life is None or _life.pid != os.getpid():
             _life = TurnWorkerLife(worker_name(hostname))
             _life.start()
+            mcp_watch_start(_life.name)  # listens while this is the oldest worker alive
         return _life
 
 
@@ -222,6 +225,7 @@ def turn_worker_stop() -> None:
     with _life_lock:
         life, _life = _life, None
     if life is not None and life.pid == os.getpid():
+        mcp_watch_stop()
         life.stop()
 
 

@@ -8,7 +8,10 @@ through its authorization server and back."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
+from agentsite.stack import ROOT
 from tests.agents.tools.mcp.oauth_server import InMemoryAuthority, protected_server
 from tests.agents.tools.mcp.servers import HOSTILE_DESCRIPTION, mcp_http_server
 from tests.helpers import wait_for
@@ -180,4 +183,20 @@ def test_a_team_admin_signs_in_to_a_server_that_needs_it_and_back(login):
         assert "Signed in by alice" in text
         page.locator("#mcp-tools a:has-text('vault_whoami')").wait_for()
         assert len(authority.clients) == 1 and authority.access  # registered, and a token issued
+
+        # The worker's call carries the team's token: an agent given the tool (set up outside
+        # the browser) calls it in a chat.
+        subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                        "from agents.models import Agent, Tool; Agent.objects.get(name='Writer')"
+                        ".tools.add(Tool.objects.get(name='vault_whoami'))"],
+                       env=alice.stack.env, cwd=ROOT, check=True, capture_output=True)
+        alice.open_chat_with("Writer")
+        alice.send("call the vault_whoami tool 1 times")
+        alice.page.locator(".tool-card.state-waiting button:has-text('Approve')").click()  # "ask"
+        answer = alice.answers("completed").first
+        answer.wait_for()
+        card = answer.locator(".tool-card.state-ok")
+        card.locator("summary").click()
+        assert "signed in as person-1" in card.inner_text()
+        assert not any(token in alice.page.content() for token in authority.access)
         assert not alice.watch.errors

@@ -18,6 +18,7 @@ import sys
 from types import ModuleType
 
 CLIENT = "agents.tools.mcp.client"
+SIGN_IN = "agents.tools.mcp.sign_in"
 POOL = "agents.tools.mcp.pool"
 HOST = "agents.tools.mcp.host"
 
@@ -31,6 +32,12 @@ def sdk_client() -> ModuleType:
     loaded by the first call or discovery of a process. It is the package's only deferred
     import: a sibling, not a higher room (LAYOUT.md's rule is about those)."""
     return importlib.import_module(CLIENT)
+
+
+def sdk_sign_in() -> ModuleType:
+    """``sign_in`` (signing in to a server that needs it), which imports the SDK: reached
+    through here, like ``client``, so the pages that only link to it do not load the SDK."""
+    return importlib.import_module(SIGN_IN)
 
 
 async def mcp_connections_close() -> None:

@@ -31,8 +31,8 @@ from agentsite.audit import AuditedAdmin
 from agentsite.headers import header_lines_clean, headers_field
 from agentsite.outbound import base_url_problem
 
+from .credentials import PREREGISTERED, client_record, preregistered_client
 from .endpoints import operator_key_problem, stdio_servers
-from .oauth import client_info, preregistered_client
 from .services import (
     mcp_server_disable,
     mcp_server_discover,
@@ -134,10 +134,10 @@ def sign_in_summary(server: McpServer) -> str:
         state = format_html("{} {} signed in with their own account.", people,
                             "person has" if people == 1 else "people have")
         action = "Sign in yourself"
-    info = client_info(server)
+    info = client_record(server)
     client = ("not registered yet (it registers at the first sign-in)" if info is None else
-              f"pre-registered, client ID “{info.client_id}”" if info.software_id == "preregistered" else
-              f"registered by this site, client ID “{info.client_id}”")
+              f"pre-registered, client ID “{info['client_id']}”" if info.get("software_id") == PREREGISTERED
+              else f"registered by this site, client ID “{info['client_id']}”")
     return format_html('{} <a href="{}">{}</a>.<br>Client: {}. Sign-in callback (the redirect '
                        "URI): <code>{}</code> on this site's address.", state, link, action, client,
                        reverse("mcp_sign_in_callback"))

@@ -15,11 +15,12 @@ and the server's spans are children of it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -324,3 +325,25 @@ async def get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], *
     """The server's prompt ``name`` filled with ``arguments`` (``prompts/get``), as one text."""
     return await bounded(endpoint, timeout_s, f"with the prompt “{short(name, 100)}”",
                          _get_prompt(endpoint, name, arguments, timeout_s, max_bytes))
+
+
+async def listen_changes(endpoint: Endpoint, on_change: Callable[[], Awaitable[None]], *,
+                         on_listening: Callable[[], Awaitable[None]] | None = None,
+                         settle_s: float = 1.0, timeout_s: float = 30.0) -> bool:
+    """Listen to what ``endpoint`` announces (``subscriptions/listen``, 2026-07-28: its tool,
+    prompt or resource list changed) and await ``on_change()`` after each announcement (a
+    burst, once: after ``settle_s``); ``on_listening()`` once the server acknowledged. False at
+    once when the server honours none of them, True when it ended the stream; raises when the
+    stream cannot be opened or is lost."""
+    async with connect(endpoint, timeout_s) as connection, connection.client.listen(
+            tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True) as events:
+        honored = events.honored
+        if honored is None or not (honored.tools_list_changed or honored.prompts_list_changed
+                                   or honored.resources_list_changed):
+            return False
+        if on_listening is not None:
+            await on_listening()
+        async for _event in events:
+            await asyncio.sleep(settle_s)
+            await on_change()
+    return True

@@ -34,13 +34,11 @@ from pydantic import ValidationError
 
 from agents.models import McpServer, McpSignIn
 from agents.runtime.tools import ToolError
-from agentsite.crypto import SecretUnreadable, decrypt, encrypt
+from agentsite.crypto import SecretUnreadable, encrypt
 from agentsite.db import releasing
 
+from .credentials import CLIENT_NAME, client_record, client_store
 from .types import Endpoint, SignInRef
-
-CLIENT_NAME = "agentsite"
-PREREGISTERED = "preregistered"  # the software_id kept on a client an admin entered
 
 logger = logging.getLogger(__name__)
 
@@ -59,30 +57,11 @@ def needed_message(ref: SignInRef, server_name: str) -> str:
 
 # -- what is stored -------------------------------------------------------------------------------
 def client_info(server: McpServer) -> OAuthClientInformationFull | None:
-    if not server.oauth_client_encrypted:
-        return None
+    record = client_record(server)
     try:
-        return OAuthClientInformationFull.model_validate_json(decrypt(server.oauth_client_encrypted))
-    except (SecretUnreadable, ValidationError, ValueError):
+        return OAuthClientInformationFull.model_validate(record) if record else None
+    except ValidationError:
         return None
-
-
-def client_set(server: McpServer, info: OAuthClientInformationFull | None) -> None:
-    server.oauth_client_encrypted = encrypt(info.model_dump_json(exclude_none=True)) if info else ""
-
-
-def preregistered_client(client_id: str, client_secret: str, redirect_uri: str) -> OAuthClientInformationFull:
-    """A client an admin registered at the authorization server themselves."""
-    return OAuthClientInformationFull(
-        client_id=client_id, client_secret=client_secret or None, redirect_uris=[redirect_uri],
-        token_endpoint_auth_method="client_secret_post" if client_secret else "none",
-        grant_types=["authorization_code", "refresh_token"], response_types=["code"],
-        client_name=CLIENT_NAME, software_id=PREREGISTERED)
-
-
-def is_preregistered(server: McpServer) -> bool:
-    info = client_info(server)
-    return info is not None and info.software_id == PREREGISTERED
 
 
 def client_metadata(server: McpServer, redirect_uri: str) -> OAuthClientMetadata:
@@ -163,7 +142,7 @@ class RowStorage:
 
     def _write_client(self, info: OAuthClientInformationFull) -> None:
         server = McpServer.objects.only("pk", "oauth_client_encrypted").get(pk=self.server_id)
-        client_set(server, info)
+        client_store(server, info.model_dump(mode="json", exclude_none=True))
         McpServer.objects.filter(pk=server.pk).update(oauth_client_encrypted=server.oauth_client_encrypted)
 
 

@@ -39,8 +39,8 @@ from agentsite.models import AuditEvent
 from ..names import BUILTIN_NAMES
 from ..validation import schema_problem
 from . import sdk_client
+from .credentials import client_store
 from .endpoints import endpoint_for
-from .oauth import client_set
 from .types import READ_RESOURCE, Discovery, RemoteTool
 
 NAME_MAX = 64
@@ -262,9 +262,9 @@ def mcp_server_save(*, server: McpServer, headers: list[tuple[str, str]] | None 
     before = McpServer.objects.filter(pk=server.pk).values("url", "sign_in").first() if server.pk else None
     moved = before is not None and (before["url"] != server.url or before["sign_in"] != server.sign_in)
     if moved or forget_oauth_client:
-        client_set(server, None)
+        client_store(server, None)
     if oauth_client is not None:
-        client_set(server, oauth_client)
+        client_store(server, oauth_client)
     if moved or not server.sign_in:
         McpSignIn.objects.filter(server_id=server.pk).delete()
     if clear_headers:

@@ -40,7 +40,8 @@ from agentsite.crypto import SecretUnreadable, decrypt, encrypt
 from agentsite.db import releasing
 
 from .connection import connect, explain, short
-from .oauth import PREREGISTERED, Provider, RowStorage, client_info, client_metadata, client_set
+from .credentials import PREREGISTERED, SignInFailed, client_store
+from .oauth import Provider, RowStorage, client_info, client_metadata
 from .transport import GuardedBridge
 from .types import Endpoint
 
@@ -51,10 +52,6 @@ START_WAIT_S = 30.0  # how long starting one waits for the authorization URL
 FINISH_WAIT_S = 30.0  # how long the callback waits for the tokens
 POLL_S = 0.2
 UNKNOWN_SIGN_IN = "This sign-in is unknown or has expired; start it again."
-
-
-class SignInFailed(Exception):
-    """Signing in did not work; the message says why, for the person."""
 
 
 class _Runner:
@@ -82,7 +79,7 @@ def sign_in_start(*, server: McpServer, endpoint: Endpoint, user: Any, redirect_
     if info is not None and info.software_id != PREREGISTERED \
             and [str(u) for u in info.redirect_uris or ()] != [redirect_uri]:
         # Registered dynamically for another address of this site: register again.
-        client_set(server, None)
+        client_store(server, None)
         McpServer.objects.filter(pk=server.pk).update(oauth_client_encrypted="")
     row, _ = McpSignIn.objects.get_or_create(server=server, user_id=ref.user_id)
     McpSignIn.objects.filter(pk=row.pk).update(state="", code_encrypted="", last_error="",
@@ -195,24 +192,6 @@ def sign_in_finish(*, state: str, user: Any, code: str = "", iss: str | None = N
         time.sleep(POLL_S)
     raise SignInFailed("The sign-in did not finish in time (the process that started it may "
                        "have stopped); start it again.")
-
-
-# -- in the chat ---------------------------------------------------------------------------------
-def personal_servers(agent: Any) -> list[McpServer]:
-    """The servers whose tools ``agent`` uses that need each person's own sign-in."""
-    return list(McpServer.objects.filter(team_id=agent.team_id, enabled=True, tools__agents=agent,
-                                         sign_in=McpServer.SignIn.PERSON)
-                .distinct().only("pk", "uuid", "name").order_by("name"))
-
-
-def sign_ins_missing(servers: list[McpServer], user: Any) -> list[McpServer]:
-    """Those of ``servers`` (``personal_servers``) ``user`` has not signed in to: the chat
-    offers the sign-in (no query when there are none)."""
-    if not servers:
-        return []
-    done = set(McpSignIn.objects.filter(server__in=servers, user=user).exclude(tokens_encrypted="")
-               .values_list("server_id", flat=True))
-    return [s for s in servers if s.pk not in done]
 
 
 # -- signing out ----------------------------------------------------------------------------------

@@ -25,9 +25,10 @@ from agents.models import McpServer, McpSignIn
 from agentsite.access import get_for_user_or_404, request_membership, require_role
 from agentsite.models import Membership
 
+from . import sdk_sign_in
+from .credentials import SignInFailed
 from .endpoints import endpoint_for
 from .services import mcp_server_refresh
-from .sign_in import SignInFailed, sign_in_finish, sign_in_start, sign_out
 
 NEXT_KEY = "mcp_sign_in_next"  # session: the state of each sign-in under way -> where to go back
 
@@ -71,7 +72,7 @@ def mcp_sign_in_view(request: HttpRequest, server_uuid) -> HttpResponse:
     if request.method == "POST":
         endpoint = endpoint_for(server, user_id=request.user.pk)
         try:
-            url = sign_in_start(server=server, endpoint=endpoint, user=request.user,
+            url = sdk_sign_in().sign_in_start(server=server, endpoint=endpoint, user=request.user,
                                 redirect_uri=request.build_absolute_uri(reverse("mcp_sign_in_callback")))
         except SignInFailed as exc:
             messages.error(request, f"Signing in to “{server.name}” did not work: {exc}")
@@ -98,7 +99,7 @@ def mcp_sign_out_view(request: HttpRequest, server_uuid) -> HttpResponse:
     server = _server(request, server_uuid)
     row = _row(server, request.user)
     if row is not None and row.signed_in:
-        revoked = sign_out(row, endpoint_for(server, user_id=request.user.pk))
+        revoked = sdk_sign_in().sign_out(row, endpoint_for(server, user_id=request.user.pk))
         messages.success(request, f"Signed out of “{server.name}”" + (
             "; the server revoked the tokens." if revoked else
             "; the tokens are forgotten here (the server offers no revocation, or refused it)."))
@@ -113,7 +114,7 @@ def mcp_sign_in_callback_view(request: HttpRequest) -> HttpResponse:
     target = back_to.pop(state, None)
     request.session[NEXT_KEY] = back_to
     try:
-        row = sign_in_finish(state=state, user=request.user, code=request.GET.get("code", ""),
+        row = sdk_sign_in().sign_in_finish(state=state, user=request.user, code=request.GET.get("code", ""),
                              iss=request.GET.get("iss"),
                              error=request.GET.get("error_description") or request.GET.get("error", ""))
     except SignInFailed as exc:
