@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import ValidationError
@@ -327,23 +328,56 @@ async def get_prompt(endpoint: Endpoint, name: str, arguments: dict[str, str], *
                          _get_prompt(endpoint, name, arguments, timeout_s, max_bytes))
 
 
+LIST_CHANGED = {"notifications/tools/list_changed", "notifications/prompts/list_changed",
+                "notifications/resources/list_changed"}
+ALIVE_CHECK_S = 60.0  # how often a server of the 2025 revisions is asked whether it is still there
+
+
 async def listen_changes(endpoint: Endpoint, on_change: Callable[[], Awaitable[None]], *,
                          on_listening: Callable[[], Awaitable[None]] | None = None,
                          settle_s: float = 1.0, timeout_s: float = 30.0) -> bool:
-    """Listen to what ``endpoint`` announces (``subscriptions/listen``, 2026-07-28: its tool,
-    prompt or resource list changed) and await ``on_change()`` after each announcement (a
-    burst, once: after ``settle_s``); ``on_listening()`` once the server acknowledged. False at
-    once when the server honours none of them, True when it ended the stream; raises when the
-    stream cannot be opened or is lost."""
-    async with connect(endpoint, timeout_s) as connection, connection.client.listen(
-            tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True) as events:
-        honored = events.honored
-        if honored is None or not (honored.tools_list_changed or honored.prompts_list_changed
-                                   or honored.resources_list_changed):
-            return False
-        if on_listening is not None:
-            await on_listening()
-        async for _event in events:
-            await asyncio.sleep(settle_s)
-            await on_change()
+    """Listen to what ``endpoint`` announces (its tool, prompt or resource list changed) and
+    await ``on_change()`` after each announcement (a burst, once: after ``settle_s``);
+    ``on_listening()`` once listening. A 2026-07-28 server is listened to with
+    ``subscriptions/listen``; one of the 2025 revisions sends its ``list_changed``
+    notifications on the session's stream, and is asked for its tool list every
+    ``ALIVE_CHECK_S`` so a server gone away is noticed. False at once when the server announces
+    none of them, True when it ended the stream; raises when the stream cannot be opened or is
+    lost."""
+    announced = asyncio.Event()
+
+    async def notified(message: Any) -> None:
+        if getattr(getattr(message, "root", message), "method", None) in LIST_CHANGED:
+            announced.set()
+
+    async with connect(endpoint, timeout_s, message_handler=notified) as connection:
+        client = connection.client
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            capabilities = client.server_capabilities
+            if not any(getattr(getattr(capabilities, kind, None), "list_changed", False)
+                       for kind in ("tools", "prompts", "resources")):
+                return False
+            await client.list_tools(cache_mode="bypass")  # and whenever quiet: raises when it went away
+            if on_listening is not None:
+                await on_listening()
+            while True:
+                try:
+                    await asyncio.wait_for(announced.wait(), ALIVE_CHECK_S)
+                except TimeoutError:
+                    await client.list_tools(cache_mode="bypass")
+                    continue
+                await asyncio.sleep(settle_s)
+                announced.clear()
+                await on_change()
+        async with client.listen(tools_list_changed=True, prompts_list_changed=True,
+                                 resources_list_changed=True) as events:
+            honored = events.honored
+            if honored is None or not (honored.tools_list_changed or honored.prompts_list_changed
+                                       or honored.resources_list_changed):
+                return False
+            if on_listening is not None:
+                await on_listening()
+            async for _event in events:
+                await asyncio.sleep(settle_s)
+                await on_change()
     return True

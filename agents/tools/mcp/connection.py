@@ -53,12 +53,15 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect(endpoint: Endpoint, timeout_s: float, *,
-                  auth: httpx2.Auth | None = None) -> AsyncIterator[Connection]:
+async def connect(endpoint: Endpoint, timeout_s: float, *, auth: httpx2.Auth | None = None,
+                  message_handler: Any = None) -> AsyncIterator[Connection]:
     """A connection to ``endpoint``; over HTTP with ``auth`` (by default, for a server that
-    needs sign-in, the stored sign-in's: ``oauth.auth_for``)."""
+    needs sign-in, the stored sign-in's: ``oauth.auth_for``); ``message_handler`` gets what
+    the server sends on its own (the SDK's, e.g. a 2025 server's change notifications)."""
     options: dict[str, Any] = {"mode": "auto", "read_timeout_seconds": timeout_s, "cache": None,
                                "client_info": CLIENT_INFO}
+    if message_handler is not None:
+        options["message_handler"] = message_handler
     if endpoint.transport == HTTP:
         bridge = GuardedBridge()
         # No read timeout in the HTTP client: a response that never comes would end the whole

@@ -2,12 +2,13 @@
 tools, the chat's prompts, its "+" list of resources) follows without waiting for the tool
 list's time to live.
 
-A server of the 2026-07-28 revision can be listened to (``subscriptions/listen``, through the
-SDK's ``Client.listen``): it then says when its tool, prompt or resource list changed. One
-worker process of the site listens (the oldest alive by its ``TurnWorker`` row: another takes
-over when it dies), with a connection to each server that can tell: enabled, reached over HTTP
-(a stdio server is started for calls only), without per-person sign-in (with the team's when it
-has one), whose last discovery spoke that revision and that honours at least one of the three.
+A server can say when its tool, prompt or resource list changed: one of the 2026-07-28
+revision when listened to (``subscriptions/listen``, the SDK's ``Client.listen``), one of the
+2025 revisions with ``list_changed`` notifications on its session (``client.listen_changes``).
+One worker process of the site listens (the oldest alive by its ``TurnWorker`` row: another
+takes over when it dies), with a connection to each server that can tell: enabled, reached over
+HTTP (a stdio server is started for calls only), without per-person sign-in (with the team's
+when it has one), discovered once, and announcing at least one of the three.
 Any change announced refreshes the server's discovery (``mcp_server_refresh``: its tools,
 prompts and resources, which moves the team's configuration, so pages read them afresh); a
 burst of announcements is one refresh (``SETTLE_S``). A stream that is lost is opened again
@@ -37,7 +38,6 @@ from .types import Endpoint
 SYNC_S = 30.0
 SETTLE_S = 1.0
 PAUSE_S, PAUSE_MAX_S = 5.0, 300.0
-LISTENING_REVISION = "2026-07-28"
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,8 @@ def watched(name: str) -> dict[tuple[Any, ...], tuple[int, Endpoint]]:
     if not _leader(name):
         return {}
     found = {}
-    for server in (McpServer.objects.filter(enabled=True, transport=McpServer.Transport.HTTP,
-                                            protocol_version=LISTENING_REVISION)
-                   .exclude(sign_in=McpServer.SignIn.PERSON)):
+    for server in (McpServer.objects.filter(enabled=True, transport=McpServer.Transport.HTTP)
+                   .exclude(protocol_version="").exclude(sign_in=McpServer.SignIn.PERSON)):
         try:
             endpoint = endpoint_for(server)
         except McpServerUnusable as exc:
