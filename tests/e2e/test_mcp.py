@@ -129,14 +129,11 @@ def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_ful
     # A resource of the server, attached from the "+" menu, goes with the next message only.
     s.page.locator("details.attach-menu > summary").click()
     s.page.locator(".resource-option", has_text="notes://welcome").locator("input").check()
-    s.send("Summarize it")
-    sent = s.page.locator("li.message.role-user", has_text="Summarize it")
-    sent.locator(".resource-chip").wait_for()
-    assert sent.locator(".resource-chip").inner_text() == "Attached: welcome"
-    wait_for(lambda: s.answers("completed").count() == 2, what="the answer to the message with a resource")
+    chip, answer = sent_with_resources(s, "Summarize it", answers=2)
+    assert chip == "Attached: welcome"
     # The demo model reflects what it was sent: the message, then the resource's contents.
     assert "Summarize it [Attached resource notes://welcome from the MCP server “notes”] Welcome to the test server." \
-        in s.answers("completed").nth(1).locator(".md").inner_text()
+        in answer
     assert not s.page.locator("input[name=resources]:checked").count()
 
     # A resource template's box, begun with its fixed start: the URI typed into it is attached.
@@ -144,15 +141,22 @@ def test_a_servers_prompts_are_starters_and_slash_commands_the_model_gets_in_ful
     box = s.page.locator(".resource-template input[name=template_uri]")
     assert box.input_value() == "notes://"
     box.fill("notes://groceries")
-    s.send("And this one")
-    typed = s.page.locator("li.message.role-user", has_text="And this one")
-    typed.locator(".resource-chip").wait_for()
-    assert typed.locator(".resource-chip").inner_text() == "Attached: notes://groceries"
-    wait_for(lambda: s.answers("completed").count() == 3, what="the answer to the message with a typed resource")
-    assert "[Attached resource notes://groceries from the MCP server “notes”] Note groceries" \
-        in s.answers("completed").nth(2).locator(".md").inner_text()
+    chip, answer = sent_with_resources(s, "And this one", answers=3)
+    assert chip == "Attached: notes://groceries"
+    assert "[Attached resource notes://groceries from the MCP server “notes”] Note groceries" in answer
     assert box.input_value() == "notes://"  # the box is back to its start
     assert not s.watch.errors
+
+
+def sent_with_resources(s, text: str, *, answers: int) -> tuple[str, str]:
+    """Send ``text`` with what is chosen in the "+" menu; the message's chip and the text of
+    its answer (the ``answers``-th of the conversation)."""
+    s.send(text)
+    sent = s.page.locator("li.message.role-user", has_text=text)
+    sent.locator(".resource-chip").wait_for()
+    wait_for(lambda: s.answers("completed").count() == answers, what=f"the answer to “{text}”")
+    return (sent.locator(".resource-chip").inner_text(),
+            s.answers("completed").nth(answers - 1).locator(".md").inner_text())
 
 
 def test_a_team_admin_signs_in_to_a_server_that_needs_it_and_back(login):
