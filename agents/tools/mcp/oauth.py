@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,8 @@ from agentsite.db import releasing
 
 from .credentials import CLIENT_NAME, client_record, client_store
 from .types import Endpoint, SignInRef
+
+ADOPT_TRIES, ADOPT_WAIT_S = 5, 2.0  # a refused refresh: how long to look for tokens renewed meanwhile
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,10 @@ class RowStorage:
         self.server_id, self.user_id = ref.server_id, ref.user_id
         self.provider: Provider | None = None
         self._loaded: tuple[dict[str, Any], OAuthClientInformationFull | None, float | None] | None = None
+
+    def forget(self) -> None:
+        """Read the row again next time (another connection may have renewed the tokens)."""
+        self._loaded = None
 
     async def load(self) -> tuple[dict[str, Any], OAuthClientInformationFull | None, float | None]:
         if self._loaded is None:
@@ -173,6 +180,24 @@ class Provider(OAuthClientProvider):
         except ValidationError:
             context.oauth_metadata = context.protected_resource_metadata = None
         context.auth_server_url = session.get("auth_server_url") or None
+
+    async def _handle_refresh_response(self, response: Any) -> bool:
+        """The SDK's, and when the authorization server refused the refresh: another
+        connection may just have renewed the tokens (an authorization server that rotates
+        refresh tokens takes each once), so the stored ones are read again, a few times over
+        ``ADOPT_WAIT_S``, and used when they are newer and valid."""
+        stale = self.context.current_tokens
+        if await super()._handle_refresh_response(response):
+            return True
+        for _ in range(ADOPT_TRIES):
+            self.storage.forget()
+            tokens, (_, _, expiry) = await self.storage.get_tokens(), await self.storage.load()
+            if tokens is not None and (stale is None or tokens.access_token != stale.access_token) \
+                    and (expiry is None or expiry > time.time()):
+                self.context.current_tokens, self.context.token_expiry_time = tokens, expiry
+                return True
+            await asyncio.sleep(ADOPT_WAIT_S / ADOPT_TRIES)
+        return False
 
 
 def auth_for(endpoint: Endpoint) -> Provider:

@@ -7,6 +7,7 @@ token anywhere a person or a receiver could read it."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from collections.abc import Iterator
@@ -15,12 +16,15 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
 from django.urls import reverse
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull
 
 from agents.chat.services import conversation_create
 from agents.models import McpServer, McpSignIn, Tool
+from agents.tools.mcp.connection import connect
+from agents.tools.mcp.endpoints import endpoint_for
 from agents.tools.mcp.services import mcp_server_save
 from agents.turns.services import turn_start
 from agents.turns.tasks import turn_run
@@ -228,3 +232,27 @@ def test_the_admin_page_shows_the_sign_in_and_takes_a_preregistered_client(
     server.url = protected_url.replace("/mcp", "/other")
     mcp_server_save(server=server)
     assert not McpSignIn.objects.filter(server=server).exists() and not server.oauth_client_encrypted
+
+
+def test_connections_renewing_at_once_all_get_through(client_for, alice, team_a, loopback,
+                                                      protected_url, authority):
+    """The authorization server takes each refresh token once: of two connections renewing an
+    expired token at the same moment, one is refused, and uses what the other stored."""
+    server = server_for(team_a, protected_url, "team")
+    sign_in(client_for(alice), server)
+    authority.expire_all()
+    McpSignIn.objects.filter(server=server).update(expires_at=timezone.now() - timedelta(seconds=1))
+    refreshed = authority.refreshed
+    endpoint = endpoint_for(server)
+
+    async def whoami() -> str:
+        async with connect(endpoint, 10) as connection:
+            result = await connection.client.call_tool("whoami", {})
+            return result.content[0].text
+
+    async def both() -> list[str]:
+        return await asyncio.gather(whoami(), whoami())
+
+    answers = async_to_sync(both)()
+    assert answers[0] == answers[1] and answers[0].startswith("signed in as person-")
+    assert authority.refreshed == refreshed + 1  # one renewal; the other connection used it
