@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -119,7 +120,8 @@ def sign_in_summary(server: McpServer) -> str:
     """The sign-in's state on the server's admin page, with the link to make it."""
     if server.pk is None or not server.sign_in:
         return "None: choose one above for a server that needs sign-in, and save."
-    link = reverse("mcp_sign_in", args=[server.uuid])
+    link = (f'{reverse("mcp_sign_in", args=[server.uuid])}?'
+            f'{urlencode({"next": reverse("admin:agents_mcpserver_change", args=[server.pk])})}')
     if server.sign_in == McpServer.SignIn.TEAM:
         row = server.sign_ins.filter(user=None).select_related("signed_in_by").first()
         if row is not None and row.signed_in:
