@@ -50,7 +50,10 @@ logger = logging.getLogger(__name__)
 SIGN_IN_WAIT_S = 600.0  # how long a sign-in under way waits for the person to come back
 START_WAIT_S = 30.0  # how long starting one waits for the authorization URL
 FINISH_WAIT_S = 30.0  # how long the callback waits for the tokens
-POLL_S = 0.2
+POLL_S = 0.2  # how often the callback looks for the sign-in's end
+# How often a sign-in under way looks for its code: at once at first, then less and less (a
+# sign-in left unfinished costs a few hundred reads, not thousands).
+CODE_POLL_S, CODE_POLL_MAX_S = 0.2, 3.0
 UNKNOWN_SIGN_IN = "This sign-in is unknown or has expired; start it again."
 
 
@@ -109,11 +112,13 @@ async def _flow(endpoint: Endpoint, row_pk: int, metadata: OAuthClientMetadata,
 
     async def callback() -> AuthorizationCodeResult:
         deadline = time.monotonic() + SIGN_IN_WAIT_S
+        pause = CODE_POLL_S
         while time.monotonic() < deadline:
             got = await asyncio.to_thread(releasing(_code), row_pk, state)
             if got is not None:
                 return got
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.1, CODE_POLL_MAX_S)
         raise SignInFailed(f"Nobody came back from the sign-in page within {SIGN_IN_WAIT_S:g} s.")
 
     storage = RowStorage(ref)
