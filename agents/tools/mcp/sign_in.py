@@ -129,11 +129,11 @@ async def _flow(endpoint: Endpoint, row_pk: int, metadata: OAuthClientMetadata,
             pass  # connected with the new token: signed in
     except BaseException as exc:  # noqa: BLE001 - reported to the person, whatever it was
         message = _failure(endpoint, exc)
-        await asyncio.to_thread(releasing(_ended), row_pk, message)
+        await asyncio.to_thread(releasing(_ended), row_pk, state, message)
         if not url_ready.done():
             url_ready.set_exception(SignInFailed(message))
         return
-    await asyncio.to_thread(releasing(_ended), row_pk, "")
+    await asyncio.to_thread(releasing(_ended), row_pk, state, "")
     if not url_ready.done():
         url_ready.set_result(None)
 
@@ -166,11 +166,13 @@ def _code(row_pk: int, state: str) -> AuthorizationCodeResult | None:
     return AuthorizationCodeResult(code=answer["code"], state=state, iss=answer.get("iss"))
 
 
-def _ended(row_pk: int, error: str) -> None:
+def _ended(row_pk: int, state: str, error: str) -> None:
+    """The sign-in of ``state`` ended (``error``: why it failed); nothing when the row has moved
+    on to a sign-in started again since."""
     values: dict[str, Any] = {"state": "", "code_encrypted": "", "last_error": error}
     if not error:
         values.update(signed_in_at=timezone.now(), refreshed_at=None, signed_in_by=F("started_by"))
-    McpSignIn.objects.filter(pk=row_pk).update(**values)
+    McpSignIn.objects.filter(pk=row_pk, state=state[:200]).update(**values)
 
 
 def sign_in_finish(*, state: str, user: Any, code: str = "", iss: str | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
@@ -256,3 +257,19 @@ def test_connections_renewing_at_once_all_get_through(client_for, alice, team_a,
     answers = async_to_sync(both)()
     assert answers[0] == answers[1] and answers[0].startswith("signed in as person-")
     assert authority.refreshed == refreshed + 1  # one renewal; the other connection used it
+
+
+def test_a_sign_in_started_again_is_the_one_that_counts(client_for, alice, team_a, loopback,
+                                                        protected_url):
+    server = server_for(team_a, protected_url, "person")
+    client = client_for(alice)
+    abandoned = sign_in_url(client, server)
+    url = sign_in_url(client, server)  # started again: the first one gives up
+    time.sleep(1.0)  # long enough for the first to notice, and end without touching the second
+    back = urlparse(httpx.get(url, follow_redirects=False).headers["location"])
+    assert client.get(f"{back.path}?{back.query}").status_code == 302
+    assert McpSignIn.objects.get(server=server, user=alice).signed_in
+    # The first one's code, brought back late, is refused.
+    late = urlparse(httpx.get(abandoned, follow_redirects=False).headers["location"])
+    answer = client.get(f"{late.path}?{late.query}", follow=True).content.decode()
+    assert "unknown or has expired" in answer
