@@ -31,6 +31,7 @@ from .endpoints import endpoint_for
 from .services import mcp_server_refresh
 
 NEXT_KEY = "mcp_sign_in_next"  # session: the state of each sign-in under way -> where to go back
+NEXT_KEPT = 10  # the newest sign-ins under way a session remembers
 
 
 def _server(request: HttpRequest, server_uuid) -> McpServer:
@@ -71,16 +72,18 @@ def mcp_sign_in_view(request: HttpRequest, server_uuid) -> HttpResponse:
     back = _next(request, server)
     if request.method == "POST":
         endpoint = endpoint_for(server, user_id=request.user.pk)
+        callback = request.build_absolute_uri(reverse("mcp_sign_in_callback"))
         try:
             url = sdk_sign_in().sign_in_start(server=server, endpoint=endpoint, user=request.user,
-                                redirect_uri=request.build_absolute_uri(reverse("mcp_sign_in_callback")))
+                                              redirect_uri=callback)
         except SignInFailed as exc:
             messages.error(request, f"Signing in to “{server.name}” did not work: {exc}")
         else:
             target = urlparse(url)
             if target.scheme in ("http", "https") and target.netloc:
                 state = (parse_qs(target.query).get("state") or [""])[0]
-                request.session[NEXT_KEY] = {**request.session.get(NEXT_KEY, {}), state: back}
+                under_way = list(request.session.get(NEXT_KEY, {}).items())[-(NEXT_KEPT - 1):]
+                request.session[NEXT_KEY] = {**dict(under_way), state: back}
                 # A page that moves on, not a redirect: the site's CSP (form-action 'self')
                 # would stop a form's redirect to another origin.
                 return render(request, "mcp/sign_in_redirect.html",
@@ -114,9 +117,9 @@ def mcp_sign_in_callback_view(request: HttpRequest) -> HttpResponse:
     target = back_to.pop(state, None)
     request.session[NEXT_KEY] = back_to
     try:
-        row = sdk_sign_in().sign_in_finish(state=state, user=request.user, code=request.GET.get("code", ""),
-                             iss=request.GET.get("iss"),
-                             error=request.GET.get("error_description") or request.GET.get("error", ""))
+        row = sdk_sign_in().sign_in_finish(
+            state=state, user=request.user, code=request.GET.get("code", ""), iss=request.GET.get("iss"),
+            error=request.GET.get("error_description") or request.GET.get("error", ""))
     except SignInFailed as exc:
         messages.error(request, f"Signing in did not work: {exc}")
         return HttpResponseRedirect(target or reverse("home"))
