@@ -7,8 +7,11 @@ outbound-network policy;
 ``endpoints``: a ``McpServer`` row as something to connect to (stdio commands come only from
 the operator's ``settings.MCP_STDIO_SERVERS``); ``services``: discovery and the sync of a
 server's Tool rows; ``tool``: the runtime tool of one MCP tool; ``admin``: the admin pages; ``types``: the plain
-data they exchange. Only ``client`` and the two it uses import the SDK, and only when a call or
-discovery first needs it.
+data they exchange. Servers that need sign-in: ``oauth`` (a call's OAuth, the SDK's provider
+over the stored sign-in), ``sign_in`` (signing in, out and back), ``credentials`` (what is
+stored of it, without the SDK) and ``views`` (the pages). ``watch``: listening to servers that
+announce their changes. Only ``client`` and the modules it uses, and ``sign_in``, import the
+SDK, and only when a call, a discovery or a sign-in first needs it.
 """
 
 from __future__ import annotations
