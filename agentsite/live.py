@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -23,6 +22,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+
+from agentsite.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,7 @@ class _FoldedNotices:
         self._lock = threading.Lock()
         self._sent_at: dict[int, float] = {}
         self._waiting: set[int] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
+        self._thread = LoopThread("lists-notices")
         self._sending: set[asyncio.Task] = set()
 
     def due_in(self, user_id: int, fold: float) -> float | None:
@@ -112,7 +112,7 @@ class _FoldedNotices:
             return 0.0
 
     def send_later(self, user_id: int, delay: float) -> None:
-        loop = self._notices_loop()
+        loop = self._thread.loop()
         loop.call_soon_threadsafe(loop.call_later, delay, self._send_waiting, user_id)
 
     def _send_waiting(self, user_id: int) -> None:  # in the notices' loop
@@ -122,14 +122,6 @@ class _FoldedNotices:
         task = asyncio.ensure_future(_send_lists(user_id))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
-
-    def _notices_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._pid != os.getpid():  # none yet, or made before a fork
-                self._loop, self._pid = asyncio.new_event_loop(), os.getpid()
-                threading.Thread(target=self._loop.run_forever, name="lists-notices",
-                                 daemon=True).start()
-            return self._loop
 
 
 _folded = _FoldedNotices()

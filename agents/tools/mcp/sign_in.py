@@ -2,7 +2,7 @@
 the SDK's client auth support.
 
 ``sign_in_start`` runs the SDK's whole flow in this process's sign-in thread (one event loop,
-``_Runner``): a connection to the server, answered 401; the SDK finds the protected-resource
+``RUNNER``): a connection to the server, answered 401; the SDK finds the protected-resource
 metadata and the authorization server's, registers this site as a client (dynamic client
 registration, kept encrypted on the server's row for later sign-ins) unless an admin entered a
 pre-registered client, and builds the authorization URL (PKCE with S256, ``state``, the RFC
@@ -24,7 +24,6 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import threading
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -38,6 +37,7 @@ from agents.models import McpServer, McpSignIn
 from agents.runtime.tools import ToolError
 from agentsite.crypto import SecretUnreadable, decrypt, encrypt
 from agentsite.db import releasing
+from agentsite.loop_thread import LoopThread
 
 from .connection import connect, explain, short
 from .credentials import PREREGISTERED, SignInFailed, client_store
@@ -57,20 +57,8 @@ CODE_POLL_S, CODE_POLL_MAX_S = 0.2, 3.0
 UNKNOWN_SIGN_IN = "This sign-in is unknown or has expired; start it again."
 
 
-class _Runner:
-    """This process's sign-in thread: one event loop where sign-ins under way wait."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def submit(cls, coroutine: Any) -> concurrent.futures.Future[Any]:
-        with cls._lock:
-            if cls._loop is None or not cls._loop.is_running():
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="mcp-sign-in", daemon=True).start()
-                cls._loop = loop
-        return asyncio.run_coroutine_threadsafe(coroutine, cls._loop)
+# This process's sign-in thread: one event loop where sign-ins under way wait.
+RUNNER = LoopThread("mcp-sign-in")
 
 
 def sign_in_start(*, server: McpServer, endpoint: Endpoint, user: Any, redirect_uri: str) -> str:
@@ -88,7 +76,7 @@ def sign_in_start(*, server: McpServer, endpoint: Endpoint, user: Any, redirect_
     McpSignIn.objects.filter(pk=row.pk).update(state="", code_encrypted="", last_error="",
                                                started_by=user, started_at=timezone.now())
     url_ready: concurrent.futures.Future[str | None] = concurrent.futures.Future()
-    _Runner.submit(_flow(endpoint, row.pk, client_metadata(server, redirect_uri), url_ready))
+    RUNNER.submit(_flow(endpoint, row.pk, client_metadata(server, redirect_uri), url_ready))
     try:
         url = url_ready.result(timeout=START_WAIT_S)
     except concurrent.futures.TimeoutError as exc:
